@@ -1,0 +1,99 @@
+// qkv sgemm next to OpenBLAS cblas_sgemm, same shapes, same inputs, one binary.
+// Shapes are M x N x K (C[M,N] = op(A)[M,K] @ op(B)[K,N], row-major), each in
+// the four transpose combinations; the GFLOPS counter is 2*M*N*K per second / 1e9.
+// Threads come from the environment so both libraries get the same count:
+//   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=N QKV_NUM_THREADS=N
+//       ./bench_gemm --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qkv/core/parallel.h"
+#include "qkv/core/storage.h"
+#include "qkv/kernels/cpu.h"
+#include "qkv/kernels/gemm.h"
+
+#ifdef QKV_BENCH_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+namespace {
+
+using i64 = std::int64_t;
+
+struct Buf {
+  float* p;
+  explicit Buf(i64 n) : p(static_cast<float*>(qkv::aligned_alloc_bytes(static_cast<std::size_t>(n) * 4, "bench"))) {
+    std::mt19937 rng(static_cast<unsigned>(n));
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (i64 i = 0; i < n; ++i) p[i] = u(rng);
+  }
+  ~Buf() { qkv::aligned_free(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+enum class Lib { Qkv, OpenBlas };
+
+void run(benchmark::State& state, Lib lib, bool ta, bool tb, i64 M, i64 N, i64 K) {
+  Buf A(M * K), B(K * N), C(M * N);
+  const i64 lda = ta ? M : K, ldb = tb ? K : N, ldc = N;
+  for (auto _ : state) {
+    if (lib == Lib::Qkv) {
+      qkv::kernels::sgemm(ta, tb, M, N, K, 1.0f, A.p, lda, B.p, ldb, 0.0f, C.p, ldc);
+    } else {
+#ifdef QKV_BENCH_HAVE_CBLAS
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(M),
+                  static_cast<int>(N), static_cast<int>(K), 1.0f, A.p, static_cast<int>(lda), B.p,
+                  static_cast<int>(ldb), 0.0f, C.p, static_cast<int>(ldc));
+#endif
+    }
+    benchmark::DoNotOptimize(C.p);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOPS"] =
+      benchmark::Counter(2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) / 1e9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = qkv::num_threads();
+}
+
+void register_all() {
+  const i64 main_shapes[][3] = {{1024, 1024, 1024}, {512, 64, 512}, {2048, 512, 512}};
+  const i64 small_shapes[][3] = {{1600, 16, 16}, {16, 16, 1600}, {64, 64, 64}, {256, 64, 64}};
+  std::vector<Lib> libs = {Lib::Qkv};
+#ifdef QKV_BENCH_HAVE_CBLAS
+  libs.push_back(Lib::OpenBlas);
+#endif
+  auto add = [&](const i64* s, int t) {
+    const bool ta = t & 1, tb = t & 2;
+    for (Lib lib : libs) {
+      const std::string name = std::string(lib == Lib::Qkv ? "qkv_sgemm" : "openblas_sgemm") + "/" +
+                               (ta ? "T" : "N") + (tb ? "T" : "N") + "/" + std::to_string(s[0]) + "x" +
+                               std::to_string(s[1]) + "x" + std::to_string(s[2]);
+      const i64 M = s[0], N = s[1], K = s[2];
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { run(st, lib, ta, tb, M, N, K); })
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+    }
+  };
+  for (const auto& s : main_shapes)
+    for (int t = 0; t < 4; ++t) add(s, t);
+  for (const auto& s : small_shapes) add(s, 0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("qkv_isa", qkv::kernels::isa_name(qkv::kernels::active_isa()));
+  benchmark::AddCustomContext("qkv_threads", std::to_string(qkv::num_threads()));
+  if (const char* e = std::getenv("OPENBLAS_NUM_THREADS")) benchmark::AddCustomContext("openblas_threads", e);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

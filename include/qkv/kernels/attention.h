@@ -1,0 +1,78 @@
+// Scaled dot-product attention kernels: a FlashAttention-2-style tiled kernel
+// (fp32, forward + backward, memory linear in sequence length) and its naive
+// twin that materialises the scores (the test reference, and the math path
+// used when attention weights are requested).
+//
+// Letters (docs/shapes.md): B batch, H heads, Lq query length, Lk key length,
+// D query/key head dim, Dv value head dim.
+//
+//   scores[b,h,i,j] = scale * <q[b,h,i,:], k[b,h,j,:]> + bias[b,h,i,j]
+//                     (-inf where masked: causal, key padding, -inf bias)
+//   P[b,h,i,:]      = softmax_j(scores[b,h,i,:])      (0 for a fully masked row)
+//   O[b,h,i,:]      = sum_j dropout(P)[b,h,i,j] * v[b,h,j,:]
+//   LSE[b,h,i]      = log sum_j exp(scores[b,h,i,j])  (-inf for a fully masked row)
+//
+// Kernels do not validate shapes (ops/ does that); they require B,H,Lq,Lk >= 0,
+// D,Dv >= 1, 0 <= dropout_p < 1, and non-overlapping outputs.
+#pragma once
+#include <cstdint>
+
+namespace qkv::kernels {
+
+struct AttnParams {
+  std::int64_t B = 1, H = 1, Lq = 0, Lk = 0, D = 0, Dv = 0;  // Dv: value head dim (often == D)
+  // Element strides (last dim contiguous) of q [B,H,Lq,D], k [B,H,Lk,D], v [B,H,Lk,Dv], o/dO [B,H,Lq,Dv];
+  // dq/dk/dv use the same strides as q/k/v. LSE is always contiguous [B,H,Lq].
+  std::int64_t q_sb = 0, q_sh = 0, q_st = 0, k_sb = 0, k_sh = 0, k_st = 0, v_sb = 0, v_sh = 0, v_st = 0,
+               o_sb = 0, o_sh = 0, o_st = 0;
+  float scale = 0.f;  // usually 1/sqrt(D)
+  bool causal = false;  // bottom-right aligned: query i sees key j iff j <= i + (Lk - Lq)
+  const std::int64_t* key_lengths = nullptr;  // [B] or null: keys j >= key_lengths[b] are masked (lengths may be 0)
+  const float* bias = nullptr;  // optional additive bias/mask, element (b,h,i,j) at
+  std::int64_t bias_sb = 0, bias_sh = 0, bias_si = 0, bias_sj = 0;  //   bias[b*bias_sb + h*bias_sh + i*bias_si + j*bias_sj]; -inf blocks (strides may be 0 to broadcast)
+  float dropout_p = 0.f;  // dropout on the attention probabilities, in [0,1)
+  std::uint64_t seed = 0, offset = 0;  // element (b,h,i,j) is dropped iff qkv::uniform_at(seed, offset + ((b*H+h)*Lq+i)*Lk+j) < dropout_p; kept ones are scaled by 1/(1-p)
+};
+
+// Tiled FlashAttention-2 forward (Dao, "FlashAttention-2", 2023, Algorithm 1).
+//   O   [B,H,Lq,Dv]  strides o_*
+//   LSE [B,H,Lq]     contiguous; natural-log log-sum-exp of the scaled, masked scores; -inf for a fully masked row
+//   Q [B,H,Lq,D], K [B,H,Lk,D], V [B,H,Lk,Dv]  strides q_*, k_*, v_*
+// A query row with no allowed key gives O = 0 (and zero gradients), never NaN. Keys at or beyond
+// key_lengths[b] are never read. Bitwise reproducible for a fixed thread count (in fact for any).
+void flash_attention_forward(float* O, float* LSE, const float* Q, const float* K, const float* V, const AttnParams& p);
+
+// Tiled FlashAttention-2 backward (Dao 2023, Algorithm 2): recomputes P from LSE.
+//   dQ [B,H,Lq,D], dK [B,H,Lk,D], dV [B,H,Lk,Dv]  written (not accumulated), strides q_*, k_*, v_*
+//   dO, O [B,H,Lq,Dv]  strides o_*;  LSE [B,H,Lq] contiguous, as written by flash_attention_forward
+//   Q, K, V  as in forward (same params, same seed/offset for dropout)
+// Bitwise reproducible across runs for a fixed thread count.
+void flash_attention_backward(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
+                              const float* V, const float* O, const float* LSE, const AttnParams& p);
+
+// Naive reference (T = float or double): materialises scores row by row; writes O, LSE (may be null),
+// and, if P is non-null, the attention weights after masking+softmax and before dropout, contiguous
+// [B,H,Lq,Lk].
+//   O [B,H,Lq,Dv] strides o_*;  LSE [B,H,Lq] contiguous;  P [B,H,Lq,Lk] contiguous
+//   Q, K, V as in flash_attention_forward; the bias stays float (converted to T)
+template <class T>
+void attention_ref_forward(T* O, T* LSE, T* P, const T* Q, const T* K, const T* V, const AttnParams& p);
+// Naive reference backward (recomputes the forward; no saved O/LSE needed).
+//   dQ, dK, dV written with the strides of Q, K, V;  dO [B,H,Lq,Dv] strides o_*
+template <class T>
+void attention_ref_backward(T* dQ, T* dK, T* dV, const T* dO, const T* Q, const T* K, const T* V,
+                            const AttnParams& p);
+
+// Diagnostics: the tile sizes the flash kernels use with the active ISA (tests sweep every size +-1).
+struct FlashTileSizes {
+  int simd_width;    // floats per vector (1 for the scalar path)
+  int micro_rows;    // rows of the register micro-kernel
+  int key_panel;     // keys per packed K panel (micro-kernel columns)
+  int fwd_q_block;   // forward: query rows per task
+  int fwd_k_block;   // forward: keys per online-softmax step
+  int bwd_q_block;   // backward: query rows per inner step
+  int bwd_k_block;   // backward: keys per task (owner of dK/dV rows)
+};
+FlashTileSizes flash_attention_tile_sizes();
+
+}  // namespace qkv::kernels

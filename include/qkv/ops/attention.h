@@ -1,0 +1,75 @@
+// Masks and scaled dot-product attention.
+//
+// The ecosystem has opposite mask conventions (REFERENCES.md section 1), so a
+// mask is a type whose constructor says which one is meant:
+//   Mask::keep(m)      nonzero/true = may attend   (the tutorials, PyTorch SDPA)
+//   Mask::block(m)     nonzero/true = may NOT attend (nn.MultiheadAttention attn_mask/key_padding_mask)
+//   Mask::additive(b)  float added to the scores (-inf blocks)
+//   Mask::causal()     query i sees key j iff j <= i + (Lk - Lq)  (bottom-right aligned)
+//   Mask::padding(ids, pad_id)  keys whose token is pad_id are blocked, shaped [B,1,1,S]
+// Masks combine with &. Every part must broadcast (right-aligned) to the
+// scores shape [..., Lq, Lk], else ShapeError naming both shapes.
+// A query row with no allowed key gives output 0 and gradient 0, never NaN.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qkv/core/rng.h"
+#include "qkv/core/tensor.h"
+
+namespace qkv {
+
+class Mask {
+ public:
+  Mask() = default;  // allows everything
+  static Mask causal();
+  // Causal for exactly these sizes; using it with other Lq/Lk is a ShapeError.
+  static Mask causal(std::int64_t Lq, std::int64_t Lk);
+  static Mask padding(const Tensor& token_ids, std::int64_t pad_id);
+  static Mask keep(const Tensor& m);
+  static Mask block(const Tensor& m);
+  static Mask additive(const Tensor& bias);
+  Mask operator&(const Mask& o) const;
+
+  bool empty() const { return !causal_ && keeps_.empty() && additive_.empty(); }
+  bool has_causal() const { return causal_; }
+  const std::vector<Tensor>& keep_parts() const { return keeps_; }
+  const std::vector<Tensor>& additive_parts() const { return additive_; }
+
+  // Checks every part against the scores shape [..., Lq, Lk] (ShapeError naming `op`).
+  void check(const Shape& scores_shape, const char* op) const;
+  // The whole mask as one additive bias of `dtype`, broadcastable to
+  // scores_shape and of the same rank: 0 allowed, -inf blocked, plus additive parts.
+  // Undefined if the mask is empty.
+  Tensor to_bias(const Shape& scores_shape, DType dtype, const char* op) const;
+  // The bias without the causal part (the fast kernel applies causal itself).
+  Tensor to_bias_without_causal(const Shape& scores_shape, DType dtype, const char* op) const;
+  // Human-readable: "causal & keep[2,1,1,7]".
+  std::string describe() const;
+
+ private:
+  bool causal_ = false;
+  std::int64_t causal_lq_ = -1, causal_lk_ = -1;
+  std::vector<Tensor> keeps_;     // Bool, true = keep
+  std::vector<Tensor> additive_;  // float
+};
+
+struct SdpaOptions {
+  double dropout_p = 0.0;              // applied to the attention weights when > 0
+  std::optional<double> scale;         // default 1/sqrt(D)
+  bool need_weights = false;           // also return the weights (uses the math path)
+  Generator* generator = nullptr;      // dropout randomness; nullptr = default_generator()
+};
+
+struct AttentionOutput {
+  Tensor output;   // [..., Lq, Dv]
+  Tensor weights;  // [..., Lq, Lk] after masking and softmax, before dropout; undefined unless need_weights
+};
+
+// q [..., Lq, D], k [..., Lk, D], v [..., Lk, Dv] with equal leading dims.
+// output = dropout(softmax(q k^T * scale + mask)) v.
+AttentionOutput scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const Mask& mask = Mask(), const SdpaOptions& opt = {});
+
+}  // namespace qkv

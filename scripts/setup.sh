@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages qkv needs, only when one is missing (idempotent).
+# Usage: scripts/setup.sh            (build + test dependencies)
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build pkg-config
+      libgtest-dev libgmock-dev libbenchmark-dev
+      nlohmann-json3-dev libcli11-dev libpng-dev libomp-dev
+      libopenblas-dev chromium)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "setup: installing missing Debian packages: ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

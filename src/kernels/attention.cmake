@@ -1,0 +1,12 @@
+# Attention kernels: naive reference + FlashAttention-2-style tiled kernel.
+# The tiled kernel body (kernels/flash_attention_impl.h) is compiled once per
+# ISA; the AVX2 / AVX-512 units select their ISA with #pragma GCC target, so
+# they build without -march flags (QKV_NATIVE=OFF) and are only run when the
+# CPU supports them (kernels/flash_attention.cpp dispatches at run time).
+set(QKV_ATTENTION_SOURCES
+  kernels/attention_ref.cpp
+  kernels/flash_attention.cpp
+  kernels/flash_attention_scalar.cpp
+  kernels/flash_attention_avx2.cpp
+  kernels/flash_attention_avx512.cpp
+)

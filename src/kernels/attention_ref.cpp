@@ -1,0 +1,167 @@
+// Naive attention: the reference twin of flash_attention.cpp, and the math path
+// used when attention weights are requested. Materialises the scores, one
+// query row at a time in forward and one (b,h) [Lq,Lk] matrix in backward.
+// Templated over float/double: tests compare the fast kernel against the
+// double instantiation and use the float one to size the tolerance (rule R1).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "qkv/core/parallel.h"
+#include "qkv/core/rng.h"
+#include "qkv/kernels/attention.h"
+
+namespace qkv::kernels {
+namespace {
+
+using i64 = std::int64_t;
+
+// Keys a query row may see, before bias: [0, key_end(b, i)).
+i64 key_end(const AttnParams& p, i64 b, i64 i) {
+  i64 end = p.Lk;
+  if (p.key_lengths) end = std::min(end, std::max<i64>(p.key_lengths[b], 0));
+  if (p.causal) end = std::min(end, std::max<i64>(i + (p.Lk - p.Lq) + 1, 0));
+  return end;
+}
+
+// Dropout multiplier of element (b,h,i,j): 0 if dropped, else 1/(1-p).
+template <class T>
+T keep_scale(const AttnParams& p, i64 b, i64 h, i64 i, i64 j) {
+  if (p.dropout_p <= 0.f) return T(1);
+  const std::uint64_t counter = p.offset + static_cast<std::uint64_t>(((b * p.H + h) * p.Lq + i) * p.Lk + j);
+  if (qkv::uniform_at(p.seed, counter) < static_cast<double>(p.dropout_p)) return T(0);
+  return T(1) / (T(1) - static_cast<T>(p.dropout_p));
+}
+
+// Softmax weights of row (b,h,i) into w[0..Lk) (before dropout); returns the LSE
+// (-inf and w = 0 for a fully masked row).
+template <class T>
+T softmax_row(T* w, const T* Q, const T* K, const AttnParams& p, i64 b, i64 h, i64 i) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  const T* q = Q + b * p.q_sb + h * p.q_sh + i * p.q_st;
+  const i64 kend = key_end(p, b, i);
+  T m = ninf;
+  for (i64 j = 0; j < p.Lk; ++j) {
+    T s = ninf;
+    if (j < kend) {
+      const T* k = K + b * p.k_sb + h * p.k_sh + j * p.k_st;
+      T dot = 0;
+      for (i64 d = 0; d < p.D; ++d) dot += q[d] * k[d];
+      s = static_cast<T>(p.scale) * dot;
+      if (p.bias) s += static_cast<T>(p.bias[b * p.bias_sb + h * p.bias_sh + i * p.bias_si + j * p.bias_sj]);
+    }
+    w[j] = s;
+    if (s > m || s != s) m = s;  // a NaN score makes the row NaN (visible)
+  }
+  if (m == ninf) {  // fully masked row: weights 0, never evaluate (-inf) - (-inf)
+    for (i64 j = 0; j < p.Lk; ++j) w[j] = 0;
+    return ninf;
+  }
+  T l = 0;
+  for (i64 j = 0; j < p.Lk; ++j) {
+    w[j] = std::exp(w[j] - m);
+    l += w[j];
+  }
+  for (i64 j = 0; j < p.Lk; ++j) w[j] /= l;
+  return m + std::log(l);
+}
+
+}  // namespace
+
+template <class T>
+void attention_ref_forward(T* O, T* LSE, T* P, const T* Q, const T* K, const T* V, const AttnParams& p) {
+  // O [B,H,Lq,Dv] strides o_*; LSE [B,H,Lq]; P [B,H,Lq,Lk]; Q [B,H,Lq,D]; K [B,H,Lk,D]; V [B,H,Lk,Dv]
+  const i64 rows = p.B * p.H * p.Lq;
+  qkv::parallel_for(0, rows, 16, [&](i64 r0, i64 r1) {
+    std::vector<T> w(static_cast<std::size_t>(p.Lk));
+    for (i64 r = r0; r < r1; ++r) {
+      const i64 i = r % p.Lq, h = (r / p.Lq) % p.H, b = r / (p.Lq * p.H);
+      const T lse = softmax_row(w.data(), Q, K, p, b, h, i);
+      if (LSE) LSE[r] = lse;
+      if (P)
+        for (i64 j = 0; j < p.Lk; ++j) P[r * p.Lk + j] = w[j];
+      T* o = O + b * p.o_sb + h * p.o_sh + i * p.o_st;
+      for (i64 e = 0; e < p.Dv; ++e) o[e] = 0;
+      for (i64 j = 0; j < p.Lk; ++j) {
+        const T pj = w[j] * keep_scale<T>(p, b, h, i, j);
+        if (pj == T(0)) continue;  // masked keys (maybe NaN-padded) are never read
+        const T* v = V + b * p.v_sb + h * p.v_sh + j * p.v_st;
+        for (i64 e = 0; e < p.Dv; ++e) o[e] += pj * v[e];
+      }
+    }
+  });
+}
+
+template <class T>
+void attention_ref_backward(T* dQ, T* dK, T* dV, const T* dO, const T* Q, const T* K, const T* V,
+                            const AttnParams& p) {
+  // dQ [B,H,Lq,D] strides q_*; dK [B,H,Lk,D] strides k_*; dV [B,H,Lk,Dv] strides v_*; dO [B,H,Lq,Dv] strides o_*
+  const i64 Lq = p.Lq, Lk = p.Lk;
+  qkv::parallel_for(0, p.B * p.H, 1, [&](i64 bh0, i64 bh1) {
+    std::vector<T> P(static_cast<std::size_t>(Lq * Lk)), dS(static_cast<std::size_t>(Lq * Lk));
+    for (i64 bh = bh0; bh < bh1; ++bh) {
+      const i64 b = bh / p.H, h = bh % p.H;
+      const T* q = Q + b * p.q_sb + h * p.q_sh;
+      const T* k = K + b * p.k_sb + h * p.k_sh;
+      const T* v = V + b * p.v_sb + h * p.v_sh;
+      const T* dout = dO + b * p.o_sb + h * p.o_sh;
+      T* dq = dQ + b * p.q_sb + h * p.q_sh;
+      T* dk = dK + b * p.k_sb + h * p.k_sh;
+      T* dv = dV + b * p.v_sb + h * p.v_sh;
+      for (i64 i = 0; i < Lq; ++i) softmax_row(&P[i * Lk], Q, K, p, b, h, i);
+      for (i64 j = 0; j < Lk; ++j) {
+        for (i64 d = 0; d < p.D; ++d) dk[j * p.k_st + d] = 0;
+        for (i64 e = 0; e < p.Dv; ++e) dv[j * p.v_st + e] = 0;
+      }
+      for (i64 i = 0; i < Lq; ++i) {
+        // forward: o_i = sum_j P_ij * z_ij * v_j  (z = dropout scale)
+        //   dV_j += P_ij z_ij dO_i;  dP_ij = z_ij <dO_i, v_j>
+        // softmax: dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik)
+        T rowdot = 0;
+        for (i64 j = 0; j < Lk; ++j) {
+          const T pij = P[i * Lk + j];
+          T dp = 0;
+          if (pij != T(0)) {
+            const T z = keep_scale<T>(p, b, h, i, j);
+            for (i64 e = 0; e < p.Dv; ++e) {
+              dv[j * p.v_st + e] += pij * z * dout[i * p.o_st + e];
+              dp += dout[i * p.o_st + e] * v[j * p.v_st + e];
+            }
+            dp *= z;
+          }
+          dS[i * Lk + j] = dp;
+          rowdot += pij * dp;
+        }
+        for (i64 j = 0; j < Lk; ++j) dS[i * Lk + j] = P[i * Lk + j] * (dS[i * Lk + j] - rowdot);
+      }
+      // scores = scale * q k^T:  dQ_i = scale * sum_j dS_ij k_j;  dK_j = scale * sum_i dS_ij q_i
+      const T sc = static_cast<T>(p.scale);
+      for (i64 i = 0; i < Lq; ++i)
+        for (i64 d = 0; d < p.D; ++d) {
+          T acc = 0;
+          for (i64 j = 0; j < Lk; ++j)
+            if (dS[i * Lk + j] != T(0)) acc += dS[i * Lk + j] * k[j * p.k_st + d];
+          dq[i * p.q_st + d] = sc * acc;
+        }
+      for (i64 j = 0; j < Lk; ++j)
+        for (i64 d = 0; d < p.D; ++d) {
+          T acc = 0;
+          for (i64 i = 0; i < Lq; ++i) acc += dS[i * Lk + j] * q[i * p.q_st + d];
+          dk[j * p.k_st + d] = sc * acc;
+        }
+    }
+  });
+}
+
+template void attention_ref_forward<float>(float*, float*, float*, const float*, const float*, const float*,
+                                           const AttnParams&);
+template void attention_ref_forward<double>(double*, double*, double*, const double*, const double*,
+                                            const double*, const AttnParams&);
+template void attention_ref_backward<float>(float*, float*, float*, const float*, const float*, const float*,
+                                            const float*, const AttnParams&);
+template void attention_ref_backward<double>(double*, double*, double*, const double*, const double*,
+                                             const double*, const double*, const AttnParams&);
+
+}  // namespace qkv::kernels

@@ -1,0 +1,549 @@
+// FlashAttention-2 forward and backward, written once over a SIMD traits type
+// `I` and compiled per ISA by flash_attention_{scalar,avx2,avx512}.cpp, which
+// include flash_attention_prelude.h, then `#pragma GCC target(...)`, define
+// `struct Isa` (vector type V, width W, micro-kernel rows MR, vectors per
+// micro-kernel row NV, tile sizes, ops) and then include this file. Everything
+// here has internal linkage, so the three copies never meet at link time.
+//
+// Algorithm: Tri Dao, "FlashAttention-2: Faster Attention with Better
+// Parallelism and Work Partitioning" (2023), Algorithms 1 (forward) and 2
+// (backward), with the running variables named as in the paper:
+//   m_i  running row max of the scaled scores     l_i  running sum of exp(s - m_i)
+//   O_i  unnormalised output accumulator          L_i  = m_i + log l_i  (the saved LSE)
+//   D_i  = rowsum(dO_i * O_i)  (backward)
+// exp(x) is computed as exp2(x * log2 e) with a polynomial (fast_exp.h).
+//
+// Work split: forward tasks are (b, h, query block of BQ rows); backward
+// tasks are (b, h, key block of BKB keys), so each task owns its rows of O
+// (resp. dK, dV) and no two threads write the same output. dQ in backward is
+// accumulated per worker (one slot per (b,h) segment of its static chunk);
+// (b,h) spanning two workers are summed afterwards in thread order, so the
+// result is bitwise reproducible for a fixed thread count. With causal masks
+// the block order inside a (b,h) zig-zags (0, n-1, 1, n-2, ...) so that the
+// static contiguous chunks of parallel_for get equal work.
+//
+// Inner products are one register-blocked micro-kernel, C[MR x NV*W] (+)=
+// A B, with A broadcast from any strided layout and B streamed as NV vectors
+// per step: S = Q K^T streams K packed in key panels [D][KP] (KP = NV*W keys),
+// O += P V streams V rows, and the backward products reuse it with the
+// operands' roles swapped. Tiles live in per-thread workspaces; nothing is
+// O(Lq * Lk).
+#pragma once
+
+namespace qkv::kernels::flash {
+namespace {
+
+using i64 = std::int64_t;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLog2e = fastexp::kLog2e;
+
+inline i64 round_up(i64 x, i64 m) { return (x + m - 1) / m * m; }
+
+// Keys j < key_end(b) exist (key padding); later ones are never read.
+inline i64 valid_keys(const AttnParams& p, i64 b) {
+  if (!p.key_lengths) return p.Lk;
+  return std::clamp<i64>(p.key_lengths[b], 0, p.Lk);
+}
+// Allowed keys of query row i: [0, row_key_end).
+inline i64 row_key_end(const AttnParams& p, i64 kv, i64 i) {
+  if (!p.causal) return kv;
+  return std::clamp<i64>(i + (p.Lk - p.Lq) + 1, 0, kv);
+}
+// 0, n-1, 1, n-2, ...: balances causal work over static contiguous chunks.
+inline i64 zigzag(i64 r, i64 n) { return (r & 1) ? n - 1 - r / 2 : r / 2; }
+
+// Dropout as in AttnParams: element (b,h,i,j) dropped iff uniform_at(seed, counter) < p,
+// i.e. iff (random_bits >> 11) < ceil(p * 2^53) (exact: p*2^53 is an integer-valued double
+// or its ceiling is the first integer above it).
+struct Dropout {
+  bool on = false;
+  float inv_keep = 1.f;
+  std::uint64_t threshold = 0, seed = 0, offset = 0;
+  i64 H = 0, Lq = 0, Lk = 0;
+  explicit Dropout(const AttnParams& p) : on(p.dropout_p > 0.f), H(p.H), Lq(p.Lq), Lk(p.Lk) {
+    if (!on) return;
+    inv_keep = 1.f / (1.f - p.dropout_p);
+    threshold = static_cast<std::uint64_t>(std::ceil(static_cast<double>(p.dropout_p) * 0x1.0p53));
+    seed = p.seed;
+    offset = p.offset;
+  }
+  // mul[j] = (keep ? 1/(1-p) : 0) for keys j0..j0+n-1 of row (b,h,i).
+  void row(float* mul, i64 b, i64 h, i64 i, i64 j0, i64 n) const {
+    const std::uint64_t c0 = offset + static_cast<std::uint64_t>(((b * H + h) * Lq + i) * Lk + j0);
+    for (i64 j = 0; j < n; ++j) {
+      const std::uint64_t bits = qkv::random_bits(seed, c0 + static_cast<std::uint64_t>(j));
+      mul[j] = (bits >> 11) < threshold ? 0.f : inv_keep;
+    }
+  }
+};
+
+template <class I>
+struct Engine {
+  using V = typename I::V;
+  static constexpr int W = I::W, MR = I::MR, NV = I::NV, KP = I::NV * I::W;
+  static constexpr i64 BQ = I::kFwdQ, BK = I::kFwdK, BQB = I::kBwdQ, BKB = I::kBwdK;
+  static_assert(BK % KP == 0 && BKB % KP == 0, "key blocks must be whole key panels");
+
+  // ---- micro-kernel: C[r][0..nv*W) (+)= alpha * sum_k A(r,k) * B(k, 0..nv*W), r < M ----
+  //   A(r,k) = a[k*a_ks + r*a_rs] (broadcast)   B(k,:) = b + k*b_ks (nv vectors)   C row r = c + r*c_rs
+  template <int M, int NVc>
+  static void micro(i64 K, const float* a, i64 a_ks, i64 a_rs, const float* b, i64 b_ks, float* c, i64 c_rs,
+                    float alpha, bool accumulate) {
+    V acc[M][NVc];
+#pragma GCC unroll 16
+    for (int r = 0; r < M; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NVc; ++v) acc[r][v] = I::zero();
+#pragma GCC unroll 2
+    for (i64 k = 0; k < K; ++k) {
+      V bv[NVc];
+#pragma GCC unroll 4
+      for (int v = 0; v < NVc; ++v) bv[v] = I::load(b + v * W);
+#pragma GCC unroll 16
+      for (int r = 0; r < M; ++r) {
+        const V x = I::set1(a[r * a_rs]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NVc; ++v) acc[r][v] = I::fma(x, bv[v], acc[r][v]);
+      }
+      a += a_ks;
+      b += b_ks;
+    }
+    const V va = I::set1(alpha);
+#pragma GCC unroll 16
+    for (int r = 0; r < M; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NVc; ++v) {
+        V x = alpha == 1.f ? acc[r][v] : I::mul(acc[r][v], va);
+        float* cp = c + r * c_rs + v * W;
+        if (accumulate) x = I::add(x, I::load(cp));
+        I::store(cp, x);
+      }
+  }
+
+  template <int M>
+  static void micro_nv(int nv, i64 K, const float* a, i64 a_ks, i64 a_rs, const float* b, i64 b_ks, float* c,
+                       i64 c_rs, float alpha, bool acc) {
+    if constexpr (NV >= 4) {
+      if (nv == 4) return micro<M, 4>(K, a, a_ks, a_rs, b, b_ks, c, c_rs, alpha, acc);
+      if (nv == 3) return micro<M, 3>(K, a, a_ks, a_rs, b, b_ks, c, c_rs, alpha, acc);
+    }
+    if constexpr (NV >= 2) {
+      if (nv == 2) return micro<M, 2>(K, a, a_ks, a_rs, b, b_ks, c, c_rs, alpha, acc);
+    }
+    micro<M, 1>(K, a, a_ks, a_rs, b, b_ks, c, c_rs, alpha, acc);
+  }
+
+  template <int M = MR>
+  static void micro_m(int m, int nv, i64 K, const float* a, i64 a_ks, i64 a_rs, const float* b, i64 b_ks, float* c,
+                      i64 c_rs, float alpha, bool acc) {
+    if constexpr (M > 1) {
+      if (m < M) return micro_m<M - 1>(m, nv, K, a, a_ks, a_rs, b, b_ks, c, c_rs, alpha, acc);
+    }
+    micro_nv<M>(nv, K, a, a_ks, a_rs, b, b_ks, c, c_rs, alpha, acc);
+  }
+
+  // C[rows][cols] (+)= alpha * A B over K; cols a multiple of W. B's column chunk n0 (NV*W wide)
+  // starts at b + (n0 / (NV*W)) * b_cs.
+  static void gemm(i64 rows, i64 cols, i64 K, const float* a, i64 a_ks, i64 a_rs, const float* b, i64 b_ks,
+                   i64 b_cs, float* c, i64 c_rs, float alpha, bool accumulate) {
+    for (i64 r0 = 0; r0 < rows; r0 += MR) {
+      const int m = static_cast<int>(std::min<i64>(MR, rows - r0));
+      for (i64 n0 = 0, chunk = 0; n0 < cols; n0 += KP, ++chunk) {
+        const int nv = static_cast<int>(std::min<i64>(NV, (cols - n0) / W));
+        micro_m(m, nv, K, a + r0 * a_rs, a_ks, a_rs, b + chunk * b_cs, b_ks, c + r0 * c_rs + n0, c_rs, alpha,
+                accumulate);
+      }
+    }
+  }
+
+  // dst[(j/KP)][d][j%KP] = src[j*ld + d] for j < n, zero up to round_up(n, KP): key panels the
+  // micro-kernel streams as B for S = Q K^T (and dP = dO V^T).
+  static void pack_panels(float* dst, const float* src, i64 ld, i64 n, i64 dim) {
+    for (i64 j0 = 0; j0 < n; j0 += KP) {
+      const i64 jn = std::min<i64>(KP, n - j0);
+      float* dp = dst + j0 * dim;
+      for (i64 jj = 0; jj < jn; ++jj) {
+        const float* s = src + (j0 + jj) * ld;
+        for (i64 d = 0; d < dim; ++d) dp[d * KP + jj] = s[d];
+      }
+      for (i64 jj = jn; jj < KP; ++jj)
+        for (i64 d = 0; d < dim; ++d) dp[d * KP + jj] = 0.f;
+    }
+  }
+  // Rows of width dim padded with zeros to dimp (only used when dim % W != 0).
+  static void copy_rows_padded(float* dst, i64 dimp, const float* src, i64 ld, i64 n, i64 dim) {
+    for (i64 r = 0; r < n; ++r) {
+      std::memcpy(dst + r * dimp, src + r * ld, static_cast<std::size_t>(dim) * sizeof(float));
+      std::memset(dst + r * dimp + dim, 0, static_cast<std::size_t>(dimp - dim) * sizeof(float));
+    }
+  }
+
+  // Masks one score tile row: columns [lim, ncols) -> -inf, bias added on [0, lim).
+  static void mask_row(float* s, i64 lim, i64 ncols, const AttnParams& p, i64 b, i64 h, i64 i, i64 k0) {
+    for (i64 j = std::max<i64>(lim, 0); j < ncols; ++j) s[j] = kNegInf;
+    if (p.bias) {
+      const float* bp = p.bias + b * p.bias_sb + h * p.bias_sh + i * p.bias_si + k0 * p.bias_sj;
+      const i64 n = std::min(lim, ncols);
+      if (p.bias_sj == 1)
+        for (i64 j = 0; j < n; ++j) s[j] += bp[j];
+      else
+        for (i64 j = 0; j < n; ++j) s[j] += bp[j * p.bias_sj];
+    }
+  }
+
+  // ======================================================================================
+  // Forward (FlashAttention-2, Algorithm 1)
+  // ======================================================================================
+  struct FwdCtx {
+    const AttnParams& p;
+    const float* Q;
+    float* O;
+    float* LSE;
+    i64 Dvp;  // Dv rounded up to W
+    Dropout drop;
+  };
+
+  // One task: query rows [i0, i0+BQ) of head (b,h).
+  //   Kp     this head's valid keys in key panels [kv/KP][D][KP] (zero-padded to a whole panel)
+  //   vrows  this head's V rows (row stride vld, width >= Dvp readable)
+  static void forward_block(const FwdCtx& x, ThreadWorkspace& ws, i64 b, i64 h, i64 i0, const float* Kp,
+                            const float* vrows, i64 vld) {
+    const AttnParams& p = x.p;
+    const i64 mq = std::min(BQ, p.Lq - i0), kv = valid_keys(p, b), Dvp = x.Dvp;
+    const float* q = x.Q + b * p.q_sb + h * p.q_sh + i0 * p.q_st;
+    float* o = x.O + b * p.o_sb + h * p.o_sh + i0 * p.o_st;
+    float* lse = x.LSE + (b * p.H + h) * p.Lq + i0;
+    const i64 kend = row_key_end(p, kv, i0 + mq - 1);  // keys seen by any row of the block
+    if (kend <= 0) {  // every row fully masked: O = 0, LSE = -inf
+      for (i64 r = 0; r < mq; ++r) {
+        std::memset(o + r * p.o_st, 0, static_cast<std::size_t>(p.Dv) * sizeof(float));
+        lse[r] = kNegInf;
+      }
+      return;
+    }
+    float* m = ws.buf[kRowMax].get(BQ);      // m_i: running max of the scaled scores
+    float* l = ws.buf[kRowSum].get(BQ);      // l_i: running sum of exp(s_ij - m_i)
+    float* acc = ws.buf[kOAcc].get(BQ * Dvp);  // O_i: unnormalised sum_j exp(s_ij - m_i) v_j
+    float* S = ws.buf[kScores].get(MR * BK);   // S / P tile of one row panel
+    for (i64 r = 0; r < mq; ++r) m[r] = kNegInf, l[r] = 0.f;
+    std::memset(acc, 0, static_cast<std::size_t>(mq * Dvp) * sizeof(float));
+    const V vl2e = I::set1(kLog2e);
+
+    for (i64 k0 = 0; k0 < kend; k0 += BK) {
+      for (i64 r0 = 0; r0 < mq; r0 += MR) {
+        const i64 mr = std::min<i64>(MR, mq - r0);
+        const i64 pend = row_key_end(p, kv, i0 + r0 + mr - 1);
+        if (k0 >= pend) continue;  // causal: tile fully masked for this panel
+        const i64 kn = std::min(BK, pend - k0), ncols = round_up(kn, KP);
+        // S = scale * Q_panel K_tile^T
+        gemm(mr, ncols, p.D, q + r0 * p.q_st, 1, p.q_st, Kp + k0 * p.D, KP, p.D * KP, S, BK, p.scale, false);
+        for (i64 r = 0; r < mr; ++r) {
+          const i64 i = i0 + r0 + r, ri = r0 + r;
+          float* s = S + r * BK;
+          const i64 lim = row_key_end(p, kv, i) - k0;  // allowed columns of this row: [0, lim)
+          if (lim < ncols || p.bias) mask_row(s, lim, ncols, p, b, h, i, k0);
+          // m_new = max(m_i, rowmax(S)); P = exp(S - m_new); l_i = exp(m_i - m_new) l_i + rowsum(P)
+          V vmax = I::set1(kNegInf);
+          for (i64 j = 0; j < ncols; j += W) vmax = I::max(vmax, I::load(s + j));
+          const float m_old = m[ri], m_new = std::max(m_old, I::hmax(vmax));
+          if (m_new == kNegInf) {  // no allowed key so far: P = 0, never (-inf) - (-inf)
+            std::memset(s, 0, static_cast<std::size_t>(ncols) * sizeof(float));
+            continue;
+          }
+          const V vneg = I::set1(-m_new * kLog2e);
+          V vsum = I::zero();
+          for (i64 j = 0; j < ncols; j += W) {
+            const V e = I::exp2(I::fma(I::load(s + j), vl2e, vneg));
+            I::store(s + j, e);
+            vsum = I::add(vsum, e);
+          }
+          if (m_new != m_old && m_old != kNegInf) {  // O_i *= exp(m_i - m_new), only when the max moved
+            const float alpha = fastexp::exp2_scalar((m_old - m_new) * kLog2e);
+            l[ri] *= alpha;
+            float* ar = acc + ri * Dvp;
+            const V va = I::set1(alpha);
+            for (i64 e = 0; e < Dvp; e += W) I::store(ar + e, I::mul(I::load(ar + e), va));
+          }
+          l[ri] += I::hsum(vsum);
+          m[ri] = m_new;
+          if (x.drop.on && lim > 0) {  // dropout acts on P after the row sum (l_i is undropped)
+            float mul[BK];
+            const i64 n = std::min(lim, kn);
+            x.drop.row(mul, b, h, i, k0, n);
+            for (i64 j = 0; j < n; ++j) s[j] *= mul[j];
+          }
+        }
+        // O_i += P V_tile (only the kn valid keys are read)
+        gemm(mr, Dvp, kn, S, 1, BK, vrows + k0 * vld, vld, KP, acc + r0 * Dvp, Dvp, 1.f, true);
+      }
+    }
+    // O = O_i / l_i;  LSE = L_i = m_i + log l_i
+    for (i64 r = 0; r < mq; ++r) {
+      float* orow = o + r * p.o_st;
+      if (l[r] == 0.f) {
+        std::memset(orow, 0, static_cast<std::size_t>(p.Dv) * sizeof(float));
+        lse[r] = kNegInf;
+        continue;
+      }
+      const float inv = 1.f / l[r];
+      for (i64 e = 0; e < p.Dv; ++e) orow[e] = acc[r * Dvp + e] * inv;
+      lse[r] = m[r] + std::log(l[r]);
+    }
+  }
+
+  static void forward(float* O, float* LSE, const float* Q, const float* K, const float* V_,
+                      const AttnParams& p) {
+    if (p.B <= 0 || p.H <= 0 || p.Lq <= 0) return;
+    const FwdCtx x{p, Q, O, LSE, round_up(p.Dv, W), Dropout(p)};
+    const i64 nqb = (p.Lq + BQ - 1) / BQ, ntask = p.B * p.H * nqb;
+    qkv::parallel_for(0, ntask, 1, [&](i64 t0, i64 t1) {
+      ThreadWorkspace& ws = thread_workspace();
+      i64 packed = -1;
+      const float* Kp = nullptr;
+      const float* vrows = nullptr;
+      i64 vld = 0;
+      for (i64 t = t0; t < t1; ++t) {
+        const i64 bh = t / nqb, rank = t % nqb, b = bh / p.H, h = bh % p.H;
+        if (bh != packed) {  // K packed (and V padded, for odd Dv) once per head per worker
+          packed = bh;
+          const i64 kv = valid_keys(p, b);
+          float* kp = ws.buf[kKPacked].get(static_cast<std::size_t>(round_up(kv, KP) * p.D + 1));
+          pack_panels(kp, K + b * p.k_sb + h * p.k_sh, p.k_st, kv, p.D);
+          Kp = kp;
+          const float* vsrc = V_ + b * p.v_sb + h * p.v_sh;
+          if (x.Dvp == p.Dv) {
+            vrows = vsrc, vld = p.v_st;
+          } else {
+            float* vr = ws.buf[kVRows].get(static_cast<std::size_t>(kv * x.Dvp + 1));
+            copy_rows_padded(vr, x.Dvp, vsrc, p.v_st, kv, p.Dv);
+            vrows = vr, vld = x.Dvp;
+          }
+        }
+        const i64 qb = p.causal ? zigzag(rank, nqb) : rank;
+        forward_block(x, ws, b, h, qb * BQ, Kp, vrows, vld);
+      }
+    });
+  }
+
+  // ======================================================================================
+  // Backward (FlashAttention-2, Algorithm 2)
+  // ======================================================================================
+  struct BwdCtx {
+    const AttnParams& p;
+    const float *dO, *Q, *K, *Vin, *LSE, *Di;
+    float *dK, *dV;
+    i64 Dp, Dvp;  // D, Dv rounded up to W
+    Dropout drop;
+  };
+
+  // One task: keys [k0, k0+BKB) of head (b,h). Writes their dK, dV rows; adds their share of dQ
+  // into dq [Lq][Dp]. qrows/dorows: this head's Q and dO rows, readable to width Dp / Dvp.
+  static void backward_block(const BwdCtx& x, ThreadWorkspace& ws, i64 b, i64 h, i64 k0, float* dq,
+                             const float* qrows, i64 qld, const float* dorows, i64 dold) {
+    const AttnParams& p = x.p;
+    const i64 D = p.D, Dv = p.Dv, Dp = x.Dp, Dvp = x.Dvp, bh = b * p.H + h;
+    const i64 kv = valid_keys(p, b), owned = std::min(BKB, p.Lk - k0);
+    const i64 kn = std::clamp<i64>(kv - k0, 0, owned);  // valid keys of the tile
+    float* dk = x.dK + b * p.k_sb + h * p.k_sh + k0 * p.k_st;
+    float* dv = x.dV + b * p.v_sb + h * p.v_sh + k0 * p.v_st;
+    for (i64 j = kn; j < owned; ++j) {  // padded keys: zero gradient, never read
+      std::memset(dk + j * p.k_st, 0, static_cast<std::size_t>(D) * sizeof(float));
+      std::memset(dv + j * p.v_st, 0, static_cast<std::size_t>(Dv) * sizeof(float));
+    }
+    if (kn == 0) return;
+    const i64 ncols = round_up(kn, KP);
+    const float* kt = x.K + b * p.k_sb + h * p.k_sh + k0 * p.k_st;
+    const float* vt = x.Vin + b * p.v_sb + h * p.v_sh + k0 * p.v_st;
+    float* Kp = ws.buf[kKPacked].get(BKB * D + 1);
+    float* Vp = ws.buf[kVPacked].get(BKB * Dv + 1);
+    pack_panels(Kp, kt, p.k_st, kn, D);
+    pack_panels(Vp, vt, p.v_st, kn, Dv);
+    const float* krows = kt;
+    i64 kld = p.k_st;
+    if (Dp != D) {
+      float* kr = ws.buf[kKRows].get(BKB * Dp);
+      copy_rows_padded(kr, Dp, kt, p.k_st, kn, D);
+      krows = kr, kld = Dp;
+    }
+    float* dKa = ws.buf[kdKAcc].get(BKB * Dp);
+    float* dVa = ws.buf[kdVAcc].get(BKB * Dvp);
+    std::memset(dKa, 0, static_cast<std::size_t>(kn * Dp) * sizeof(float));
+    std::memset(dVa, 0, static_cast<std::size_t>(kn * Dvp) * sizeof(float));
+    float* P = ws.buf[kScores].get(BQB * BKB);
+    float* dS = ws.buf[kdS].get(BQB * BKB);
+    float* Mul = x.drop.on ? ws.buf[kDropMul].get(BQB * BKB) : nullptr;
+    float* Pd = x.drop.on ? ws.buf[kPDrop].get(BQB * BKB) : P;
+    const float* q = x.Q + b * p.q_sb + h * p.q_sh;
+    const float* dO = x.dO + b * p.o_sb + h * p.o_sh;
+    const float* lse = x.LSE + bh * p.Lq;
+    const float* Di = x.Di + bh * p.Lq;
+    const i64 qbeg = p.causal ? std::clamp<i64>(k0 - (p.Lk - p.Lq), 0, p.Lq) : 0;  // first row seeing key k0
+    const V vl2e = I::set1(kLog2e), vscale = I::set1(p.scale);
+
+    for (i64 i0 = qbeg; i0 < p.Lq; i0 += BQB) {
+      const i64 mq = std::min(BQB, p.Lq - i0);
+      // S = scale * Q K^T  (forward: s_ij = scale <q_i, k_j> + bias_ij)
+      gemm(mq, ncols, D, q + i0 * p.q_st, 1, p.q_st, Kp, KP, D * KP, P, BKB, p.scale, false);
+      // P_ij = exp(s_ij - L_i), recomputed from the saved LSE
+      for (i64 r = 0; r < mq; ++r) {
+        const i64 i = i0 + r, lim = row_key_end(p, kv, i) - k0;
+        float* s = P + r * BKB;
+        if (lim <= 0 || lse[i] == kNegInf) {  // row sees nothing here: P = 0 -> dS = 0
+          std::memset(s, 0, static_cast<std::size_t>(ncols) * sizeof(float));
+          if (Mul) {
+            std::memset(Mul + r * BKB, 0, static_cast<std::size_t>(ncols) * sizeof(float));
+            std::memset(Pd + r * BKB, 0, static_cast<std::size_t>(ncols) * sizeof(float));
+          }
+          continue;
+        }
+        if (lim < ncols || p.bias) mask_row(s, lim, ncols, p, b, h, i, k0);
+        const V vneg = I::set1(-lse[i] * kLog2e);
+        for (i64 j = 0; j < ncols; j += W) I::store(s + j, I::exp2(I::fma(I::load(s + j), vl2e, vneg)));
+        if (Mul) {  // Pd = P * z, z = dropout multiplier (0 or 1/(1-p))
+          float* mu = Mul + r * BKB;
+          const i64 n = std::min(lim, kn);
+          x.drop.row(mu, b, h, i, k0, n);
+          for (i64 j = n; j < ncols; ++j) mu[j] = 0.f;
+          for (i64 j = 0; j < ncols; ++j) Pd[r * BKB + j] = s[j] * mu[j];
+        }
+      }
+      // dV_j += sum_i Pd_ij dO_i          (forward: O_i = sum_j Pd_ij v_j)
+      gemm(kn, Dvp, mq, Pd, BKB, 1, dorows + i0 * dold, dold, KP, dVa, Dvp, 1.f, true);
+      // dPd_ij = <dO_i, v_j>
+      gemm(mq, ncols, Dv, dO + i0 * p.o_st, 1, p.o_st, Vp, KP, Dv * KP, dS, BKB, 1.f, false);
+      // dS_ij = scale * P_ij (dP_ij - D_i),  dP = dPd * z   (softmax backward; scale of s folded in)
+      for (i64 r = 0; r < mq; ++r) {
+        const V vdi = I::set1(Di[i0 + r]);
+        float* ds = dS + r * BKB;
+        const float* pr = P + r * BKB;
+        if (Mul) {
+          const float* mu = Mul + r * BKB;
+          for (i64 j = 0; j < ncols; j += W)
+            I::store(ds + j, I::mul(I::mul(I::load(pr + j), I::sub(I::mul(I::load(ds + j), I::load(mu + j)), vdi)),
+                                    vscale));
+        } else {
+          for (i64 j = 0; j < ncols; j += W)
+            I::store(ds + j, I::mul(I::mul(I::load(pr + j), I::sub(I::load(ds + j), vdi)), vscale));
+        }
+      }
+      // dK_j += sum_i dS_ij q_i           (s_ij = scale <q_i, k_j>)
+      gemm(kn, Dp, mq, dS, BKB, 1, qrows + i0 * qld, qld, KP, dKa, Dp, 1.f, true);
+      // dQ_i += sum_j dS_ij k_j
+      gemm(mq, Dp, kn, dS, 1, BKB, krows, kld, KP, dq + i0 * Dp, Dp, 1.f, true);
+    }
+    for (i64 j = 0; j < kn; ++j) {
+      std::memcpy(dk + j * p.k_st, dKa + j * Dp, static_cast<std::size_t>(D) * sizeof(float));
+      std::memcpy(dv + j * p.v_st, dVa + j * Dvp, static_cast<std::size_t>(Dv) * sizeof(float));
+    }
+  }
+
+  static void backward(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
+                       const float* V_, const float* O, const float* LSE, const AttnParams& p) {
+    if (p.B <= 0 || p.H <= 0) return;
+    const i64 BH = p.B * p.H, Lq = p.Lq, Lk = p.Lk, D = p.D, Dv = p.Dv;
+    auto zero_rows = [](float* base, i64 sb, i64 sh, i64 st, i64 B, i64 H, i64 L, i64 dim) {
+      for (i64 b = 0; b < B; ++b)
+        for (i64 h = 0; h < H; ++h)
+          for (i64 i = 0; i < L; ++i)
+            std::memset(base + b * sb + h * sh + i * st, 0, static_cast<std::size_t>(dim) * sizeof(float));
+    };
+    if (Lq <= 0 || Lk <= 0) {  // nothing attends: all gradients are zero
+      zero_rows(dQ, p.q_sb, p.q_sh, p.q_st, p.B, p.H, Lq, D);
+      zero_rows(dK, p.k_sb, p.k_sh, p.k_st, p.B, p.H, Lk, D);
+      zero_rows(dV, p.v_sb, p.v_sh, p.v_st, p.B, p.H, Lk, Dv);
+      return;
+    }
+    CallWorkspace& cw = call_workspace();
+    float* Di = cw.di.get(static_cast<std::size_t>(BH * Lq));
+    // D_i = rowsum(dO_i * O_i)  (= sum_j P_ij dP_ij, FlashAttention-2 Alg. 2 line 4)
+    qkv::parallel_for(0, BH * Lq, 256, [&](i64 r0, i64 r1) {
+      for (i64 r = r0; r < r1; ++r) {
+        const i64 i = r % Lq, h = (r / Lq) % p.H, b = r / (Lq * p.H);
+        const float* a = dO + b * p.o_sb + h * p.o_sh + i * p.o_st;
+        const float* o = O + b * p.o_sb + h * p.o_sh + i * p.o_st;
+        V vs = I::zero();
+        i64 e = 0;
+        for (; e + W <= Dv; e += W) vs = I::fma(I::load(a + e), I::load(o + e), vs);
+        float s = I::hsum(vs);
+        for (; e < Dv; ++e) s += a[e] * o[e];
+        Di[r] = s;
+      }
+    });
+    const BwdCtx x{p, dO, Q, K, V_, LSE, Di, dK, dV, round_up(D, W), round_up(Dv, W), Dropout(p)};
+    const i64 nkb = (Lk + BKB - 1) / BKB, ntask = BH * nkb;
+    const int T = qkv::num_threads();
+    const i64 slot_size = Lq * x.Dp;
+    float* slots = cw.dq_slots.get(static_cast<std::size_t>(2 * T * slot_size));
+    cw.slot_bh.assign(static_cast<std::size_t>(2 * T), -1);
+    auto write_dq = [&](i64 bh, const float* src) {
+      float* dst = dQ + (bh / p.H) * p.q_sb + (bh % p.H) * p.q_sh;
+      for (i64 i = 0; i < Lq; ++i)
+        std::memcpy(dst + i * p.q_st, src + i * x.Dp, static_cast<std::size_t>(D) * sizeof(float));
+    };
+
+    qkv::parallel_for(0, ntask, 1, [&](i64 t0, i64 t1) {
+      const int tid = qkv::thread_index();
+      ThreadWorkspace& ws = thread_workspace();
+      // The worker's first (b,h) segment accumulates dQ in slot 0, later ones in slot 1. A
+      // segment covering all key blocks of its head is final and written at once; a partial
+      // one (a head split between workers) stays in its slot for the ordered reduction below.
+      bool first = true;
+      for (i64 t = t0; t < t1;) {
+        const i64 bh = t / nkb, seg_end = std::min(t1, (bh + 1) * nkb), b = bh / p.H, h = bh % p.H;
+        const bool whole = t == bh * nkb && seg_end == (bh + 1) * nkb;
+        const int slot = first ? 0 : 1;
+        first = false;
+        float* dq = slots + (2 * tid + slot) * slot_size;
+        std::memset(dq, 0, static_cast<std::size_t>(slot_size) * sizeof(float));
+        const float* qrows = Q + b * p.q_sb + h * p.q_sh;
+        const float* dorows = dO + b * p.o_sb + h * p.o_sh;
+        i64 qld = p.q_st, dold = p.o_st;
+        if (x.Dp != D) {
+          float* qr = ws.buf[kQRows].get(static_cast<std::size_t>(Lq * x.Dp));
+          copy_rows_padded(qr, x.Dp, qrows, p.q_st, Lq, D);
+          qrows = qr, qld = x.Dp;
+        }
+        if (x.Dvp != Dv) {
+          float* dr = ws.buf[kdORows].get(static_cast<std::size_t>(Lq * x.Dvp));
+          copy_rows_padded(dr, x.Dvp, dorows, p.o_st, Lq, Dv);
+          dorows = dr, dold = x.Dvp;
+        }
+        for (; t < seg_end; ++t) {
+          const i64 rank = t % nkb, kb = p.causal ? zigzag(rank, nkb) : rank;
+          backward_block(x, ws, b, h, kb * BKB, dq, qrows, qld, dorows, dold);
+        }
+        if (whole)
+          write_dq(bh, dq);
+        else
+          cw.slot_bh[2 * tid + slot] = bh;
+      }
+    });
+
+    // Heads split between workers: dQ = sum of their partial slots, in slot (= thread) order.
+    const std::vector<i64>& sb = cw.slot_bh;
+    for (int s = 0; s < 2 * T; ++s) {
+      const i64 bh = sb[s];
+      if (bh < 0 || std::find(sb.begin(), sb.begin() + s, bh) != sb.begin() + s) continue;
+      float* dst = dQ + (bh / p.H) * p.q_sb + (bh % p.H) * p.q_sh;
+      qkv::parallel_for(0, Lq, 64, [&](i64 i0, i64 i1) {
+        for (i64 i = i0; i < i1; ++i) {
+          float* drow = dst + i * p.q_st;
+          std::memcpy(drow, slots + s * slot_size + i * x.Dp, static_cast<std::size_t>(D) * sizeof(float));
+          for (int s2 = s + 1; s2 < 2 * T; ++s2)
+            if (sb[s2] == bh) {
+              const float* src = slots + s2 * slot_size + i * x.Dp;
+              for (i64 d = 0; d < D; ++d) drow[d] += src[d];
+            }
+        }
+      });
+    }
+  }
+
+  static FlashTileSizes tiles() {
+    return FlashTileSizes{W, MR, KP, static_cast<int>(BQ), static_cast<int>(BK), static_cast<int>(BQB),
+                          static_cast<int>(BKB)};
+  }
+};
+
+}  // namespace
+}  // namespace qkv::kernels::flash

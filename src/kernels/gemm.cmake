@@ -1,0 +1,11 @@
+# GEMM kernels (library qkv_gemm). Paths relative to src/.
+# gemm_avx2.cpp and gemm_avx512.cpp select their ISA with `#pragma GCC target`,
+# so they need no extra flags and still build with QKV_NATIVE=OFF; the ISA is
+# chosen at run time from qkv::kernels::active_isa().
+set(QKV_GEMM_SOURCES
+  kernels/gemm_ref.cpp
+  kernels/gemm.cpp
+  kernels/gemm_scalar.cpp
+  kernels/gemm_avx2.cpp
+  kernels/gemm_avx512.cpp
+)

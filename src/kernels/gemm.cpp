@@ -1,0 +1,435 @@
+// Packed, cache-blocked, threaded GEMM (BLIS structure; see gemm_internal.h
+// for the micro-kernel contract and gemm_avx512/avx2/scalar.cpp for the tiles).
+//
+//   for jc in N step NC:                 B panel  kc x nc  -> packed once, stays in L3
+//     for pc in K step KC:               (K blocks depend only on K: bitwise reproducible)
+//       for ic in M step MC:             A block  mc x kc  -> packed, stays in L2
+//         for jr in nc step NR:          B sliver kc x NR  stays in L1
+//           for ir in mc step MR:        micro-kernel: C[MR x NR] (+)= A sliver @ B sliver
+//
+// Transposes are absorbed by the packing routines. Skinny products skip
+// packing: A is read in place when N is small (packing it would cost as much
+// as using it), B when M is small and B is not transposed.
+// Threads split C into a tm x tn grid of MR/NR-aligned tiles, one independent
+// sub-GEMM per thread with its own thread_local workspace; K is never split.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "gemm_internal.h"
+#include "qkv/core/parallel.h"
+#include "qkv/core/storage.h"
+#include "qkv/kernels/cpu.h"
+#include "qkv/kernels/gemm.h"
+
+namespace qkv::kernels {
+namespace {
+
+using detail::GemmKernelSet;
+using detail::GemmUkr;
+using i64 = std::int64_t;
+
+// Fork only when every thread gets at least this many FLOPs (~25 us of work at
+// 80 GFLOP/s): a 64^3 product (0.5 MFLOP) forked over 2 threads is slower.
+constexpr double kMinFlopsPerThread = 2.0e6;
+// Read A in place (no packing) when op(B) has at most this many columns.
+constexpr i64 kDirectAMaxN = 48;
+// Read B in place when it is not transposed and op(A) has at most this many rows.
+constexpr i64 kDirectBMaxM = 24;
+
+template <class T>
+GemmKernelSet<T> make_set(Isa isa);
+template <>
+GemmKernelSet<float> make_set<float>(Isa isa) {
+  if (isa == Isa::Avx512) return detail::sgemm_kernels_avx512();
+  if (isa == Isa::Avx2) return detail::sgemm_kernels_avx2();
+  return detail::sgemm_kernels_scalar();
+}
+template <>
+GemmKernelSet<double> make_set<double>(Isa isa) {
+  if (isa == Isa::Avx512) return detail::dgemm_kernels_avx512();
+  if (isa == Isa::Avx2) return detail::dgemm_kernels_avx2();
+  return detail::dgemm_kernels_scalar();
+}
+
+// Kernel set for the active ISA (falls back to a lower ISA if one is not compiled in).
+template <class T>
+const GemmKernelSet<T>& kernels() {
+  static const GemmKernelSet<T> sets[3] = {make_set<T>(Isa::Scalar), make_set<T>(Isa::Avx2),
+                                           make_set<T>(Isa::Avx512)};
+  int i = static_cast<int>(active_isa());
+  while (i > 0 && sets[i].packed_a == nullptr) --i;
+  return sets[i];
+}
+
+// ---- per-thread workspace: grown as needed, never shrunk, freed at thread exit ----
+
+struct Buffer {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { aligned_free(p); }
+  template <class T>
+  T* get(std::size_t n) {
+    const std::size_t need = n * sizeof(T);
+    if (need > bytes) {
+      // Grow geometrically so a run of growing shapes reallocates O(log) times.
+      const std::size_t nb = std::max(need, bytes + bytes / 2);
+      void* q = aligned_alloc_bytes(nb, "gemm workspace");
+      aligned_free(p);
+      p = q;
+      bytes = nb;
+    }
+    return static_cast<T*>(p);
+  }
+};
+
+struct Workspace {
+  Buffer a;  // packed A block (mc x kc) + one padded edge sliver (mr x kc)
+  Buffer b;  // packed B panel (kc x nc) + one padded edge sliver (kc x nr)
+};
+
+Workspace& workspace() {
+  thread_local Workspace ws;
+  return ws;
+}
+
+// ---- packing ----
+// Packed A sliver: op(A) rows [r0, r0+m) x k [p0, p0+kc) -> out[k*MR + i], rows i >= m zero.
+// Packed B sliver: op(B) k [p0, p0+kc) x columns [c0, c0+n) -> out[k*NR + j], columns j >= n zero.
+// Both walk the source in its storage order (rows of A or B as stored) so
+// reads are sequential; MR and NR are template constants so the inner copies unroll.
+
+template <class T, int MR>
+void pack_a_sliver(bool ta, const T* A, i64 lda, i64 r0, i64 m, i64 p0, i64 kc, T* out,
+                   detail::GemmInterleave<T> fast) {
+  if (ta) {  // A stored [K,M]: row k of the sliver is contiguous in A
+    for (i64 k = 0; k < kc; ++k) {
+      const T* src = A + (p0 + k) * lda + r0;
+      T* dst = out + k * MR;
+      if (m == MR) {
+        for (int i = 0; i < MR; ++i) dst[i] = src[i];
+      } else {
+        for (i64 i = 0; i < m; ++i) dst[i] = src[i];
+        for (i64 i = m; i < MR; ++i) dst[i] = T(0);
+      }
+    }
+    return;
+  }
+  // A stored [M,K]: interleave MR rows, reading each row sequentially.
+  if (fast && m == MR) return fast(A + r0 * lda + p0, lda, kc, out);
+  const T* rows[MR];
+  for (int i = 0; i < MR; ++i) rows[i] = A + (r0 + std::min<i64>(i, m - 1)) * lda + p0;
+  if (m == MR) {
+    for (i64 k = 0; k < kc; ++k)
+      for (int i = 0; i < MR; ++i) out[k * MR + i] = rows[i][k];
+  } else {
+    for (i64 k = 0; k < kc; ++k)
+      for (int i = 0; i < MR; ++i) out[k * MR + i] = i < m ? rows[i][k] : T(0);
+  }
+}
+
+template <class T, int MR>
+void pack_a_block(bool ta, const T* A, i64 lda, i64 r0, i64 mc, i64 p0, i64 kc, T* out,
+                  detail::GemmInterleave<T> fast) {
+  const i64 mfull = mc / MR * MR;
+  if (ta && mfull > 0) {
+    // A stored [K,M]: walk rows of A (sequential), scatter MR-wide pieces to the slivers.
+    for (i64 k = 0; k < kc; ++k) {
+      const T* src = A + (p0 + k) * lda + r0;
+      if (k + 4 < kc)  // rows are a page apart: fetch row k+4 now
+        for (i64 j = 0; j < mc; j += 64 / static_cast<i64>(sizeof(T))) __builtin_prefetch(src + 4 * lda + j, 0, 3);
+      for (i64 ir = 0; ir < mfull; ir += MR) {
+        T* dst = out + ir * kc + k * MR;
+        for (int i = 0; i < MR; ++i) dst[i] = src[ir + i];
+      }
+    }
+    if (mfull < mc) pack_a_sliver<T, MR>(ta, A, lda, r0 + mfull, mc - mfull, p0, kc, out + mfull * kc, fast);
+    return;
+  }
+  for (i64 ir = 0; ir < mc; ir += MR)
+    pack_a_sliver<T, MR>(ta, A, lda, r0 + ir, std::min<i64>(MR, mc - ir), p0, kc, out + (ir / MR) * kc * MR, fast);
+}
+
+// Packs op(B) columns [c0, c0+nc) into ceil(nc/NR) slivers of kc x NR at out.
+template <class T, int NR>
+void pack_b_panel(bool tb, const T* B, i64 ldb, i64 p0, i64 kc, i64 c0, i64 nc, T* out,
+                  detail::GemmInterleave<T> fast) {
+  const i64 nfull = nc / NR * NR;
+  if (!tb) {  // B stored [K,N]: walk rows of B, scatter NR-wide pieces to the slivers
+    for (i64 k = 0; k < kc; ++k) {
+      const T* src = B + (p0 + k) * ldb + c0;
+      if (k + 4 < kc)  // rows may be a page apart: fetch row k+4 now
+        for (i64 j = 0; j < nc; j += 64 / static_cast<i64>(sizeof(T))) __builtin_prefetch(src + 4 * ldb + j, 0, 3);
+      for (i64 jr = 0; jr < nfull; jr += NR) {
+        T* dst = out + jr * kc + k * NR;
+        for (int j = 0; j < NR; ++j) dst[j] = src[jr + j];
+      }
+      if (nfull < nc) {
+        T* dst = out + nfull * kc + k * NR;
+        for (i64 j = 0; j < NR; ++j) dst[j] = nfull + j < nc ? src[nfull + j] : T(0);
+      }
+    }
+    return;
+  }
+  // B stored [N,K]: each row of B is one column of a sliver; transpose 
+  // column by column (reads sequential, writes NR apart within the sliver).
+  for (i64 jr = 0; jr < nc; jr += NR) {
+    T* dst = out + jr * kc;
+    const i64 n = std::min<i64>(NR, nc - jr);
+    if (fast && n == NR) {
+      fast(B + (c0 + jr) * ldb + p0, ldb, kc, dst);
+      continue;
+    }
+    for (i64 j = 0; j < n; ++j) {
+      const T* src = B + (c0 + jr + j) * ldb + p0;
+      for (i64 k = 0; k < kc; ++k) dst[k * NR + j] = src[k];
+    }
+    for (i64 j = n; j < NR; ++j)
+      for (i64 k = 0; k < kc; ++k) dst[k * NR + j] = T(0);
+  }
+}
+
+template <class T>
+void pack_a_any(const GemmKernelSet<T>& ks, bool ta, const T* A, i64 lda, i64 r0, i64 mc, i64 p0, i64 kc, T* out) {
+  const int MR = ks.mr;
+  switch (MR) {
+    case 4: return pack_a_block<T, 4>(ta, A, lda, r0, mc, p0, kc, out, ks.interleave_mr);
+    case 6: return pack_a_block<T, 6>(ta, A, lda, r0, mc, p0, kc, out, ks.interleave_mr);
+    case 14: return pack_a_block<T, 14>(ta, A, lda, r0, mc, p0, kc, out, ks.interleave_mr);
+  }
+  throw Error("gemm: no A packing for mr=" + std::to_string(MR));
+}
+
+template <class T>
+void pack_b_any(const GemmKernelSet<T>& ks, bool tb, const T* B, i64 ldb, i64 p0, i64 kc, i64 c0, i64 nc, T* out) {
+  const int NR = ks.nr;
+  switch (NR) {
+    case 8: return pack_b_panel<T, 8>(tb, B, ldb, p0, kc, c0, nc, out, ks.interleave_nr);
+    case 16: return pack_b_panel<T, 16>(tb, B, ldb, p0, kc, c0, nc, out, ks.interleave_nr);
+    case 32: return pack_b_panel<T, 32>(tb, B, ldb, p0, kc, c0, nc, out, ks.interleave_nr);
+  }
+  throw Error("gemm: no B packing for nr=" + std::to_string(NR));
+}
+
+// K block size: blocks of at most ks.kc, balanced, a function of K alone.
+i64 k_block(i64 K, i64 kc_max) {
+  const i64 nb = (K + kc_max - 1) / kc_max;
+  return (K + nb - 1) / nb;
+}
+
+// One sub-GEMM on the calling thread (M, N, K > 0, alpha != 0).
+template <class T>
+void gemm_serial(const GemmKernelSet<T>& ks, i64 kcb, bool ta, bool tb, i64 M, i64 N, i64 K, T alpha, const T* A,
+                 i64 lda, const T* B, i64 ldb, T beta, T* C, i64 ldc) {
+  const int MR = ks.mr, NR = ks.nr;
+  const bool pack_a = N > kDirectAMaxN;
+  const bool pack_b = tb || M > kDirectBMaxM;
+  const i64 mc_max = std::min<i64>(ks.mc, (M + MR - 1) / MR * MR);
+  const i64 nc_max = std::min<i64>(ks.nc, (N + NR - 1) / NR * NR);
+  const i64 kc_max = std::min<i64>(kcb, K);
+
+  Workspace& ws = workspace();
+  // +8: slack the interleave packers may write past a sliver's end.
+  T* abuf = ws.a.get<T>(static_cast<std::size_t>((pack_a ? mc_max : 0) + MR) * kc_max + 8);
+  T* bbuf = ws.b.get<T>(static_cast<std::size_t>((pack_b ? nc_max : 0) + NR) * kc_max + 8);
+  T* a_edge = abuf + (pack_a ? mc_max : 0) * kc_max;
+  T* b_edge = bbuf + (pack_b ? nc_max : 0) * kc_max;
+  alignas(64) T tile[16 * 32];  // mr x nr scratch for partial tiles (mr <= 16, nr <= 32)
+
+  for (i64 jc = 0; jc < N; jc += ks.nc) {
+    const i64 nc = std::min<i64>(ks.nc, N - jc);
+    const i64 nfull = nc / NR * NR;
+    for (i64 pc = 0; pc < K; pc += kcb) {
+      const i64 kc = std::min<i64>(kcb, K - pc);
+      const T beta_eff = pc == 0 ? beta : T(1);
+      if (pack_b)
+        pack_b_any(ks, tb, B, ldb, pc, kc, jc, nc, bbuf);
+      else if (nfull < nc)
+        pack_b_any(ks, tb, B, ldb, pc, kc, jc + nfull, nc - nfull, b_edge);
+
+      for (i64 ic = 0; ic < M; ic += ks.mc) {
+        const i64 mc = std::min<i64>(ks.mc, M - ic);
+        const i64 mfull = mc / MR * MR;
+        if (pack_a)
+          pack_a_any(ks, ta, A, lda, ic, mc, pc, kc, abuf);
+        else if (mfull < mc)
+          pack_a_any(ks, ta, A, lda, ic + mfull, mc - mfull, pc, kc, a_edge);
+
+        for (i64 jr = 0; jr < nc; jr += NR) {
+          const i64 nb = std::min<i64>(NR, nc - jr);
+          const T* bp;
+          i64 rs_b = NR;
+          if (pack_b) {
+            bp = bbuf + (jr / NR) * kc * NR;
+          } else if (nb == NR) {
+            bp = B + pc * ldb + jc + jr;
+            rs_b = ldb;
+          } else {
+            bp = b_edge;
+          }
+          for (i64 ir = 0; ir < mc; ir += MR) {
+            const i64 mb = std::min<i64>(MR, mc - ir);
+            GemmUkr<T> ukr = ks.packed_a;
+            const T* ap;
+            i64 rs_a = 0, cs_a = 0;
+            if (pack_a) {
+              ap = abuf + (ir / MR) * kc * MR;
+            } else if (mb == MR) {
+              ukr = ks.strided_a;
+              ap = ta ? A + pc * lda + (ic + ir) : A + (ic + ir) * lda + pc;
+              rs_a = ta ? 1 : lda;
+              cs_a = ta ? lda : 1;
+            } else {
+              ap = a_edge;
+            }
+            T* cp = C + (ic + ir) * ldc + jc + jr;
+            if (mb == MR && nb == NR) {
+              ukr(kc, ap, rs_a, cs_a, bp, rs_b, alpha, beta_eff, cp, ldc);
+            } else {
+              ukr(kc, ap, rs_a, cs_a, bp, rs_b, alpha, T(0), tile, NR);
+              for (i64 i = 0; i < mb; ++i)
+                for (i64 j = 0; j < nb; ++j) {
+                  const T t = tile[i * NR + j];
+                  cp[i * ldc + j] = beta_eff == T(0) ? t : t + beta_eff * cp[i * ldc + j];
+                }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// C = beta * C without reading C when beta == 0.
+template <class T>
+void scale_c(i64 M, i64 N, T beta, T* C, i64 ldc) {
+  if (beta == T(1)) return;
+  for (i64 i = 0; i < M; ++i) {
+    T* c = C + i * ldc;
+    if (beta == T(0))
+      std::fill(c, c + N, T(0));
+    else
+      for (i64 j = 0; j < N; ++j) c[j] *= beta;
+  }
+}
+
+// Threads to use and the tm x tn grid they split C into. Picks the grid that
+// re-packs the least (each row of tiles packs B once, each column A once).
+struct Grid {
+  int tm = 1, tn = 1;
+};
+Grid choose_grid(i64 M, i64 N, i64 K, int MR, int NR, bool threaded) {
+  Grid g;
+  if (!threaded) return g;
+  const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  int nt = static_cast<int>(std::min<double>(num_threads(), std::floor(flops / kMinFlopsPerThread)));
+  const i64 um = (M + MR - 1) / MR, un = (N + NR - 1) / NR;
+  for (; nt > 1; --nt) {
+    double best = -1;
+    for (int tm = 1; tm <= nt; ++tm) {
+      if (nt % tm) continue;
+      const int tn = nt / tm;
+      if (tm > um || tn > un) continue;
+      const double cost = static_cast<double>(tm) * static_cast<double>(N) + static_cast<double>(tn) * static_cast<double>(M);
+      if (best < 0 || cost < best) {
+        best = cost;
+        g.tm = tm;
+        g.tn = tn;
+      }
+    }
+    if (best >= 0) return g;
+  }
+  return Grid{};
+}
+
+template <class T>
+void gemm_impl(const char* op, bool ta, bool tb, i64 M, i64 N, i64 K, T alpha, const T* A, i64 lda, const T* B,
+               i64 ldb, T beta, T* C, i64 ldc, bool threaded) {
+  detail::check_gemm_args(op, ta, tb, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0 || alpha == T(0)) {
+    scale_c(M, N, beta, C, ldc);
+    return;
+  }
+  const GemmKernelSet<T>& ks = kernels<T>();
+  const i64 kcb = k_block(K, ks.kc);
+  const Grid g = choose_grid(M, N, K, ks.mr, ks.nr, threaded);
+  if (g.tm * g.tn == 1) {
+    gemm_serial(ks, kcb, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  // Tile t covers MR-aligned rows [m0, m1) and NR-aligned columns [n0, n1).
+  const i64 um = (M + ks.mr - 1) / ks.mr, un = (N + ks.nr - 1) / ks.nr;
+  parallel_for(0, g.tm * g.tn, 1, [&](i64 b, i64 e) {
+    for (i64 t = b; t < e; ++t) {
+      const i64 ti = t / g.tn, tj = t % g.tn;
+      const i64 m0 = std::min(M, um * ti / g.tm * ks.mr), m1 = std::min(M, um * (ti + 1) / g.tm * ks.mr);
+      const i64 n0 = std::min(N, un * tj / g.tn * ks.nr), n1 = std::min(N, un * (tj + 1) / g.tn * ks.nr);
+      if (m0 >= m1 || n0 >= n1) continue;
+      const T* As = ta ? A + m0 : A + m0 * lda;
+      const T* Bs = tb ? B + n0 * ldb : B + n0;
+      gemm_serial(ks, kcb, ta, tb, m1 - m0, n1 - n0, K, alpha, As, lda, Bs, ldb, beta, C + m0 * ldc + n0, ldc);
+    }
+  });
+}
+
+template <class T>
+void gemm_batched_impl(const char* op, bool ta, bool tb, i64 M, i64 N, i64 K, T alpha, const T* A, i64 lda,
+                       i64 sa, const T* B, i64 ldb, i64 sb, T beta, T* C, i64 ldc, i64 sc, i64 batch) {
+  detail::check_gemm_args(op, ta, tb, M, N, K, lda, ldb, ldc);
+  if (batch < 0 || sa < 0 || sb < 0 || sc < 0 || (sc == 0 && batch > 1 && M > 0 && N > 0))
+    throw ValueError(std::string(op) + ": batch and strides must be >= 0 and stride_c > 0 when batch > 1 (batch=" +
+                     std::to_string(batch) + ", stride_a=" + std::to_string(sa) + ", stride_b=" +
+                     std::to_string(sb) + ", stride_c=" + std::to_string(sc) + ")");
+  if (batch == 0 || M == 0 || N == 0) return;
+  const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  const bool small = flops < kMinFlopsPerThread * 4;
+  if (batch > 1 && small && num_threads() > 1) {
+    const i64 grain = std::max<i64>(1, static_cast<i64>(kMinFlopsPerThread / std::max(flops, 1.0)));
+    parallel_for(0, batch, grain, [&](i64 b, i64 e) {
+      for (i64 i = b; i < e; ++i)
+        gemm_impl(op, ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc, false);
+    });
+    return;
+  }
+  for (i64 i = 0; i < batch; ++i)
+    gemm_impl(op, ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc, true);
+}
+
+}  // namespace
+
+void sgemm(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda, const float* B,
+           i64 ldb, float beta, float* C, i64 ldc, bool threaded) {
+  gemm_impl<float>("sgemm", trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threaded);
+}
+
+void dgemm(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, double alpha, const double* A, i64 lda, const double* B,
+           i64 ldb, double beta, double* C, i64 ldc, bool threaded) {
+  gemm_impl<double>("dgemm", trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threaded);
+}
+
+void sgemm_batched(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda,
+                   i64 stride_a, const float* B, i64 ldb, i64 stride_b, float beta, float* C, i64 ldc,
+                   i64 stride_c, i64 batch) {
+  gemm_batched_impl<float>("sgemm_batched", trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b,
+                           beta, C, ldc, stride_c, batch);
+}
+
+void dgemm_batched(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, double alpha, const double* A, i64 lda,
+                   i64 stride_a, const double* B, i64 ldb, i64 stride_b, double beta, double* C, i64 ldc,
+                   i64 stride_c, i64 batch) {
+  gemm_batched_impl<double>("dgemm_batched", trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b,
+                            beta, C, ldc, stride_c, batch);
+}
+
+GemmTile sgemm_tile() {
+  const GemmKernelSet<float>& ks = kernels<float>();
+  return GemmTile{ks.mr, ks.nr};
+}
+
+}  // namespace qkv::kernels

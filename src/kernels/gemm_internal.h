@@ -1,0 +1,66 @@
+// Private to the GEMM kernels: argument checks, the micro-kernel table each
+// ISA file provides, and the blocking parameters that go with it.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "qkv/core/error.h"
+
+namespace qkv::kernels::detail {
+
+// Throws ValueError naming `op` when a size is negative or a leading dimension
+// is below its minimum (row-major: lda >= columns of A as stored, ...).
+inline void check_gemm_args(const char* op, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,
+                            std::int64_t K, std::int64_t lda, std::int64_t ldb, std::int64_t ldc) {
+  auto fail = [&](const std::string& what) {
+    throw ValueError(std::string(op) + ": " + what + " (M=" + std::to_string(M) + ", N=" + std::to_string(N) +
+                     ", K=" + std::to_string(K) + ", trans_a=" + (trans_a ? "1" : "0") +
+                     ", trans_b=" + (trans_b ? "1" : "0") + ", lda=" + std::to_string(lda) +
+                     ", ldb=" + std::to_string(ldb) + ", ldc=" + std::to_string(ldc) + ")");
+  };
+  if (M < 0 || N < 0 || K < 0) fail("sizes must be >= 0");
+  if (lda < (trans_a ? M : K)) fail(trans_a ? "lda must be >= M for A^T stored [K,M]" : "lda must be >= K for A [M,K]");
+  if (ldb < (trans_b ? K : N)) fail(trans_b ? "ldb must be >= K for B^T stored [N,K]" : "ldb must be >= N for B [K,N]");
+  if (ldc < N) fail("ldc must be >= N");
+}
+
+// Micro-kernel: one full mr x nr tile of C over kc steps of k,
+//   C[i*ldc + j] = alpha * sum_k a(i,k) * b(k,j) + beta * C[i*ldc + j]   (beta == 0: C not read)
+//   b(k,j) = b[k*rs_b + j], j < nr contiguous (a packed B sliver has rs_b = nr)
+//   a(i,k) = a[k*mr + i]            for the packed kernel (a packed A sliver)
+//          = a[i*rs_a + k*cs_a]     for the strided kernel (A read in place)
+// Products are accumulated from zero in k order, one fused multiply-add per
+// step on the SIMD paths, then scaled: the result depends only on kc and the data.
+template <class T>
+using GemmUkr = void (*)(std::int64_t kc, const T* a, std::int64_t rs_a, std::int64_t cs_a, const T* b,
+                         std::int64_t rs_b, T alpha, T beta, T* c, std::int64_t ldc);
+
+// Optional fast packing of R rows of a row-major matrix (row stride ld) into
+// the interleaved layout out[k*R + i] = src[i*ld + k], k < kc: A stored [M,K]
+// into an A sliver (R = mr) and B stored [N,K] into a B sliver (R = nr).
+// out must have 8 elements of slack past out[kc*R].
+template <class T>
+using GemmInterleave = void (*)(const T* src, std::int64_t ld, std::int64_t kc, T* out);
+
+template <class T>
+struct GemmKernelSet {
+  int mr = 0;            // register tile rows (C rows per micro-kernel call)
+  int nr = 0;            // register tile columns (a multiple of the vector width)
+  std::int64_t kc = 0;   // K block: a packed B sliver kc x nr stays in L1
+  std::int64_t mc = 0;   // M block (multiple of mr): the packed A block mc x kc stays in L2
+  std::int64_t nc = 0;   // N block (multiple of nr): the packed B panel kc x nc stays in L3
+  GemmUkr<T> packed_a = nullptr;
+  GemmUkr<T> strided_a = nullptr;
+  GemmInterleave<T> interleave_mr = nullptr;  // R = mr (null: portable loop)
+  GemmInterleave<T> interleave_nr = nullptr;  // R = nr (null: portable loop)
+};
+
+// Each returns a set with null kernels when the ISA is not compiled in.
+GemmKernelSet<float> sgemm_kernels_scalar();
+GemmKernelSet<double> dgemm_kernels_scalar();
+GemmKernelSet<float> sgemm_kernels_avx2();
+GemmKernelSet<double> dgemm_kernels_avx2();
+GemmKernelSet<float> sgemm_kernels_avx512();
+GemmKernelSet<double> dgemm_kernels_avx512();
+
+}  // namespace qkv::kernels::detail

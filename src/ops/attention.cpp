@@ -1,0 +1,225 @@
+#include "qkv/ops/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "ops_internal.h"
+#include "qkv/ops/elementwise.h"
+#include "qkv/ops/linalg.h"
+#include "qkv/ops/nn_functional.h"
+#include "qkv/ops/shape_ops.h"
+
+namespace qkv {
+
+// ---------------------------------------------------------------- Mask
+
+Mask Mask::causal() {
+  Mask m;
+  m.causal_ = true;
+  return m;
+}
+
+Mask Mask::causal(std::int64_t Lq, std::int64_t Lk) {
+  if (Lq < 0 || Lk < 0)
+    throw ValueError("Mask::causal: sizes must be >= 0, got Lq=" + std::to_string(Lq) + " Lk=" + std::to_string(Lk));
+  Mask m;
+  m.causal_ = true;
+  m.causal_lq_ = Lq;
+  m.causal_lk_ = Lk;
+  return m;
+}
+
+Mask Mask::padding(const Tensor& ids, std::int64_t pad_id) {
+  detail::check_defined(ids, "Mask::padding", "token_ids");
+  if (ids.dtype() != DType::I64 || ids.dim() != 2)
+    throw ShapeError(std::string("Mask::padding: token_ids must be int64 [B, S], got ") + dtype_name(ids.dtype()) + " " +
+                     ids.shape_str());
+  Mask m;
+  m.keeps_.push_back(ne(ids, static_cast<double>(pad_id)).view({ids.shape()[0], 1, 1, ids.shape()[1]}));
+  return m;
+}
+
+Mask Mask::keep(const Tensor& t) {
+  detail::check_defined(t, "Mask::keep", "mask");
+  Mask m;
+  m.keeps_.push_back(t.dtype() == DType::Bool ? t : ne(t, 0.0));
+  return m;
+}
+
+Mask Mask::block(const Tensor& t) {
+  detail::check_defined(t, "Mask::block", "mask");
+  Mask m;
+  m.keeps_.push_back(logical_not(t));
+  return m;
+}
+
+Mask Mask::additive(const Tensor& b) {
+  detail::check_float(b, "Mask::additive", "bias");
+  Mask m;
+  m.additive_.push_back(b.detach());
+  return m;
+}
+
+Mask Mask::operator&(const Mask& o) const {
+  Mask m = *this;
+  if (o.causal_) {
+    if (m.causal_ && m.causal_lq_ >= 0 && o.causal_lq_ >= 0 &&
+        (m.causal_lq_ != o.causal_lq_ || m.causal_lk_ != o.causal_lk_))
+      throw ShapeError("Mask: combining causal masks of different sizes (" + std::to_string(m.causal_lq_) + "x" +
+                       std::to_string(m.causal_lk_) + " and " + std::to_string(o.causal_lq_) + "x" +
+                       std::to_string(o.causal_lk_) + ")");
+    m.causal_ = true;
+    if (o.causal_lq_ >= 0) {
+      m.causal_lq_ = o.causal_lq_;
+      m.causal_lk_ = o.causal_lk_;
+    }
+  }
+  m.keeps_.insert(m.keeps_.end(), o.keeps_.begin(), o.keeps_.end());
+  m.additive_.insert(m.additive_.end(), o.additive_.begin(), o.additive_.end());
+  return m;
+}
+
+std::string Mask::describe() const {
+  std::string s;
+  auto add = [&](const std::string& p) { s += (s.empty() ? "" : " & ") + p; };
+  if (causal_)
+    add(causal_lq_ >= 0 ? "causal(" + std::to_string(causal_lq_) + "," + std::to_string(causal_lk_) + ")" : "causal");
+  for (const auto& k : keeps_) add("keep" + k.shape_str());
+  for (const auto& a : additive_) add("additive" + a.shape_str());
+  return s.empty() ? "none" : s;
+}
+
+void Mask::check(const Shape& ss, const char* op) const {
+  if (ss.size() < 2) throw ShapeError(std::string(op) + ": scores " + shape_str(ss) + " need rank >= 2");
+  const std::int64_t Lq = ss[ss.size() - 2], Lk = ss.back();
+  if (causal_ && causal_lq_ >= 0 && (causal_lq_ != Lq || causal_lk_ != Lk))
+    throw ShapeError(std::string(op) + ": causal mask built for Lq=" + std::to_string(causal_lq_) +
+                     ", Lk=" + std::to_string(causal_lk_) + " used with scores " + shape_str(ss) + " (Lq=" +
+                     std::to_string(Lq) + ", Lk=" + std::to_string(Lk) + ")");
+  for (const auto& k : keeps_)
+    if (!broadcastable_to(k.shape(), ss))
+      throw ShapeError(std::string(op) + ": mask keep" + k.shape_str() + " does not broadcast to the scores " +
+                       shape_str(ss) + " ([..., Lq, Lk])");
+  for (const auto& a : additive_)
+    if (!broadcastable_to(a.shape(), ss))
+      throw ShapeError(std::string(op) + ": additive mask " + a.shape_str() + " does not broadcast to the scores " +
+                       shape_str(ss) + " ([..., Lq, Lk])");
+}
+
+namespace {
+
+Tensor build_bias(const Mask& m, bool with_causal, const Shape& ss, DType dtype, const char* op) {
+  m.check(ss, op);
+  const std::size_t r = ss.size();
+  const std::int64_t Lq = ss[r - 2], Lk = ss[r - 1];
+  // Leading dims: full where any part has them, else 1.
+  Shape bs(r, 1);
+  bs[r - 2] = Lq;
+  bs[r - 1] = Lk;
+  auto widen = [&](const Shape& ps) {
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      const std::size_t j = r - ps.size() + i;
+      if (j < r - 2 && ps[i] != 1) bs[j] = ps[i];
+    }
+  };
+  for (const auto& k : m.keep_parts()) widen(k.shape());
+  for (const auto& a : m.additive_parts()) widen(a.shape());
+  Tensor bias = Tensor::zeros(bs, DType::F64);
+  double* b = bias.data<double>();
+  const Shape bstr = bias.strides();
+  const double ninf = -std::numeric_limits<double>::infinity();
+  if (with_causal && m.has_causal()) {
+    const std::int64_t outer = bias.numel() / std::max<std::int64_t>(Lq * Lk, 1);
+    for (std::int64_t o = 0; o < outer; ++o)
+      for (std::int64_t i = 0; i < Lq; ++i)
+        for (std::int64_t j = i + (Lk - Lq) + 1; j < Lk; ++j)
+          if (j >= 0) b[(o * Lq + i) * Lk + j] = ninf;
+  }
+  for (const auto& k : m.keep_parts()) {
+    const Shape st = broadcast_strides(k.shape(), k.strides(), bs);
+    const bool* kp = k.data<bool>();
+    std::int64_t idx = 0;
+    for_each_offset(bs, st, [&](std::int64_t off) {
+      if (!kp[off]) b[idx] = ninf;
+      ++idx;
+    });
+  }
+  for (const auto& a : m.additive_parts()) {
+    const Tensor a64 = a.to(DType::F64);
+    const Shape st = broadcast_strides(a64.shape(), a64.strides(), bs);
+    const double* ap = a64.data<double>();
+    std::int64_t idx = 0;
+    for_each_offset(bs, st, [&](std::int64_t off) {
+      b[idx] += ap[off];
+      ++idx;
+    });
+  }
+  return bias.to(dtype);
+}
+
+}  // namespace
+
+Tensor Mask::to_bias(const Shape& ss, DType dtype, const char* op) const {
+  if (empty()) return Tensor();
+  return build_bias(*this, true, ss, dtype, op);
+}
+
+Tensor Mask::to_bias_without_causal(const Shape& ss, DType dtype, const char* op) const {
+  if (keeps_.empty() && additive_.empty()) return Tensor();
+  return build_bias(*this, false, ss, dtype, op);
+}
+
+// ---------------------------------------------------------------- SDPA
+
+namespace {
+
+constexpr const char* kOp = "scaled_dot_product_attention";
+
+void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
+  detail::check_float(q, kOp, "q");
+  detail::check_float(k, kOp, "k");
+  detail::check_float(v, kOp, "v");
+  detail::check_same_dtype(q, k, kOp, "q", "k");
+  detail::check_same_dtype(q, v, kOp, "q", "v");
+  if (q.dim() < 2 || k.dim() != q.dim() || v.dim() != q.dim())
+    throw ShapeError(std::string(kOp) + ": q " + q.shape_str() + ", k " + k.shape_str() + ", v " + v.shape_str() +
+                     " must all have the same rank >= 2 ([..., L, D])");
+  const auto r = static_cast<std::size_t>(q.dim());
+  for (std::size_t i = 0; i + 2 < r; ++i)
+    if (q.shape()[i] != k.shape()[i] || q.shape()[i] != v.shape()[i])
+      throw ShapeError(std::string(kOp) + ": leading dims differ: q " + q.shape_str() + ", k " + k.shape_str() +
+                       ", v " + v.shape_str());
+  if (q.shape().back() != k.shape().back())
+    throw ShapeError(std::string(kOp) + ": head dim mismatch: q " + q.shape_str() + " has D=" +
+                     std::to_string(q.shape().back()) + " but k " + k.shape_str() + " has D=" +
+                     std::to_string(k.shape().back()));
+  if (k.shape()[r - 2] != v.shape()[r - 2])
+    throw ShapeError(std::string(kOp) + ": k " + k.shape_str() + " and v " + v.shape_str() +
+                     " must have the same number of keys (dim -2)");
+}
+
+}  // namespace
+
+AttentionOutput scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
+                                             const SdpaOptions& opt) {
+  check_qkv(q, k, v);
+  if (!(opt.dropout_p >= 0.0 && opt.dropout_p < 1.0))
+    throw ValueError(std::string(kOp) + ": dropout_p must be in [0, 1), got " + std::to_string(opt.dropout_p));
+  const std::int64_t D = q.shape().back();
+  const double scale = opt.scale ? *opt.scale : (D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0);
+  Shape ss = q.shape();
+  ss.back() = k.shape()[k.dim() - 2];
+  mask.check(ss, kOp);
+
+  // Math path: scores = q k^T * scale (+ mask); weights = softmax; out = dropout(weights) v.
+  Tensor scores = mul(matmul(q, k.transpose(-2, -1)), scale);
+  if (!mask.empty()) scores = add(scores, mask.to_bias(ss, q.dtype(), kOp));
+  Tensor weights = softmax(scores, -1);
+  Tensor attn = opt.dropout_p > 0 ? dropout(weights, opt.dropout_p, true, opt.generator) : weights;
+  AttentionOutput r;
+  r.output = matmul(attn, v);
+  if (opt.need_weights) r.weights = weights;
+  return r;
+}
+
+}  // namespace qkv

@@ -1,0 +1,400 @@
+#include "qkv/ops/nn_functional.h"
+
+#include <cmath>
+#include <limits>
+
+#include "ops_internal.h"
+#include "qkv/ops/elementwise.h"
+#include "qkv/ops/shape_ops.h"
+
+namespace qkv {
+
+using autograd::record;
+
+namespace {
+
+// ---------------------------------------------------------------- softmax kernels
+// Rows of length n, contiguous. A row whose maximum is -inf (fully masked) gives zeros.
+
+template <class T>
+void softmax_rows(T* y, const T* x, std::int64_t rows, std::int64_t n) {
+  parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) {
+      const T* xr = x + r * n;
+      T* yr = y + r * n;
+      T m = -std::numeric_limits<T>::infinity();
+      bool nan = false;
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (xr[i] > m) m = xr[i];
+        nan |= xr[i] != xr[i];
+      }
+      if (nan) {
+        for (std::int64_t i = 0; i < n; ++i) yr[i] = std::numeric_limits<T>::quiet_NaN();
+        continue;
+      }
+      if (m == -std::numeric_limits<T>::infinity()) {
+        for (std::int64_t i = 0; i < n; ++i) yr[i] = T(0);
+        continue;
+      }
+      double s = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        yr[i] = std::exp(xr[i] - m);
+        s += yr[i];
+      }
+      const T inv = static_cast<T>(1.0 / s);
+      for (std::int64_t i = 0; i < n; ++i) yr[i] *= inv;
+    }
+  });
+}
+
+// dx = y * (g - sum(g * y))
+template <class T>
+void softmax_backward_rows(T* dx, const T* g, const T* y, std::int64_t rows, std::int64_t n) {
+  parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) {
+      const T* gr = g + r * n;
+      const T* yr = y + r * n;
+      T* dr = dx + r * n;
+      double dot = 0;
+      for (std::int64_t i = 0; i < n; ++i) dot += static_cast<double>(gr[i]) * yr[i];
+      const T d = static_cast<T>(dot);
+      for (std::int64_t i = 0; i < n; ++i) dr[i] = yr[i] * (gr[i] - d);
+    }
+  });
+}
+
+// y = x - max - log(sum(exp(x - max))); fully masked rows: -inf.
+template <class T>
+void log_softmax_rows(T* y, const T* x, std::int64_t rows, std::int64_t n) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * n;
+    T* yr = y + r * n;
+    T m = -std::numeric_limits<T>::infinity();
+    bool nan = false;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (xr[i] > m) m = xr[i];
+      nan |= xr[i] != xr[i];
+    }
+    if (nan || m == -std::numeric_limits<T>::infinity()) {
+      const T fill = nan ? std::numeric_limits<T>::quiet_NaN() : -std::numeric_limits<T>::infinity();
+      for (std::int64_t i = 0; i < n; ++i) yr[i] = fill;
+      continue;
+    }
+    double s = 0;
+    for (std::int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(xr[i] - m));
+    const T lse = static_cast<T>(std::log(s));
+    for (std::int64_t i = 0; i < n; ++i) yr[i] = xr[i] - m - lse;
+  }
+}
+
+// Applies a last-dim row op to dim `dim` by moving it last.
+template <class F>
+Tensor along_last(const Tensor& x, std::int64_t dim, const char* op, F last_dim_op) {
+  const int d = wrap_dim(dim, x.dim(), op);
+  if (x.dim() == 0) return last_dim_op(x.reshape({1})).reshape({});
+  if (d == x.dim() - 1) return last_dim_op(x);
+  return last_dim_op(x.transpose(d, -1)).transpose(d, -1);
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, std::int64_t dim) {
+  detail::check_float(x, "softmax", "x");
+  return along_last(x, dim, "softmax", [](const Tensor& xl) {
+    Tensor xc = xl.detach().contiguous();
+    const std::int64_t n = xl.shape().back();
+    const std::int64_t rows = n ? xl.numel() / n : 0;
+    Tensor y = Tensor::empty(xl.shape(), xl.dtype());
+    dispatch_float(xl.dtype(), "softmax", [&]<class T>() { softmax_rows<T>(y.data<T>(), xc.data<T>(), rows, n); });
+    record(y, "softmax", {xl}, [yd = y.detach(), rows, n](const Tensor& g) {
+      // y = softmax(x)  ->  dx = y * (g - sum(g * y))
+      Tensor gc = g.contiguous();
+      Tensor dx = Tensor::empty(g.shape(), g.dtype());
+      dispatch_float(g.dtype(), "softmax_backward", [&]<class T>() {
+        softmax_backward_rows<T>(dx.data<T>(), gc.data<T>(), yd.data<T>(), rows, n);
+      });
+      return std::vector<Tensor>{dx};
+    });
+    return y;
+  });
+}
+
+Tensor log_softmax(const Tensor& x, std::int64_t dim) {
+  detail::check_float(x, "log_softmax", "x");
+  return along_last(x, dim, "log_softmax", [](const Tensor& xl) {
+    Tensor xc = xl.detach().contiguous();
+    const std::int64_t n = xl.shape().back();
+    const std::int64_t rows = n ? xl.numel() / n : 0;
+    Tensor y = Tensor::empty(xl.shape(), xl.dtype());
+    dispatch_float(xl.dtype(), "log_softmax", [&]<class T>() { log_softmax_rows<T>(y.data<T>(), xc.data<T>(), rows, n); });
+    record(y, "log_softmax", {xl}, [yd = y.detach(), rows, n](const Tensor& g) {
+      // y = x - logsumexp(x)  ->  dx = g - exp(y) * sum(g); fully masked rows get 0
+      Tensor gc = g.contiguous();
+      Tensor dx = Tensor::empty(g.shape(), g.dtype());
+      dispatch_float(g.dtype(), "log_softmax_backward", [&]<class T>() {
+        const T* gp = gc.data<T>();
+        const T* yp = yd.data<T>();
+        T* dp = dx.data<T>();
+        for (std::int64_t r = 0; r < rows; ++r) {
+          double s = 0;
+          for (std::int64_t i = 0; i < n; ++i) s += gp[r * n + i];
+          const bool masked = n > 0 && yp[r * n] == -std::numeric_limits<T>::infinity() &&
+                              [&] {
+                                for (std::int64_t i = 0; i < n; ++i)
+                                  if (yp[r * n + i] != -std::numeric_limits<T>::infinity()) return false;
+                                return true;
+                              }();
+          for (std::int64_t i = 0; i < n; ++i)
+            dp[r * n + i] = masked ? T(0) : gp[r * n + i] - std::exp(yp[r * n + i]) * static_cast<T>(s);
+        }
+      });
+      return std::vector<Tensor>{dx};
+    });
+    return y;
+  });
+}
+
+// ---------------------------------------------------------------- layer_norm
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  detail::check_float(x, "layer_norm", "x");
+  const std::size_t k = normalized_shape.size();
+  if (k == 0 || k > static_cast<std::size_t>(x.dim()) ||
+      !std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - static_cast<std::ptrdiff_t>(k)))
+    throw ShapeError("layer_norm: normalized_shape " + shape_str(normalized_shape) +
+                     " must match the trailing dims of input " + x.shape_str());
+  if (weight.defined() && weight.shape() != normalized_shape)
+    throw ShapeError("layer_norm: weight " + weight.shape_str() + " must have shape " + shape_str(normalized_shape));
+  if (bias.defined() && bias.shape() != normalized_shape)
+    throw ShapeError("layer_norm: bias " + bias.shape_str() + " must have shape " + shape_str(normalized_shape));
+  if (weight.defined()) detail::check_same_dtype(x, weight, "layer_norm", "x", "weight");
+  if (bias.defined()) detail::check_same_dtype(x, bias, "layer_norm", "x", "bias");
+  if (!(eps > 0.0) || !std::isfinite(eps)) throw ValueError("layer_norm: eps must be a positive finite number, got " + std::to_string(eps));
+  const std::int64_t n = checked_numel(normalized_shape);
+  const std::int64_t rows = n ? x.numel() / n : 0;
+  Tensor xc = x.detach().contiguous();
+  Tensor wc = weight.defined() ? weight.detach().contiguous() : Tensor();
+  Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  // Per-row mean and 1/std, kept for backward.
+  auto mean = std::make_shared<std::vector<double>>(static_cast<std::size_t>(rows));
+  auto rstd = std::make_shared<std::vector<double>>(static_cast<std::size_t>(rows));
+  dispatch_float(x.dtype(), "layer_norm", [&]<class T>() {
+    const T* xp = xc.data<T>();
+    T* yp = y.data<T>();
+    const T* wp = wc.defined() ? wc.data<T>() : nullptr;
+    const T* bp = bc.defined() ? bc.data<T>() : nullptr;
+    parallel_for(0, rows, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(n, 1)), [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t r = b; r < e; ++r) {
+        const T* xr = xp + r * n;
+        // Two-pass: mean, then the mean of squared deviations (never E[x^2]-E[x]^2).
+        double s = 0;
+        for (std::int64_t i = 0; i < n; ++i) s += xr[i];
+        const double mu = s / static_cast<double>(n);
+        double v = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+          const double d = xr[i] - mu;
+          v += d * d;
+        }
+        const double rs = 1.0 / std::sqrt(v / static_cast<double>(n) + eps);
+        (*mean)[r] = mu;
+        (*rstd)[r] = rs;
+        T* yr = yp + r * n;
+        for (std::int64_t i = 0; i < n; ++i) {
+          const double xh = (xr[i] - mu) * rs;
+          yr[i] = static_cast<T>(xh * (wp ? static_cast<double>(wp[i]) : 1.0) + (bp ? static_cast<double>(bp[i]) : 0.0));
+        }
+      }
+    });
+  });
+  const bool gw = weight.defined() && weight.requires_grad(), gb = bias.defined() && bias.requires_grad();
+  const bool gx = x.requires_grad();
+  record(y, "layer_norm", {x, weight, bias}, [xc, wc, mean, rstd, rows, n, gx, gw, gb](const Tensor& g) {
+    // xh = (x - mu) * rstd; y = xh * w + b
+    //   db = sum_rows g; dw = sum_rows g * xh
+    //   dx = rstd * (g*w - mean(g*w) - xh * mean(g*w * xh))
+    Tensor gc = g.contiguous();
+    Tensor dx, dw, db;
+    dispatch_float(g.dtype(), "layer_norm_backward", [&]<class T>() {
+      const T* gp = gc.data<T>();
+      const T* xp = xc.data<T>();
+      const T* wp = wc.defined() ? wc.data<T>() : nullptr;
+      std::vector<double> dwa(gw ? n : 0, 0.0), dba(gb ? n : 0, 0.0);
+      if (gx) dx = Tensor::empty(gc.shape(), g.dtype());
+      T* dxp = gx ? dx.data<T>() : nullptr;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const T* gr = gp + r * n;
+        const T* xr = xp + r * n;
+        const double mu = (*mean)[r], rs = (*rstd)[r];
+        double s1 = 0, s2 = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+          const double xh = (xr[i] - mu) * rs;
+          const double gw_i = gr[i] * (wp ? static_cast<double>(wp[i]) : 1.0);
+          s1 += gw_i;
+          s2 += gw_i * xh;
+          if (gw) dwa[i] += gr[i] * xh;
+          if (gb) dba[i] += gr[i];
+        }
+        if (gx) {
+          const double m1 = s1 / static_cast<double>(n), m2 = s2 / static_cast<double>(n);
+          for (std::int64_t i = 0; i < n; ++i) {
+            const double xh = (xr[i] - mu) * rs;
+            const double gw_i = gr[i] * (wp ? static_cast<double>(wp[i]) : 1.0);
+            dxp[r * n + i] = static_cast<T>(rs * (gw_i - m1 - xh * m2));
+          }
+        }
+      }
+      if (gw) {
+        dw = Tensor::empty(wc.shape(), g.dtype());
+        for (std::int64_t i = 0; i < n; ++i) dw.data<T>()[i] = static_cast<T>(dwa[i]);
+      }
+      if (gb) {
+        db = Tensor::empty(wc.defined() ? wc.shape() : Shape{n}, g.dtype());
+        for (std::int64_t i = 0; i < n; ++i) db.data<T>()[i] = static_cast<T>(dba[i]);
+      }
+    });
+    return std::vector<Tensor>{dx, dw, db};
+  });
+  return y;
+}
+
+// ---------------------------------------------------------------- dropout
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  detail::check_float(x, "dropout", "x");
+  if (!(p >= 0.0 && p < 1.0)) throw ValueError("dropout: p must be in [0, 1), got " + std::to_string(p));
+  if (!training || p == 0.0) return x;
+  Generator& g = gen ? *gen : default_generator();
+  const std::int64_t n = x.numel();
+  const std::uint64_t seed = g.seed(), base = g.reserve(static_cast<std::uint64_t>(n));
+  Tensor keep = Tensor::empty(x.shape(), DType::Bool);
+  bool* kp = keep.data<bool>();
+  parallel_for(0, n, 1 << 15, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) kp[i] = uniform_at(seed, base + static_cast<std::uint64_t>(i)) >= p;
+  });
+  const double sc = 1.0 / (1.0 - p);
+  auto apply = [keep, sc](const Tensor& t) {
+    return dispatch_float(t.dtype(), "dropout", [&]<class T>() {
+      Tensor tc = t.contiguous();
+      Tensor o = Tensor::empty(t.shape(), t.dtype());
+      const T* tp = tc.data<T>();
+      const bool* k = keep.data<bool>();
+      T* op = o.data<T>();
+      const T s = static_cast<T>(sc);
+      for (std::int64_t i = 0; i < o.numel(); ++i) op[i] = k[i] ? tp[i] * s : T(0);
+      return o;
+    });
+  };
+  Tensor out = apply(x.detach());
+  // out = x * keep / (1 - p)  ->  dx = g * keep / (1 - p)
+  record(out, "dropout", {x}, [apply](const Tensor& gr) { return std::vector<Tensor>{apply(gr)}; });
+  return out;
+}
+
+// ---------------------------------------------------------------- embedding
+
+Tensor embedding(const Tensor& weight, const Tensor& ids, std::optional<std::int64_t> padding_idx) {
+  detail::check_float(weight, "embedding", "weight");
+  detail::check_defined(ids, "embedding", "ids");
+  if (ids.dtype() != DType::I64)
+    throw TypeError(std::string("embedding: ids must be int64, got ") + dtype_name(ids.dtype()) + " " + ids.shape_str());
+  if (weight.dim() != 2) throw ShapeError("embedding: weight must be [num_embeddings, dim], got " + weight.shape_str());
+  const std::int64_t V = weight.shape()[0], E = weight.shape()[1];
+  const auto idv = ids.to_vector<std::int64_t>();
+  for (std::size_t i = 0; i < idv.size(); ++i)
+    if (idv[i] < 0 || idv[i] >= V)
+      throw IndexError("embedding: id " + std::to_string(idv[i]) + " at flat position " + std::to_string(i) +
+                       " of ids " + ids.shape_str() + " is out of range for a table of " + std::to_string(V) +
+                       " rows (weight " + weight.shape_str() + ")");
+  Shape os = ids.shape();
+  os.push_back(E);
+  Tensor wc = weight.detach().contiguous();
+  Tensor out = Tensor::empty(os, weight.dtype());
+  dispatch_float(weight.dtype(), "embedding", [&]<class T>() {
+    const T* w = wc.data<T>();
+    T* o = out.data<T>();
+    for (std::size_t i = 0; i < idv.size(); ++i) std::copy(w + idv[i] * E, w + (idv[i] + 1) * E, o + i * E);
+  });
+  record(out, "embedding", {weight}, [idv, V, E, padding_idx](const Tensor& g) {
+    // out[i] = weight[ids[i]]  ->  dweight[ids[i]] += g[i] (not for padding_idx)
+    Tensor gc = g.contiguous();
+    Tensor dw = Tensor::zeros({V, E}, g.dtype());
+    dispatch_float(g.dtype(), "embedding_backward", [&]<class T>() {
+      const T* gp = gc.data<T>();
+      T* d = dw.data<T>();
+      for (std::size_t i = 0; i < idv.size(); ++i) {
+        if (padding_idx && idv[i] == *padding_idx) continue;
+        for (std::int64_t j = 0; j < E; ++j) d[idv[i] * E + j] += gp[i * E + j];
+      }
+    });
+    return std::vector<Tensor>{dw};
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------- cross_entropy
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, const CrossEntropyOptions& opt) {
+  detail::check_float(logits_in, "cross_entropy", "logits");
+  detail::check_defined(targets_in, "cross_entropy", "targets");
+  if (targets_in.dtype() != DType::I64)
+    throw TypeError(std::string("cross_entropy: targets must be int64 class indices, got ") +
+                    dtype_name(targets_in.dtype()) + " " + targets_in.shape_str());
+  if (!(opt.label_smoothing >= 0.0 && opt.label_smoothing <= 1.0))
+    throw ValueError("cross_entropy: label_smoothing must be in [0, 1], got " + std::to_string(opt.label_smoothing));
+  const bool single = logits_in.dim() == 1;
+  Tensor logits = single ? logits_in.unsqueeze(0) : logits_in;
+  Tensor targets = single ? targets_in.reshape({1}) : targets_in;
+  if (logits.dim() != 2 || targets.dim() != 1 || targets.shape()[0] != logits.shape()[0])
+    throw ShapeError("cross_entropy: expected logits [N, C] and targets [N], got logits " + logits_in.shape_str() +
+                     " and targets " + targets_in.shape_str());
+  const std::int64_t N = logits.shape()[0], C = logits.shape()[1];
+  const auto tv = targets.to_vector<std::int64_t>();
+  for (std::int64_t i = 0; i < N; ++i)
+    if (tv[i] != opt.ignore_index && (tv[i] < 0 || tv[i] >= C))
+      throw IndexError("cross_entropy: target " + std::to_string(tv[i]) + " at position " + std::to_string(i) +
+                       " is out of range for " + std::to_string(C) + " classes (logits " + logits_in.shape_str() + ")");
+  Tensor lc = logits.detach().contiguous();
+  Tensor logp = Tensor::empty(lc.shape(), lc.dtype());
+  std::int64_t count = 0;
+  for (auto t : tv) count += t != opt.ignore_index;
+  const double ls = opt.label_smoothing;
+  Tensor loss = dispatch_float(lc.dtype(), "cross_entropy", [&]<class T>() {
+    log_softmax_rows<T>(logp.data<T>(), lc.data<T>(), N, C);
+    const T* lp = logp.data<T>();
+    double total = 0;
+    for (std::int64_t i = 0; i < N; ++i) {
+      if (tv[i] == opt.ignore_index) continue;
+      double smooth = 0;
+      if (ls > 0)
+        for (std::int64_t c = 0; c < C; ++c) smooth += lp[i * C + c];
+      total += -(1.0 - ls) * lp[i * C + tv[i]] - ls / static_cast<double>(C) * smooth;
+    }
+    const double v = opt.mean ? (count ? total / static_cast<double>(count) : std::nan("")) : total;
+    return Tensor::scalar(v, lc.dtype());
+  });
+  record(loss, "cross_entropy", {logits}, [logp, tv, count, ls, N, C, opt](const Tensor& g) {
+    // loss_i = -(1-ls) logp[t_i] - ls/C sum_c logp[c]
+    //   dlogits_i = (softmax_i - (1-ls) onehot(t_i) - ls/C) * g / count
+    Tensor dl = Tensor::empty({N, C}, g.dtype());
+    dispatch_float(g.dtype(), "cross_entropy_backward", [&]<class T>() {
+      const T* lp = logp.data<T>();
+      T* d = dl.data<T>();
+      const double scale = g.item() / (opt.mean ? static_cast<double>(count) : 1.0);
+      for (std::int64_t i = 0; i < N; ++i) {
+        for (std::int64_t c = 0; c < C; ++c) {
+          if (tv[i] == opt.ignore_index) {
+            d[i * C + c] = T(0);
+            continue;
+          }
+          const double target = (c == tv[i] ? 1.0 - ls : 0.0) + ls / static_cast<double>(C);
+          d[i * C + c] = static_cast<T>((std::exp(static_cast<double>(lp[i * C + c])) - target) * scale);
+        }
+      }
+    });
+    return std::vector<Tensor>{dl};
+  });
+  return loss;
+}
+
+}  // namespace qkv

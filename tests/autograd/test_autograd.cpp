@@ -1,0 +1,111 @@
+// Autograd engine: accumulation, shared subgraphs, NoGradGuard, misuse errors.
+#include <gtest/gtest.h>
+
+#include "qkv/qkv.h"
+
+namespace qkv {
+namespace {
+
+TEST(Autograd, SimpleChainAndAccumulation) {
+  Tensor x = Tensor::from_vector(std::vector<double>{1, 2, 3}, {3});
+  x.requires_grad_();
+  Tensor y = sum(mul(x, x));  // dy/dx = 2x
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 4, 6}));
+  sum(x).backward();  // gradients accumulate
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{3, 5, 7}));
+  x.zero_grad();
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, DiamondGraph) {
+  Tensor x = Tensor::from_vector(std::vector<double>{2.0}, {1});
+  x.requires_grad_();
+  Tensor a = mul(x, 3.0);
+  Tensor b = add(a, a);          // a used twice
+  Tensor c = mul(b, a);          // 6x * 3x = 18 x^2
+  sum(c).backward();
+  EXPECT_DOUBLE_EQ(x.grad().item(), 36.0 * 2.0);
+}
+
+TEST(Autograd, NoGradGuardRecordsNothing) {
+  Tensor x = Tensor::ones({2});
+  x.requires_grad_();
+  Tensor y;
+  {
+    autograd::NoGradGuard ng;
+    y = mul(x, 2.0);
+  }
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_TRUE(mul(x, 2.0).requires_grad());
+  EXPECT_THROW(y.backward(Tensor::ones({2})), AutogradError);
+}
+
+TEST(Autograd, BackwardOnNonScalarNeedsGrad) {
+  Tensor x = Tensor::ones({2, 3});
+  x.requires_grad_();
+  Tensor y = mul(x, 2.0);
+  try {
+    y.backward();
+    FAIL();
+  } catch (const AutogradError& e) {
+    EXPECT_NE(std::string(e.what()).find("[2,3]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("scalar"), std::string::npos) << e.what();
+  }
+  y.backward(Tensor::full({2, 3}, 0.5));
+  EXPECT_EQ(x.grad().at({1, 2}), 1.0);
+  EXPECT_THROW(y.backward(Tensor::ones({3})), AutogradError);
+}
+
+TEST(Autograd, SecondBackwardThroughFreedGraphThrows) {
+  Tensor x = Tensor::ones({3});
+  x.requires_grad_();
+  Tensor y = sum(exp(x));
+  y.backward();
+  try {
+    y.backward();
+    FAIL();
+  } catch (const AutogradError& e) {
+    EXPECT_NE(std::string(e.what()).find("second time"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("retain_graph"), std::string::npos) << e.what();
+  }
+  Tensor z = sum(exp(x));
+  z.backward({}, /*retain_graph=*/true);
+  z.backward();  // fine once retained
+}
+
+TEST(Autograd, BackwardOnTensorWithoutGradThrows) {
+  Tensor x = Tensor::ones({1});
+  EXPECT_THROW(sum(x).backward(), AutogradError);
+  EXPECT_THROW(Tensor::ones({1}, DType::I64).requires_grad_(), TypeError);
+  Tensor y = mul(Tensor::ones({1}).requires_grad_(), 2.0);
+  EXPECT_THROW(y.requires_grad_(), AutogradError);  // not a leaf
+}
+
+TEST(Autograd, DetachStopsGradient) {
+  Tensor x = Tensor::ones({2}, DType::F64);
+  x.requires_grad_();
+  Tensor y = add(mul(x, 2.0), mul(x.detach(), 5.0));
+  sum(y).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 2}));
+}
+
+TEST(Autograd, GradientsFlowThroughViews) {
+  Tensor x = Tensor::arange(6, DType::F64).view({2, 3}).detach();
+  x.requires_grad_();
+  Tensor y = sum(mul(x.transpose(0, 1).narrow(0, 1, 2), 2.0));
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0, 2, 2, 0, 2, 2}));
+}
+
+TEST(Autograd, LeafGradDoesNotAliasOtherGradients) {
+  Tensor a = Tensor::ones({2}), b = Tensor::ones({2});
+  a.requires_grad_();
+  b.requires_grad_();
+  sum(add(a, b)).backward();
+  a.grad().fill_(9.0);
+  EXPECT_EQ(b.grad().at({0}), 1.0);
+}
+
+}  // namespace
+}  // namespace qkv

@@ -1,0 +1,1 @@
+qkv_add_test(test_attention SOURCES kernels/test_attention.cpp LIBS qkv_attention_kernels)
