@@ -5,3 +5,8 @@ qkv_add_test(test_gradcheck SOURCES ops/test_gradcheck.cpp nn/test_module_gradch
 qkv_add_test(test_attention_ops SOURCES ops/test_attention_ops.cpp ops/test_tutorial.cpp LIBS qkv)
 qkv_add_test(test_bad_inputs SOURCES ops/test_bad_inputs.cpp LIBS qkv)
 qkv_add_test(test_nn SOURCES nn/test_nn.cpp optim/test_optim.cpp LIBS qkv)
+
+# The library installs as a CMake package; a tiny consumer builds against it.
+add_test(NAME package_consumer
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/package/run_consumer.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR})
+set_tests_properties(package_consumer PROPERTIES TIMEOUT 600 PASS_REGULAR_EXPRESSION "weights \\[2,4,6,6\\]")

@@ -15,7 +15,13 @@ namespace {
 struct IsaAvx2 {
   using V = __m256;
   static constexpr int W = 8, MR = 6, NV = 2;
-  static constexpr std::int64_t kFwdQ = 96, kFwdK = 128, kBwdQ = 48, kBwdK = 96;
+#ifndef XFQ
+#define XFQ 96
+#define XFK 128
+#define XBQ 48
+#define XBK 96
+#endif
+  static constexpr std::int64_t kFwdQ = XFQ, kFwdK = XFK, kBwdQ = XBQ, kBwdK = XBK;
   QKV_INL V zero() { return _mm256_setzero_ps(); }
   QKV_INL V set1(float x) { return _mm256_set1_ps(x); }
   QKV_INL V load(const float* p) { return _mm256_loadu_ps(p); }

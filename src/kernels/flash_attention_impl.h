@@ -203,6 +203,45 @@ struct Engine {
     Dropout drop;
   };
 
+  // Online softmax step for the mr rows of one score tile S (row stride BK, ncols columns),
+  // FlashAttention-2 Alg. 1 lines 9-10:
+  //   m_new = max(m_i, rowmax(S));  P = exp(S - m_new)  (written over S)
+  //   l_i   = exp(m_i - m_new) l_i + rowsum(P);  O_i *= exp(m_i - m_new)  (only if the max moved)
+  // A row with no allowed key so far keeps m_i = -inf, l_i = 0 and gets P = exp(-inf) = 0:
+  // its offset is -inf rather than +m_new, so (-inf) - (-inf) is never formed. The phases run
+  // over all rows before the next, so the rows' scalar reductions overlap instead of stalling.
+  static void online_softmax(float* S, i64 mr, i64 ncols, float* m, float* l, float* acc, i64 Dvp) {
+    float m_new[MR], offset[MR];
+    for (i64 r = 0; r < mr; ++r) {
+      const float* s = S + r * BK;
+      V vmax = I::set1(kNegInf);
+      for (i64 j = 0; j < ncols; j += W) vmax = I::max(vmax, I::load(s + j));
+      m_new[r] = std::max(m[r], I::hmax(vmax));
+      offset[r] = m_new[r] == kNegInf ? kNegInf : -m_new[r] * kLog2e;
+    }
+    const V vl2e = I::set1(kLog2e);
+    for (i64 r = 0; r < mr; ++r) {
+      float* s = S + r * BK;
+      const V voff = I::set1(offset[r]);
+      V vsum = I::zero();
+      for (i64 j = 0; j < ncols; j += W) {
+        const V e = I::exp2(I::fma(I::load(s + j), vl2e, voff));
+        I::store(s + j, e);
+        vsum = I::add(vsum, e);
+      }
+      const float m_old = m[r];
+      if (m_new[r] != m_old && m_old != kNegInf) {
+        const float alpha = fastexp::exp2_scalar((m_old - m_new[r]) * kLog2e);
+        l[r] *= alpha;
+        float* ar = acc + r * Dvp;
+        const V va = I::set1(alpha);
+        for (i64 e = 0; e < Dvp; e += W) I::store(ar + e, I::mul(I::load(ar + e), va));
+      }
+      l[r] += I::hsum(vsum);
+      m[r] = m_new[r];
+    }
+  }
+
   // One task: query rows [i0, i0+BQ) of head (b,h).
   //   Kp     this head's valid keys in key panels [kv/KP][D][KP] (zero-padded to a whole panel)
   //   vrows  this head's V rows (row stride vld, width >= Dvp readable)
@@ -227,7 +266,7 @@ struct Engine {
     float* S = ws.buf[kScores].get(MR * BK);   // S / P tile of one row panel
     for (i64 r = 0; r < mq; ++r) m[r] = kNegInf, l[r] = 0.f;
     std::memset(acc, 0, static_cast<std::size_t>(mq * Dvp) * sizeof(float));
-    const V vl2e = I::set1(kLog2e);
+    i64 lim[MR];
 
     for (i64 k0 = 0; k0 < kend; k0 += BK) {
       for (i64 r0 = 0; r0 < mq; r0 += MR) {
@@ -238,39 +277,18 @@ struct Engine {
         // S = scale * Q_panel K_tile^T
         gemm(mr, ncols, p.D, q + r0 * p.q_st, 1, p.q_st, Kp + k0 * p.D, KP, p.D * KP, S, BK, p.scale, false);
         for (i64 r = 0; r < mr; ++r) {
-          const i64 i = i0 + r0 + r, ri = r0 + r;
-          float* s = S + r * BK;
-          const i64 lim = row_key_end(p, kv, i) - k0;  // allowed columns of this row: [0, lim)
-          if (lim < ncols || p.bias) mask_row(s, lim, ncols, p, b, h, i, k0);
-          // m_new = max(m_i, rowmax(S)); P = exp(S - m_new); l_i = exp(m_i - m_new) l_i + rowsum(P)
-          V vmax = I::set1(kNegInf);
-          for (i64 j = 0; j < ncols; j += W) vmax = I::max(vmax, I::load(s + j));
-          const float m_old = m[ri], m_new = std::max(m_old, I::hmax(vmax));
-          if (m_new == kNegInf) {  // no allowed key so far: P = 0, never (-inf) - (-inf)
-            std::memset(s, 0, static_cast<std::size_t>(ncols) * sizeof(float));
-            continue;
-          }
-          const V vneg = I::set1(-m_new * kLog2e);
-          V vsum = I::zero();
-          for (i64 j = 0; j < ncols; j += W) {
-            const V e = I::exp2(I::fma(I::load(s + j), vl2e, vneg));
-            I::store(s + j, e);
-            vsum = I::add(vsum, e);
-          }
-          if (m_new != m_old && m_old != kNegInf) {  // O_i *= exp(m_i - m_new), only when the max moved
-            const float alpha = fastexp::exp2_scalar((m_old - m_new) * kLog2e);
-            l[ri] *= alpha;
-            float* ar = acc + ri * Dvp;
-            const V va = I::set1(alpha);
-            for (i64 e = 0; e < Dvp; e += W) I::store(ar + e, I::mul(I::load(ar + e), va));
-          }
-          l[ri] += I::hsum(vsum);
-          m[ri] = m_new;
-          if (x.drop.on && lim > 0) {  // dropout acts on P after the row sum (l_i is undropped)
-            float mul[BK];
-            const i64 n = std::min(lim, kn);
-            x.drop.row(mul, b, h, i, k0, n);
-            for (i64 j = 0; j < n; ++j) s[j] *= mul[j];
+          const i64 i = i0 + r0 + r;
+          lim[r] = row_key_end(p, kv, i) - k0;  // allowed columns of row r: [0, lim)
+          if (lim[r] < ncols || p.bias) mask_row(S + r * BK, lim[r], ncols, p, b, h, i, k0);
+        }
+        online_softmax(S, mr, ncols, m + r0, l + r0, acc + r0 * Dvp, Dvp);
+        if (x.drop.on) {  // dropout acts on P after the row sums (l_i is undropped)
+          float mul[BK];
+          for (i64 r = 0; r < mr; ++r) {
+            const i64 n = std::min(lim[r], kn);
+            if (n <= 0) continue;
+            x.drop.row(mul, b, h, i0 + r0 + r, k0, n);
+            for (i64 j = 0; j < n; ++j) S[r * BK + j] *= mul[j];
           }
         }
         // O_i += P V_tile (only the kn valid keys are read)

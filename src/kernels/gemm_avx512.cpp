@@ -19,7 +19,9 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")
 #include <immintrin.h>
+#endif
 
+#ifdef QKV_GEMM_HAVE_AVX512
 #include "gemm_ukernel.h"
 
 namespace {

@@ -36,13 +36,13 @@ Tensor sinusoidal_table(std::int64_t max_len, std::int64_t d, DType dtype) {
 }
 
 SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(const SinusoidalPositionalEncodingOptions& o)
-    : opt_(o), pe_(sinusoidal_table(o.max_len, o.d_model, o.dtype)) {
-  register_buffer("pe", pe_, /*persistent=*/false);
+    : opt_(o), pe64_(sinusoidal_table(o.max_len, o.d_model, DType::F64)) {
+  pe_ = pe64_.to(o.dtype);
 }
 
 Tensor SinusoidalPositionalEncoding::forward(const Tensor& x, std::int64_t start) const {
   check_x(x, opt_.d_model, opt_.max_len, start, "SinusoidalPositionalEncoding");
-  Tensor table = pe_.dtype() == x.dtype() ? pe_ : pe_.to(x.dtype());
+  Tensor table = pe_.dtype() == x.dtype() ? pe_ : pe64_.to(x.dtype());
   return add(x, table.narrow(0, start, x.shape()[1]));
 }
 

@@ -1,5 +1,6 @@
 #include "qkv/ops/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -8,6 +9,7 @@
 #include "qkv/ops/linalg.h"
 #include "qkv/ops/nn_functional.h"
 #include "qkv/ops/shape_ops.h"
+#include "qkv/kernels/attention.h"
 
 namespace qkv {
 
@@ -198,6 +200,109 @@ void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
                      " must have the same number of keys (dim -2)");
 }
 
+// A tensor's layout is "dense" if some permutation of it is contiguous.
+bool dense(const Tensor& t) {
+  std::vector<int> order(static_cast<std::size_t>(t.dim()));
+  for (int i = 0; i < t.dim(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return t.strides()[a] > t.strides()[b]; });
+  std::int64_t expect = 1;
+  for (int i = t.dim() - 1; i >= 0; --i) {
+    const int d = order[i];
+    if (t.shape()[d] != 1 && t.strides()[d] != expect) return false;
+    expect *= t.shape()[d];
+  }
+  return true;
+}
+
+// A new tensor with exactly t's strides (t must be dense).
+Tensor empty_like_layout(const Tensor& t) {
+  std::vector<int> order(static_cast<std::size_t>(t.dim()));
+  for (int i = 0; i < t.dim(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return t.strides()[a] > t.strides()[b]; });
+  Shape s;
+  for (int d : order) s.push_back(t.shape()[d]);
+  Tensor base = Tensor::empty(s, t.dtype());
+  Shape st(static_cast<std::size_t>(t.dim()));
+  const Shape cs = contiguous_strides(s);
+  for (std::size_t i = 0; i < order.size(); ++i) st[order[i]] = cs[i];
+  return make_view(base, t.shape(), st, 0);
+}
+
+// As [B, H, L, D] with a dense layout and a unit last-dim stride (views when possible).
+Tensor as_bhld(const Tensor& t) {
+  Tensor r = t.detach();
+  while (r.dim() < 4) r = r.unsqueeze(0);
+  if (r.strides().back() != 1 || !dense(r)) r = r.contiguous();
+  return r;
+}
+
+kernels::AttnParams params_for(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o) {
+  kernels::AttnParams p;
+  p.B = q.shape()[0];
+  p.H = q.shape()[1];
+  p.Lq = q.shape()[2];
+  p.Lk = k.shape()[2];
+  p.D = q.shape()[3];
+  p.Dv = v.shape()[3];
+  p.q_sb = q.strides()[0], p.q_sh = q.strides()[1], p.q_st = q.strides()[2];
+  p.k_sb = k.strides()[0], p.k_sh = k.strides()[1], p.k_st = k.strides()[2];
+  p.v_sb = v.strides()[0], p.v_sh = v.strides()[1], p.v_st = v.strides()[2];
+  p.o_sb = o.strides()[0], p.o_sh = o.strides()[1], p.o_st = o.strides()[2];
+  return p;
+}
+
+// The tiled kernel with autograd. q/k/v have rank <= 4 (missing leading dims are 1).
+Tensor flash_sdpa(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Mask& mask, double scale,
+                  const SdpaOptions& opt) {
+  Tensor q = as_bhld(q_in), k = as_bhld(k_in), v = as_bhld(v_in);
+  Tensor o = Tensor::empty({q.shape()[0], q.shape()[1], q.shape()[2], v.shape()[3]}, DType::F32);
+  Tensor lse = Tensor::empty({q.shape()[0], q.shape()[1], q.shape()[2]}, DType::F32);
+  kernels::AttnParams p = params_for(q, k, v, o);
+  p.scale = static_cast<float>(scale);
+  p.causal = mask.has_causal();
+  Shape ss = q_in.shape();
+  ss.back() = k_in.shape()[k_in.dim() - 2];
+  Tensor bias = mask.to_bias_without_causal(ss, DType::F32, kOp);
+  if (bias.defined()) {
+    while (bias.dim() < 4) bias = bias.unsqueeze(0);
+    p.bias = bias.data<float>();
+    p.bias_sb = bias.shape()[0] == 1 ? 0 : bias.strides()[0];
+    p.bias_sh = bias.shape()[1] == 1 ? 0 : bias.strides()[1];
+    p.bias_si = bias.strides()[2];
+    p.bias_sj = bias.strides()[3];
+  }
+  if (opt.dropout_p > 0) {
+    Generator& g = opt.generator ? *opt.generator : default_generator();
+    p.dropout_p = static_cast<float>(opt.dropout_p);
+    p.seed = g.seed();
+    p.offset = g.reserve(static_cast<std::uint64_t>(p.B * p.H * p.Lq * p.Lk));
+  }
+  if (o.numel() > 0)
+    kernels::flash_attention_forward(o.data<float>(), lse.data<float>(), q.data<float>(), k.data<float>(),
+                                     v.data<float>(), p);
+  Shape os(q_in.shape().begin(), q_in.shape().end() - 1);
+  os.push_back(v.shape()[3]);
+  Tensor out = o.view(os).detach();
+  autograd::record(out, "scaled_dot_product_attention", {q_in, k_in, v_in},
+                   [q, k, v, o, lse, bias, p, qs = q_in.shape(), ks = k_in.shape(), vs = v_in.shape()](const Tensor& g) {
+                     // FlashAttention-2 backward: recompute P from LSE; dV = P^T dO, dS = P (dP - rowsum(dO o O)),
+                     // dQ = scale dS K, dK = scale dS^T Q.
+                     Tensor dO = g.contiguous().view(o.shape());
+                     Tensor dq = empty_like_layout(q), dk = empty_like_layout(k), dv = empty_like_layout(v);
+                     if (q.numel() > 0 && k.numel() > 0)
+                       kernels::flash_attention_backward(dq.data<float>(), dk.data<float>(), dv.data<float>(),
+                                                         dO.data<float>(), q.data<float>(), k.data<float>(),
+                                                         v.data<float>(), o.data<float>(), lse.data<float>(), p);
+                     else {
+                       dq.fill_(0.0);
+                       dk.fill_(0.0);
+                       dv.fill_(0.0);
+                     }
+                     return std::vector<Tensor>{dq.reshape(qs), dk.reshape(ks), dv.reshape(vs)};
+                   });
+  return out;
+}
+
 }  // namespace
 
 AttentionOutput scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
@@ -210,6 +315,11 @@ AttentionOutput scaled_dot_product_attention(const Tensor& q, const Tensor& k, c
   Shape ss = q.shape();
   ss.back() = k.shape()[k.dim() - 2];
   mask.check(ss, kOp);
+
+  // Fast path: FlashAttention-2-style tiled kernel (fp32, weights not requested).
+  if (!opt.need_weights && q.dtype() == DType::F32 && q.dim() <= 4 && D <= 256 && v.shape().back() <= 256 &&
+      D > 0 && v.shape().back() > 0)
+    return {flash_sdpa(q, k, v, mask, scale, opt), Tensor()};
 
   // Math path: scores = q k^T * scale (+ mask); weights = softmax; out = dropout(weights) v.
   Tensor scores = mul(matmul(q, k.transpose(-2, -1)), scale);

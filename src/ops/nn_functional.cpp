@@ -190,7 +190,12 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
         // Two-pass: mean, then the mean of squared deviations (never E[x^2]-E[x]^2).
         double s = 0;
         for (std::int64_t i = 0; i < n; ++i) s += xr[i];
-        const double mu = s / static_cast<double>(n);
+        double mu = s / static_cast<double>(n);
+        // Correction pass: for rows far from 0 (e.g. 1e6 + 1e-3 noise) the plain sum
+        // rounds by ~1e-9, which every (x - mu) would inherit; x - mu is exact there.
+        double c = 0;
+        for (std::int64_t i = 0; i < n; ++i) c += xr[i] - mu;
+        mu += c / static_cast<double>(n);
         double v = 0;
         for (std::int64_t i = 0; i < n; ++i) {
           const double d = xr[i] - mu;

@@ -159,6 +159,11 @@ void expect_matches_ref(bool ta, bool tb, i64 M, i64 N, i64 K, T alpha, T beta, 
   check(p, run_fast(p), run_ref(p), worst);
 }
 
+}  // namespace
+// Readable test names in failure messages ("avx2", not "4-byte object").
+void PrintTo(Isa isa, std::ostream* os) { *os << isa_name(isa); }
+namespace {
+
 const i64 kSmall[] = {0, 1, 2, 3, 5, 7, 8, 15, 16, 17, 31, 33};
 
 // ---------------------------------------------------------------- per ISA

@@ -223,3 +223,8 @@ class ParityTest : public ::testing::TestWithParam<DType> {
 inline std::string dtype_param_name(const ::testing::TestParamInfo<DType>& info) { return dtype_label(info.param); }
 
 }  // namespace qkv::parity
+
+namespace qkv {
+// So GoogleTest prints "float32" rather than "1-byte object <00>" for a failing parameter.
+inline void PrintTo(DType dt, std::ostream* os) { *os << dtype_name(dt); }
+}  // namespace qkv

@@ -78,7 +78,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const nlohmann::json& o, const 
 
 bool is_w_k_bias(const std::string& n) { return n.ends_with("w_k.bias"); }
 
-using Training = ParityTest;
+using ParityTraining = ParityTest;
 
 void run_trajectory(const std::string& name, DType dt, const std::string& tag) {
   Fixture f = load(name);
@@ -105,7 +105,9 @@ void run_trajectory(const std::string& name, DType dt, const std::string& tag) {
   // rounding noise. PyTorch's own float32 run differs from its float64 run there by ~2e-4 (index,
   // measured) while every other parameter stays within ~5e-7. The only meaningful float32 bound is
   // how far 10 Adam steps can move a parameter at all: |m_hat/(sqrt(v_hat)+eps)| <= ~1, so
-  // |delta| <= steps * lr = 1e-2. float64 and SGD (update lr*g, with g ~ 1e-9) use the normal tolerance.
+  // |delta| <= steps * lr = 1e-2 (qkv's float32 run: measured max |diff| 8.1e-5 for adamw, 3.5e-5 for
+  // adam). float64 (measured 2.4e-13) and SGD (update lr*g, g ~ 1e-10 in float32) use the normal tolerance;
+  // the step-1 gradient of w_k.bias is compared normally too (float32: measured 1.2e-10).
   const int steps = cfg.at("steps").get<int>();
   const bool noisy_wk = dt == DType::F32 && opt_name != "sgd";
   const double lr = cfg.at("optimizer").at("lr").get<double>();
@@ -151,22 +153,22 @@ void run_trajectory(const std::string& name, DType dt, const std::string& tag) {
   EXPECT_EQ(got, want) << tag << ": module parameters and fixture out.final.* differ";
 }
 
-TEST_P(Training, Adam) {
+TEST_P(ParityTraining, Adam) {
   ASSERT_EQ(load("train_adam").cfg.at("optimizer").at("name"), "adam");
   run_trajectory("train_adam", dt(), tag("train_adam"));
 }
 
-TEST_P(Training, AdamW) {
+TEST_P(ParityTraining, AdamW) {
   ASSERT_EQ(load("train_adamw").cfg.at("optimizer").at("name"), "adamw");
   run_trajectory("train_adamw", dt(), tag("train_adamw"));
 }
 
-TEST_P(Training, SgdMomentum) {
+TEST_P(ParityTraining, SgdMomentum) {
   ASSERT_EQ(load("train_sgd").cfg.at("optimizer").at("name"), "sgd");
   run_trajectory("train_sgd", dt(), tag("train_sgd"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, Training, ::testing::Values(DType::F64, DType::F32), dtype_param_name);
+INSTANTIATE_TEST_SUITE_P(Dtypes, ParityTraining, ::testing::Values(DType::F64, DType::F32), dtype_param_name);
 
 }  // namespace
 }  // namespace qkv::parity

@@ -59,8 +59,11 @@ __attribute__((target("avx2,fma"), always_inline)) inline __m256 exp2_avx2(__m25
   // max/min return their second operand when either is NaN: NaN propagates.
   t = _mm256_max_ps(_mm256_set1_ps(-127.f), t);
   t = _mm256_min_ps(_mm256_set1_ps(128.f), t);
-  const __m256 r = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 f = _mm256_sub_ps(t, r);
+  // y = t + (1.5*2^23 + 127) rounds t to an integer n held in y's low mantissa bits as n + 127,
+  // so y << 23 is the bit pattern of 2^n (0 for n = -127, +inf for n = 128).
+  const __m256 magic = _mm256_set1_ps(0x1.8p23f + 127.f);
+  const __m256 y = _mm256_add_ps(t, magic);
+  const __m256 f = _mm256_sub_ps(t, _mm256_sub_ps(y, magic));
   __m256 p = _mm256_set1_ps(kC6);
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kC5));
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kC4));
@@ -68,8 +71,7 @@ __attribute__((target("avx2,fma"), always_inline)) inline __m256 exp2_avx2(__m25
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kC2));
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kC1));
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  const __m256i n = _mm256_cvtps_epi32(r);
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23);
+  const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(y), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
@@ -81,8 +83,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"), always_inline))
     __m512 t) {
   t = _mm512_max_ps(_mm512_set1_ps(-127.f), t);
   t = _mm512_min_ps(_mm512_set1_ps(128.f), t);
-  const __m512 r = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(t, r);
+  const __m512 magic = _mm512_set1_ps(0x1.8p23f + 127.f);  // see exp2_avx2
+  const __m512 y = _mm512_add_ps(t, magic);
+  const __m512 f = _mm512_sub_ps(t, _mm512_sub_ps(y, magic));
   __m512 p = _mm512_set1_ps(kC6);
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kC5));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kC4));
@@ -90,8 +93,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"), always_inline))
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kC2));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kC1));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  const __m512i n = _mm512_cvtps_epi32(r);
-  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23);
+  const __m512i e = _mm512_slli_epi32(_mm512_castps_si512(y), 23);
   return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
 }
 

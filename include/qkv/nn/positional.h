@@ -11,7 +11,8 @@ struct SinusoidalPositionalEncodingOptions {
 };
 
 // pe[pos, 2i] = sin(pos / 10000^(2i/d)), pe[pos, 2i+1] = cos(pos / 10000^(2i/d))
-// (interleaved, as in both tutorials). Not a parameter and not saved.
+// (interleaved, as in both tutorials). Not a parameter and not saved; works for
+// inputs of any float dtype (computed in float64 and converted).
 // forward: x [B, L, d_model] -> x + pe[start : start+L]; start+L > max_len is a ValueError.
 class SinusoidalPositionalEncoding : public Module {
  public:
@@ -23,7 +24,8 @@ class SinusoidalPositionalEncoding : public Module {
 
  private:
   SinusoidalPositionalEncodingOptions opt_;
-  Tensor pe_;
+  Tensor pe_;    // in opt_.dtype
+  Tensor pe64_;  // float64 master: other dtypes convert from it, never from a rounded copy
 };
 
 // The table alone: [max_len, d_model].

@@ -1,0 +1,7 @@
+# End-to-end tests of the qkv command-line tool: run the built binary and
+# check its output and exit codes.
+if(TARGET qkv_tool)
+  qkv_add_test(test_cli SOURCES cli/test_cli.cpp LIBS qkv nlohmann_json::nlohmann_json)
+  target_compile_definitions(test_cli PRIVATE QKV_BIN="$<TARGET_FILE:qkv_tool>")
+  add_dependencies(test_cli qkv_tool)
+endif()

@@ -1,0 +1,247 @@
+// End-to-end tests of the qkv tool: run the built binary (QKV_BIN) with
+// popen and check stdout, stderr and the exit code.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+fs::path unique_temp(const std::string& stem) {
+  static std::atomic<int> counter{0};
+  return fs::temp_directory_path() /
+         ("qkv_cli_" + stem + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+}
+
+// Runs `qkv ARGS`, capturing stdout and stderr separately.
+Result run(const std::string& args) {
+  const fs::path err_path = unique_temp("stderr");
+  const std::string cmd = std::string("'") + QKV_BIN + "' " + args + " 2>'" + err_path.string() + "'";
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = read_file(err_path);
+  fs::remove(err_path);
+  return r;
+}
+
+int count_lines(const std::string& s) {
+  int n = 0;
+  std::istringstream in(s);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) ++n;
+  return n;
+}
+
+std::string fixture(const std::string& name) { return std::string(QKV_FIXTURE_DIR) + "/" + name; }
+
+}  // namespace
+
+TEST(Cli, HelpListsEveryCommand) {
+  const Result r = run("--help");
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* cmd : {"demo", "trace", "worked-example", "variance", "inspect", "--threads"})
+    EXPECT_NE(r.out.find(cmd), std::string::npos) << "missing " << cmd << " in:\n" << r.out;
+}
+
+TEST(Cli, SubcommandHelpDescribesOptions) {
+  const Result r = run("trace --help");
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* opt : {"--sentence", "--d-model", "--heads", "--d-ff", "--layers", "--values", "--seed"})
+    EXPECT_NE(r.out.find(opt), std::string::npos) << "missing " << opt << " in:\n" << r.out;
+}
+
+TEST(Cli, WorkedExampleNumbers) {
+  const Result r = run("worked-example");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* row : {R"(0\.305\s+0\.333\s+0\.362)", R"(0\.237\s+0\.323\s+0\.441)", R"(0\.177\s+0\.303\s+0\.519)",
+                          R"(0\.110\s+0\.230\s+0\.350)", R"(0\.474\s+1\.011\s+1\.549)"})
+    EXPECT_TRUE(std::regex_search(r.out, std::regex(row))) << "no row matching " << row << " in:\n" << r.out;
+  // The tutorial's rounded table is shown beside, with its discrepancy explained.
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(0\.237\s+0\.323\s+0\.440\*)"))) << r.out;
+  EXPECT_NE(r.out.find("rounds intermediates"), std::string::npos) << r.out;
+}
+
+TEST(Cli, WorkedExampleJson) {
+  const Result r = run("worked-example --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const double expected[3][3] = {{0.305, 0.333, 0.362}, {0.237, 0.323, 0.441}, {0.177, 0.303, 0.519}};
+  for (int i = 0; i < 3; ++i)
+    for (int k = 0; k < 3; ++k) EXPECT_NEAR(j["weights"][i][k].get<double>(), expected[i][k], 0.0005) << i << "," << k;
+  EXPECT_NEAR(j["scaled_scores"][2][2].get<double>(), 2.19 / std::sqrt(2.0), 1e-12);
+  EXPECT_LT(j["max_abs_diff_sdpa_vs_softmax"].get<double>(), 1e-12);
+}
+
+TEST(Cli, TraceShapesAndCheck) {
+  const Result r = run("--threads 1 trace --d-model 512 --heads 8 --d-ff 2048");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("(1, 5, 512) -> view -> (1, 5, 8, 64) -> transpose(1,2) -> (1, 8, 5, 64)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("(1, 8, 5, 64) @ (1, 8, 64, 5)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-> (1, 8, 5, 5)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[CLS] I love NLP [SEP]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(1, 5, 512) -> linear1 -> (1, 5, 2048)"), std::string::npos) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(block\.forward\(x\)[^\n]*max \|difference\| = ([-0-9.eE+]+))")))
+      << r.out;
+  EXPECT_LT(std::stod(m[1].str()), 1e-4) << r.out;
+}
+
+TEST(Cli, TraceValuesAndLayers) {
+  const Result r = run("trace --sentence \"attention is all you need\" --d-model 32 --heads 4 --d-ff 64 --layers 2 "
+                       "--values 3 --seed 7");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("(1, 7, 32) -> view -> (1, 7, 4, 8)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("encoder block 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("first values: "), std::string::npos) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(block\.forward\(x\)[^\n]*max \|difference\| = ([-0-9.eE+]+))")));
+  EXPECT_LT(std::stod(m[1].str()), 1e-4) << r.out;
+}
+
+TEST(Cli, TraceIndivisibleHeadsFailsWithLibraryMessage) {
+  const Result r = run("trace --d-model 512 --heads 7");
+  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("MultiHeadAttention: embed_dim (d_model) 512 is not divisible by num_heads 7"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out, "");  // nothing half-printed before the error
+}
+
+TEST(Cli, VarianceAtDk64) {
+  const Result r = run("--threads 1 variance --trials 10 --dims 2,64 --json --no-progress");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  bool found = false;
+  std::istringstream in(r.out);
+  int objects = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line);
+    ++objects;
+    if (j["d_k"] != 64) continue;
+    found = true;
+    EXPECT_GE(j["pairs_per_trial"].get<int>(), 2048);
+    EXPECT_NEAR(j["var_unscaled"].get<double>(), 64.0, 0.2 * 64.0) << line;
+    EXPECT_NEAR(j["var_scaled"].get<double>(), 1.0, 0.2) << line;
+  }
+  EXPECT_EQ(objects, 2);
+  EXPECT_TRUE(found) << r.out;
+}
+
+TEST(Cli, VarianceSoftmaxSaturatesWithoutScaling) {
+  const Result r = run("variance --trials 2 --dims 512 --json --no-progress");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["max_weight_unscaled"].get<double>(), 0.7) << r.out;
+  EXPECT_LT(j["max_weight_scaled"].get<double>(), 0.4) << r.out;
+  EXPECT_LT(j["entropy_unscaled"].get<double>(), j["entropy_scaled"].get<double>()) << r.out;
+}
+
+TEST(Cli, VarianceTable) {
+  const Result r = run("variance --trials 2 --dims 8,64 --no-progress");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Var(q·k) = d_k"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Var(q·k/√d_k)"), std::string::npos) << r.out;
+}
+
+TEST(Cli, InspectFixture) {
+  const Result r = run("inspect '" + fixture("linear.safetensors") + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(param\.weight\s+F(32|64)\s+\[4, 5\])"))) << r.out;
+  EXPECT_NE(r.out.find("JSON header"), std::string::npos) << r.out;
+
+  const Result rj = run("inspect --json '" + fixture("linear.safetensors") + "'");
+  ASSERT_EQ(rj.code, 0) << rj.err;
+  const auto j = nlohmann::json::parse(rj.out);
+  bool found = false;
+  for (const auto& t : j["tensors"])
+    if (t["name"] == "param.weight") {
+      found = true;
+      EXPECT_EQ(t["shape"], nlohmann::json::array({4, 5}));
+      EXPECT_EQ(t["numel"], 20);
+      EXPECT_EQ(t["bytes"].get<int>(), 20 * (t["dtype"] == "F64" ? 8 : 4)) << t.dump();
+    }
+  EXPECT_TRUE(found) << rj.out;
+  EXPECT_GT(j["header_size"].get<int>(), 0);
+}
+
+TEST(Cli, InspectTruncatedFileFailsWithOneLine) {
+  const std::string bytes = read_file(fixture("linear.safetensors"));
+  ASSERT_GT(bytes.size(), 40u);
+  const fs::path dir = unique_temp("dir");
+  fs::create_directories(dir);
+  const fs::path bad = dir / "truncated.safetensors";
+  {
+    std::ofstream f(bad, std::ios::binary);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size() - 7));
+  }
+  const Result r = run("inspect '" + bad.string() + "'");
+  fs::remove_all(dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("truncated.safetensors"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(Cli, InspectMissingFile) {
+  const Result r = run("inspect /nonexistent/dir/model.safetensors");
+  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("/nonexistent/dir/model.safetensors"), std::string::npos) << r.err;
+}
+
+TEST(Cli, UsageErrorsGiveOneLine) {
+  for (const char* args : {"--bogus", "trace --bogus", "variance --trials abc", "variance --dims 2,x",
+                           "trace --heads 0", "--threads 0 worked-example", "inspect", "no-such-command"}) {
+    const Result r = run(args);
+    EXPECT_NE(r.code, 0) << args;
+    EXPECT_EQ(count_lines(r.err), 1) << args << ":\n" << r.err;
+  }
+}
+
+TEST(Cli, NoCommandPrintsHelpAndFails) {
+  const Result r = run("");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("worked-example"), std::string::npos) << r.out;
+}
+
+TEST(Cli, DemoRunsEverySection) {
+  const Result r = run("demo");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("1/3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(1, 5, 64) -> view -> (1, 5, 4, 16) -> transpose(1,2) -> (1, 4, 5, 16)"), std::string::npos)
+      << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(0\.177\s+0\.303\s+0\.519)"))) << r.out;
+  EXPECT_NE(r.out.find("Var(q·k)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Files written: none"), std::string::npos) << r.out;
+}

@@ -1,0 +1,96 @@
+// qkv demo: the tutorials' experiments in one run, clearly sectioned.
+//
+// The demo is a list of steps (DemoStep). Each gets the shared DemoContext,
+// prints its section and records any file it writes in ctx.files_written;
+// the demo ends by listing those files. Later steps (training the classifier,
+// heatmaps and the explorer page, generation) are added to demo_steps().
+#include <chrono>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cmd_trace.h"
+#include "cmd_variance.h"
+#include "cmd_worked_example.h"
+#include "command.h"
+#include "format.h"
+#include "progress.h"
+#include "qkv/core/parallel.h"
+
+namespace qkv::tool {
+namespace {
+
+struct DemoOptions {
+  std::uint64_t seed = 0;
+};
+
+struct DemoContext {
+  std::ostream& out;
+  const DemoOptions& opt;
+  std::vector<std::string> files_written;  // every file a step wrote, in order
+};
+
+struct DemoStep {
+  std::string title;
+  std::function<int(DemoContext&)> run;  // returns an exit code; non-zero stops the demo
+};
+
+std::vector<DemoStep> demo_steps() {
+  return {
+      {"Shape walkthrough: one encoder block, step by step (qkv trace, small settings)",
+       [](DemoContext& ctx) {
+         return run_trace(TraceOptions{.d_model = 64, .heads = 4, .d_ff = 128, .layers = 1, .values = 0,
+                                       .seed = ctx.opt.seed},
+                          ctx.out);
+       }},
+      {"Worked example: the tutorial's d_k = 2 attention weights (qkv worked-example)",
+       [](DemoContext& ctx) { return run_worked_example(WorkedExampleOptions{}, ctx.out); }},
+      {"Why scale by 1/sqrt(d_k): variance and softmax saturation (qkv variance, quick settings)",
+       [](DemoContext& ctx) {
+         return run_variance(VarianceOptions{.trials = 3, .dims = {2, 8, 32, 64, 128, 512}, .seed = ctx.opt.seed,
+                                             .rows = 128, .len = 16, .json = false, .progress = true},
+                             ctx.out);
+       }},
+  };
+}
+
+int run_demo(const DemoOptions& opt, std::ostream& out) {
+  const auto start = std::chrono::steady_clock::now();
+  DemoContext ctx{out, opt, {}};
+  const std::vector<DemoStep> steps = demo_steps();
+  out << "qkv demo: " << steps.size() << " parts, seed " << opt.seed << ", " << num_threads() << " thread(s)\n";
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    print_section(out, std::to_string(i + 1) + "/" + std::to_string(steps.size()) + "  " + steps[i].title);
+    out << '\n';
+    if (int rc = steps[i].run(ctx); rc != 0) return rc;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  print_section(out, "Done in " + format_duration(secs));
+  if (ctx.files_written.empty()) {
+    out << "Files written: none yet (training checkpoints, heatmaps and the explorer page will be listed here).\n";
+  } else {
+    out << "Files written:\n";
+    for (const auto& f : ctx.files_written) out << "  " << f << '\n';
+  }
+  return 0;
+}
+
+}  // namespace
+
+QKV_TOOL_COMMAND(demo, {
+    .name = "demo",
+    .summary = "Run the shape walkthrough, the worked example and the variance table in one go",
+    .order = 1,
+    .setup = [](CLI::App& sub) -> Action {
+      sub.footer(
+          "Runs, clearly sectioned and in a few seconds: the shape walkthrough (trace with d_model 64, 4 heads, "
+          "d_ff 128), the tutorial's worked example, and the variance table with quick settings. Ends by listing "
+          "the files it wrote (none yet).");
+      auto opt = std::make_shared<DemoOptions>();
+      sub.add_option("--seed", opt->seed, "Seed for every random part")->capture_default_str();
+      return [opt] { return run_demo(*opt, std::cout); };
+    }});
+
+}  // namespace qkv::tool

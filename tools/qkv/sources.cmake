@@ -1,0 +1,14 @@
+# Sources of the qkv tool (paths relative to tools/qkv). One file per subcommand:
+# a new subcommand is a new .cpp that registers itself with QKV_TOOL_COMMAND
+# (see command.h) plus one line here.
+set(QKV_TOOL_SOURCES
+  main.cpp
+  command.cpp
+  format.cpp
+  progress.cpp
+  cmd_worked_example.cpp
+  cmd_trace.cpp
+  cmd_variance.cpp
+  cmd_inspect.cpp
+  cmd_demo.cpp
+)
