@@ -148,10 +148,7 @@ void pack_a_block(bool ta, const T* A, i64 lda, i64 r0, i64 mc, i64 p0, i64 kc, 
       const T* src = A + (p0 + k) * lda + r0;
       if (k + 4 < kc)  // rows are a page apart: fetch row k+4 now
         for (i64 j = 0; j < mc; j += 64 / static_cast<i64>(sizeof(T))) __builtin_prefetch(src + 4 * lda + j, 0, 3);
-      for (i64 ir = 0; ir < mfull; ir += MR) {
-        T* dst = out + ir * kc + k * MR;
-        for (int i = 0; i < MR; ++i) dst[i] = src[ir + i];
-      }
+      for (i64 ir = 0; ir < mfull; ir += MR) std::memcpy(out + ir * kc + k * MR, src + ir, sizeof(T) * MR);
     }
     if (mfull < mc) pack_a_sliver<T, MR>(ta, A, lda, r0 + mfull, mc - mfull, p0, kc, out + mfull * kc, fast);
     return;
@@ -232,7 +229,10 @@ template <class T>
 void gemm_serial(const GemmKernelSet<T>& ks, i64 kcb, bool ta, bool tb, i64 M, i64 N, i64 K, T alpha, const T* A,
                  i64 lda, const T* B, i64 ldb, T beta, T* C, i64 ldc) {
   const int MR = ks.mr, NR = ks.nr;
-  const bool pack_a = N > kDirectAMaxN;
+  // A^T read in place walks K with stride lda: fine for one pass over a sliver,
+  // but with a power-of-two lda the lines of a sliver share a few L1 sets, so
+  // re-reading it for each B sliver thrashes (2048x96x512 TN ran at 30 GFLOP/s).
+  const bool pack_a = N > (ta ? NR : kDirectAMaxN);
   const bool pack_b =
       tb || (M > kDirectBMaxM && std::min<i64>(kcb, K) * ldb * static_cast<i64>(sizeof(T)) > kDirectBMaxBytes);
   const i64 mc_max = std::min<i64>(ks.mc, (M + MR - 1) / MR * MR);

@@ -15,6 +15,31 @@ namespace qkv::testing {
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
+// Compares x.grad() with central differences of eval() over every element of x
+// (x is perturbed in place and restored).
+inline ::testing::AssertionResult compare_fd(const std::string& name, const Tensor& x,
+                                             const std::function<double()>& eval, double eps, double atol,
+                                             double rtol) {
+  Tensor ga = x.grad();
+  std::vector<double> analytic =
+      ga.defined() ? ga.to_vector<double>() : std::vector<double>(static_cast<std::size_t>(x.numel()), 0.0);
+  double* p = x.data<double>();
+  for (std::int64_t i = 0; i < x.numel(); ++i) {
+    const double orig = p[i];
+    p[i] = orig + eps;
+    const double lp = eval();
+    p[i] = orig - eps;
+    const double lm = eval();
+    p[i] = orig;
+    const double numeric = (lp - lm) / (2 * eps);
+    const double a = analytic[static_cast<std::size_t>(i)];
+    if (!(std::fabs(a - numeric) <= atol + rtol * std::fabs(numeric)))
+      return ::testing::AssertionFailure() << name << " " << x.shape_str() << " element " << i << ": analytic " << a
+                                           << " vs numeric " << numeric;
+  }
+  return ::testing::AssertionSuccess();
+}
+
 inline ::testing::AssertionResult gradcheck(const Fn& f, std::vector<Tensor> inputs, double eps = 1e-6,
                                             double atol = 1e-5, double rtol = 1e-3, std::uint64_t seed = 7) {
   for (auto& x : inputs) {
@@ -32,24 +57,8 @@ inline ::testing::AssertionResult gradcheck(const Fn& f, std::vector<Tensor> inp
     return sum(mul(f(inputs), R)).item();
   };
   for (std::size_t k = 0; k < inputs.size(); ++k) {
-    Tensor x = inputs[k];
-    Tensor ga = x.grad();
-    std::vector<double> analytic =
-        ga.defined() ? ga.to_vector<double>() : std::vector<double>(static_cast<std::size_t>(x.numel()), 0.0);
-    double* p = x.data<double>();
-    for (std::int64_t i = 0; i < x.numel(); ++i) {
-      const double orig = p[i];
-      p[i] = orig + eps;
-      const double lp = eval();
-      p[i] = orig - eps;
-      const double lm = eval();
-      p[i] = orig;
-      const double numeric = (lp - lm) / (2 * eps);
-      const double a = analytic[static_cast<std::size_t>(i)];
-      if (!(std::fabs(a - numeric) <= atol + rtol * std::fabs(numeric)))
-        return ::testing::AssertionFailure() << "input " << k << " " << x.shape_str() << " element " << i
-                                             << ": analytic " << a << " vs numeric " << numeric;
-    }
+    auto r = compare_fd("input " + std::to_string(k), inputs[k], eval, eps, atol, rtol);
+    if (!r) return r;
   }
   return ::testing::AssertionSuccess();
 }
@@ -84,23 +93,8 @@ inline ::testing::AssertionResult gradcheck_module(nn::Module& module, const Fn&
   for (std::size_t k = 0; k < inputs.size(); ++k) all.emplace_back("input " + std::to_string(k), inputs[k]);
   for (auto& p : module.named_parameters()) all.push_back(p);
   for (auto& [name, x] : all) {
-    Tensor ga = x.grad();
-    std::vector<double> analytic =
-        ga.defined() ? ga.to_vector<double>() : std::vector<double>(static_cast<std::size_t>(x.numel()), 0.0);
-    double* p = x.data<double>();
-    for (std::int64_t i = 0; i < x.numel(); ++i) {
-      const double orig = p[i];
-      p[i] = orig + eps;
-      const double lp = eval();
-      p[i] = orig - eps;
-      const double lm = eval();
-      p[i] = orig;
-      const double numeric = (lp - lm) / (2 * eps);
-      const double a = analytic[static_cast<std::size_t>(i)];
-      if (!(std::fabs(a - numeric) <= atol + rtol * std::fabs(numeric)))
-        return ::testing::AssertionFailure() << name << " " << x.shape_str() << " element " << i << ": analytic " << a
-                                             << " vs numeric " << numeric;
-    }
+    auto r = compare_fd(name, x, eval, eps, atol, rtol);
+    if (!r) return r;
   }
   return ::testing::AssertionSuccess();
 }

@@ -5,6 +5,7 @@
 //   QKV_TOOL_COMMAND(trace_command, {
 //       .name = "trace", .summary = "...", .order = 20,
 //       .setup = [](CLI::App& sub) -> qkv::tool::Action {
+//         sub.footer("Longer description shown by 'qkv trace --help'.");
 //         auto opt = std::make_shared<TraceOptions>();
 //         sub.add_option("--d-model", opt->d_model, "...");
 //         return [opt] { return run_trace(*opt, std::cout); };
@@ -31,7 +32,8 @@ struct Command {
   std::string name;
   std::string summary;  // one line, shown in `qkv --help`
   int order = 100;      // position in `qkv --help`
-  // Declares the subcommand's options on `sub` (description, flags) and
+  // Declares the subcommand's options on `sub` (flags, a longer help text
+  // in sub.footer()) and
   // returns what to run once parsing succeeded.
   std::function<Action(CLI::App& sub)> setup;
 };

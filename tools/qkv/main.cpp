@@ -47,6 +47,9 @@ int main(int argc, char** argv) {
   for (const auto& cmd : qkv::tool::registered_commands()) {
     CLI::App* sub = app.add_subcommand(cmd.name, cmd.summary);
     actions.emplace_back(sub, cmd.setup(*sub));
+    const std::string long_help = sub->get_footer();
+    sub->footer((long_help.empty() ? "" : long_help + "\n\n") +
+                "Global option (before or after the command): --threads N, worker threads (default: all cores).");
   }
   app.require_subcommand(0, 1);
   // Set after the subcommands exist so they do not inherit it.
