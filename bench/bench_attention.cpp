@@ -5,7 +5,7 @@
 // = 2.5x forward (5 products), forward+backward = 3.5x forward; causal counts
 // half. Shapes B=4, H=8, D=64 (args: L, causal, threads) unless named.
 //
-//   flock /tmp/qkv-build.lock ./bench_attention --benchmark_repetitions=3 \
+//   flock /tmp/qkv-build.lock ./bench_attention --benchmark_repetitions=3
 //       --benchmark_report_aggregates_only=true --benchmark_filter='Forward/'
 //   ./bench_attention --benchmark_filter=Memory16k     (alone: it reads the peak RSS)
 #include <benchmark/benchmark.h>

@@ -15,4 +15,9 @@ set(QKV_SOURCES
   nn/transformer.cpp
   optim/optimizer.cpp
   io/tensors.cpp
+  io/checkpoint.cpp
+  models/attention_maps.cpp
+  models/classifier.cpp
+  models/seq2seq.cpp
+  viz/heatmap.cpp
 )

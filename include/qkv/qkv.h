@@ -4,6 +4,7 @@
 #include "qkv/core/parallel.h"
 #include "qkv/core/rng.h"
 #include "qkv/core/tensor.h"
+#include "qkv/io/checkpoint.h"
 #include "qkv/io/tensors.h"
 #include "qkv/nn/attention.h"
 #include "qkv/nn/layers.h"

@@ -170,6 +170,19 @@ struct Engine {
         for (i64 d = 0; d < dim; ++d) dp[d * KP + jj] = 0.f;
     }
   }
+  // dst[(e/KP)][j][e%KP] = src[j*ld + e] for j < n, e < dim, zero up to round_up(dim, KP): column
+  // panels of a row-major matrix, which the micro-kernel streams contiguously as B for O += P V.
+  static void pack_cols(float* dst, const float* src, i64 ld, i64 n, i64 dim) {
+    for (i64 e0 = 0; e0 < dim; e0 += KP) {
+      const i64 en = std::min<i64>(KP, dim - e0);
+      float* dp = dst + e0 * n;
+      for (i64 j = 0; j < n; ++j) {
+        const float* s = src + j * ld + e0;
+        for (i64 e = 0; e < en; ++e) dp[j * KP + e] = s[e];
+        for (i64 e = en; e < KP; ++e) dp[j * KP + e] = 0.f;
+      }
+    }
+  }
   // Rows of width dim padded with zeros to dimp (only used when dim % W != 0).
   static void copy_rows_padded(float* dst, i64 dimp, const float* src, i64 ld, i64 n, i64 dim) {
     for (i64 r = 0; r < n; ++r) {
@@ -244,9 +257,9 @@ struct Engine {
 
   // One task: query rows [i0, i0+BQ) of head (b,h).
   //   Kp     this head's valid keys in key panels [kv/KP][D][KP] (zero-padded to a whole panel)
-  //   vrows  this head's V rows (row stride vld, width >= Dvp readable)
+  //   Vp     this head's valid V rows in column panels [Dv/KP][kv][KP] (panel stride vpanel)
   static void forward_block(const FwdCtx& x, ThreadWorkspace& ws, i64 b, i64 h, i64 i0, const float* Kp,
-                            const float* vrows, i64 vld) {
+                            const float* Vp, i64 vpanel) {
     const AttnParams& p = x.p;
     const i64 mq = std::min(BQ, p.Lq - i0), kv = valid_keys(p, b), Dvp = x.Dvp;
     const float* q = x.Q + b * p.q_sb + h * p.q_sh + i0 * p.q_st;
@@ -292,7 +305,7 @@ struct Engine {
           }
         }
         // O_i += P V_tile (only the kn valid keys are read)
-        gemm(mr, Dvp, kn, S, 1, BK, vrows + k0 * vld, vld, KP, acc + r0 * Dvp, Dvp, 1.f, true);
+        gemm(mr, Dvp, kn, S, 1, BK, Vp + k0 * KP, KP, vpanel, acc + r0 * Dvp, Dvp, 1.f, true);
       }
     }
     // O = O_i / l_i;  LSE = L_i = m_i + log l_i
@@ -318,27 +331,22 @@ struct Engine {
       ThreadWorkspace& ws = thread_workspace();
       i64 packed = -1;
       const float* Kp = nullptr;
-      const float* vrows = nullptr;
-      i64 vld = 0;
+      const float* Vp = nullptr;
+      i64 vpanel = 0;
       for (i64 t = t0; t < t1; ++t) {
         const i64 bh = t / nqb, rank = t % nqb, b = bh / p.H, h = bh % p.H;
-        if (bh != packed) {  // K packed (and V padded, for odd Dv) once per head per worker
+        if (bh != packed) {  // K and V packed once per head per worker
           packed = bh;
           const i64 kv = valid_keys(p, b);
           float* kp = ws.buf[kKPacked].get(static_cast<std::size_t>(round_up(kv, KP) * p.D + 1));
           pack_panels(kp, K + b * p.k_sb + h * p.k_sh, p.k_st, kv, p.D);
           Kp = kp;
-          const float* vsrc = V_ + b * p.v_sb + h * p.v_sh;
-          if (x.Dvp == p.Dv) {
-            vrows = vsrc, vld = p.v_st;
-          } else {
-            float* vr = ws.buf[kVRows].get(static_cast<std::size_t>(kv * x.Dvp + 1));
-            copy_rows_padded(vr, x.Dvp, vsrc, p.v_st, kv, p.Dv);
-            vrows = vr, vld = x.Dvp;
-          }
+          float* vp = ws.buf[kVPacked].get(static_cast<std::size_t>(round_up(p.Dv, KP) * kv + 1));
+          pack_cols(vp, V_ + b * p.v_sb + h * p.v_sh, p.v_st, kv, p.Dv);
+          Vp = vp, vpanel = kv * KP;
         }
         const i64 qb = p.causal ? zigzag(rank, nqb) : rank;
-        forward_block(x, ws, b, h, qb * BQ, Kp, vrows, vld);
+        forward_block(x, ws, b, h, qb * BQ, Kp, Vp, vpanel);
       }
     });
   }
@@ -415,8 +423,10 @@ struct Engine {
           continue;
         }
         if (lim < ncols || p.bias) mask_row(s, lim, ncols, p, b, h, i, k0);
-        const V vneg = I::set1(-lse[i] * kLog2e);
-        for (i64 j = 0; j < ncols; j += W) I::store(s + j, I::exp2(I::fma(I::load(s + j), vl2e, vneg)));
+        // s - L_i is exact (Sterbenz) where it matters (s near L_i); folding L_i * log2(e) into an
+        // FMA would add the rounding of that product, which P = exp(s - L_i) does not renormalise.
+        const V vlse = I::set1(lse[i]);
+        for (i64 j = 0; j < ncols; j += W) I::store(s + j, I::exp2(I::mul(I::sub(I::load(s + j), vlse), vl2e)));
         if (Mul) {  // Pd = P * z, z = dropout multiplier (0 or 1/(1-p))
           float* mu = Mul + r * BKB;
           const i64 n = std::min(lim, kn);

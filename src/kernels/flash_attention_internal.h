@@ -29,8 +29,7 @@ class Buffer {
 // Scratch owned by one OS thread (each parallel_for worker has its own).
 enum BufferId {
   kKPacked,   // forward: K of one (b,h) in key panels [Lk/KP][D][KP]; backward: one key tile
-  kVPacked,   // backward: V tile in key panels [BKB/KP][Dv][KP]
-  kVRows,     // forward: V rows padded to Dvp (odd Dv only)
+  kVPacked,   // forward: V of one (b,h) in column panels [Dv/KP][Lk][KP]; backward: V tile in key panels
   kKRows,     // backward: K tile rows padded to Dp (odd D only)
   kQRows,     // backward: Q rows of one (b,h) padded to Dp (odd D only)
   kdORows,    // backward: dO rows of one (b,h) padded to Dvp (odd Dv only)

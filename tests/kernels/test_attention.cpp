@@ -207,10 +207,11 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 // Rule R1: max|got - hp| <= c * max|lp - hp| + floor over the valid elements; non-finite
 // reference values must be matched exactly (R4); gaps keep the sentinel.
 void expect_r1(const char* what, const std::vector<float>& got, const std::vector<double>& hp,
-               const std::vector<float>& lp, const View& vw, double c, const std::string& ctx) {
+               const std::vector<float>& lp, const View& vw, double c, const std::string& ctx,
+               double extra_rel = 0) {
   ASSERT_EQ(got.size(), hp.size()) << what;
   std::vector<char> valid(got.size(), 0);
-  double err = 0, err_lp = 0;
+  double err = 0, err_lp = 0, max_abs = 0;
   i64 worst = -1;
   for (i64 o : vw.offsets()) {
     valid[o] = 1;
@@ -223,12 +224,16 @@ void expect_r1(const char* what, const std::vector<float>& got, const std::vecto
     const double e = std::fabs(got[o] - h);
     if (e > err) err = e, worst = o;
     err_lp = std::max(err_lp, std::fabs(static_cast<double>(lp[o]) - h));
+    max_abs = std::max(max_abs, std::fabs(h));
   }
-  const double tol = c * err_lp + 1e-5;
+  const double tol = c * err_lp + 1e-5 + extra_rel * max_abs;
   EXPECT_LE(err, tol) << what << ": max |flash - ref64| = " << err << " at " << worst << ", ref32 error " << err_lp
                       << " (" << ctx << ")";
-  for (std::size_t o = 0; o < got.size(); ++o)
-    if (!valid[o]) ASSERT_EQ(got[o], kSentinel) << what << " wrote outside its rows at " << o << " (" << ctx << ")";
+  for (std::size_t o = 0; o < got.size(); ++o) {
+    if (!valid[o]) {
+      ASSERT_EQ(got[o], kSentinel) << what << " wrote outside its rows at " << o << " (" << ctx << ")";
+    }
+  }
 }
 
 struct ThreadsGuard {
@@ -247,8 +252,9 @@ std::vector<Isa> isas_to_test() {
 }
 
 // Fast kernel vs float64 reference (R1) for every ISA and 1 and 2 threads; each run twice and
-// required to be bitwise identical.
-void check_case(const Spec& spec, bool backward = true) {
+// required to be bitwise identical. bwd_extra_rel loosens dQ/dK/dV by that fraction of their
+// largest magnitude (only for huge logits, see there).
+void check_case(const Spec& spec, bool backward = true, double bwd_extra_rel = 0) {
   const Problem pr = make_problem(spec);
   const auto hp = run_ref<double>(pr, backward);
   const auto lp = run_ref<float>(pr, backward);
@@ -265,9 +271,9 @@ void check_case(const Spec& spec, bool backward = true) {
       expect_r1("O", r.o, hp.o, lp.o, pr.vo, 2, ctx);
       expect_r1("LSE", r.lse, hp.lse, lp.lse, vl, 2, ctx);
       if (backward) {
-        expect_r1("dQ", r.dq, hp.dq, lp.dq, pr.vq, 3, ctx);
-        expect_r1("dK", r.dk, hp.dk, lp.dk, pr.vk, 3, ctx);
-        expect_r1("dV", r.dv, hp.dv, lp.dv, pr.vv, 3, ctx);
+        expect_r1("dQ", r.dq, hp.dq, lp.dq, pr.vq, 3, ctx, bwd_extra_rel);
+        expect_r1("dK", r.dk, hp.dk, lp.dk, pr.vk, 3, ctx, bwd_extra_rel);
+        expect_r1("dV", r.dv, hp.dv, lp.dv, pr.vv, 3, ctx, bwd_extra_rel);
       }
       const auto again = run_flash(pr, backward);
       EXPECT_TRUE(same_bits(r.o, again.o) && same_bits(r.lse, again.lse)) << "forward not deterministic: " << ctx;
@@ -294,10 +300,15 @@ TEST(AttentionRef, WorkedExampleDk2) {
   p.scale = static_cast<float>(1 / std::sqrt(2.0));
   std::vector<double> O(6), L(3), P(9);
   qkv::kernels::attention_ref_forward<double>(O.data(), L.data(), P.data(), Q.data(), K.data(), V.data(), p);
+  // The tutorial prints these to 3 decimals; its 0.520 is 0.51931 exactly (it rounds so the row
+  // sums to 1), hence the 1e-3 tolerance. Exact values to 5 decimals are checked as well.
   const double row0[3] = {0.305, 0.333, 0.362}, row2[3] = {0.177, 0.303, 0.520};
+  const double row0_exact[3] = {0.30548, 0.33253, 0.36198}, row2_exact[3] = {0.17727, 0.30341, 0.51931};
   for (int j = 0; j < 3; ++j) {
-    EXPECT_NEAR(P[j], row0[j], 5e-4) << "row 0, key " << j;
-    EXPECT_NEAR(P[6 + j], row2[j], 5e-4) << "row 2, key " << j;
+    EXPECT_NEAR(P[j], row0[j], 1e-3) << "row 0, key " << j;
+    EXPECT_NEAR(P[6 + j], row2[j], 1e-3) << "row 2, key " << j;
+    EXPECT_NEAR(P[j], row0_exact[j], 5e-6) << "row 0, key " << j;
+    EXPECT_NEAR(P[6 + j], row2_exact[j], 5e-6) << "row 2, key " << j;
   }
   for (int i = 0; i < 3; ++i) {
     EXPECT_NEAR(P[3 * i] + P[3 * i + 1] + P[3 * i + 2], 1.0, 1e-12);
@@ -590,12 +601,30 @@ TEST(FlashAttention, PaddedKeysAreNeverRead) {
 }
 
 // |q.k| ~ 1e4: finite and accurate (no overflow in exp, no NaN from inf - inf).
+// Forward: plain R1. Backward: FlashAttention saves LSE in fp32 and recomputes P = exp(s - LSE)
+// without renormalising, so P inherits LSE's rounding, up to ulp(|LSE|)/2 relative; the float
+// reference renormalises its softmax and has no such error. Here |LSE| reaches ~2e3 (ulp 1.2e-4):
+// measured max dV error 5.3e-4 against 3.6e-7 for the float reference, for max |dV| ~ 10. The
+// backward tolerance therefore adds 8 ulp(max |LSE|) relative to the gradient's magnitude.
 TEST(FlashAttention, HugeLogits) {
-  Spec s;
-  s.B = 1, s.H = 2, s.Lq = 80, s.Lk = 130, s.D = 64, s.input_scale = 25.f;  // q.k ~ N(0, 5000^2): |q.k| up to ~1.5e4
-  check_case(s);
-  s.causal = true, s.seed = 3;
-  check_case(s);
+  for (bool causal : {false, true}) {
+    Spec s;
+    s.B = 1, s.H = 2, s.Lq = 80, s.Lk = 130, s.D = 64, s.causal = causal, s.seed = causal ? 3 : 7;
+    s.input_scale = 25.f;  // q.k ~ N(0, 5000^2): |q.k| up to ~1.5e4
+    const Problem pr = make_problem(s);
+    const auto hp = run_ref<double>(pr, false);
+    double max_lse = 0, max_qk = 0;
+    for (double x : hp.lse) max_lse = std::max(max_lse, std::fabs(x));
+    for (i64 i = 0; i < s.Lq; ++i)
+      for (i64 j = 0; j < s.Lk; ++j) {
+        double dot = 0;
+        for (i64 d = 0; d < s.D; ++d) dot += double(pr.q[i * s.D + d]) * pr.k[j * s.D + d];
+        max_qk = std::max(max_qk, std::fabs(dot));
+      }
+    EXPECT_GT(max_qk, 1e4);
+    check_case(s, true, 8 * max_lse * 0x1.0p-23);
+    if (HasFailure()) return;
+  }
 }
 
 // A head split between the two workers (B*H odd, few key blocks) must still be bitwise stable,
@@ -604,16 +633,21 @@ TEST(FlashAttention, DeterministicSplitHeadsAndEmptyShapes) {
   Spec s;
   s.B = 1, s.H = 3, s.Lq = 300, s.Lk = 500, s.D = 64, s.causal = true;
   check_case(s);
-  for (i64 Lq : {0, 4})
+  for (i64 Lq : {0, 4})  // no keys: O = 0, LSE = -inf, dQ = 0; no queries: dK = dV = 0
     for (i64 Lk : {0, 6}) {
       Spec e;
       e.Lq = Lq, e.Lk = Lk, e.D = 8;
       const Problem pr = make_problem(e);
       const auto r = run_flash(pr, true);
-      for (float x : r.o) EXPECT_EQ(x, 0.f);
-      for (float x : r.dq) EXPECT_EQ(x, 0.f);
-      for (float x : r.dk) EXPECT_EQ(x, 0.f);
-      for (float x : r.lse) EXPECT_EQ(x, -kInf);
+      if (Lk == 0) {
+        for (float x : r.o) EXPECT_EQ(x, 0.f);
+        for (float x : r.dq) EXPECT_EQ(x, 0.f);
+        for (float x : r.lse) EXPECT_EQ(x, -kInf);
+      }
+      if (Lq == 0) {
+        for (float x : r.dk) EXPECT_EQ(x, 0.f);
+        for (float x : r.dv) EXPECT_EQ(x, 0.f);
+      }
     }
   Spec e;
   e.B = 0;

@@ -1,0 +1,45 @@
+// Checkpoints: one safetensors file that PyTorch's `safetensors` package reads.
+//   tensors  "<dotted.param.name>"         model parameters and persistent buffers (PyTorch names)
+//            "optim.<entry>"               optimiser state (Optimizer::state(): step, lr, exp_avg.<p>, ...)
+//            "extra.<name>"                anything else the caller keeps (e.g. a data set)
+//   metadata "format" = "qkv-checkpoint-v1", "model_type", "config" (a JSON object as text),
+//            "rng_seed", "rng_offset" (the default generator, for bitwise resume), plus caller entries.
+// Saving is atomic (temp file, fsync, rename, fsync dir): an interrupted save
+// never damages the previous checkpoint. Loading uses the strict reader.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "qkv/core/rng.h"
+#include "qkv/nn/module.h"
+#include "qkv/optim/optimizer.h"
+
+namespace qkv::io {
+
+struct Checkpoint {
+  std::string model_type;
+  std::string config_json;                    // "{}" if none
+  nn::StateDict model;                        // by dotted name
+  optim::NamedParams optimizer;               // entries without the "optim." prefix, in file order
+  std::map<std::string, Tensor> extra;        // without the "extra." prefix
+  std::map<std::string, std::string> metadata;  // everything in __metadata__
+  std::uint64_t rng_seed = 0, rng_offset = 0;
+  bool has_rng = false;
+};
+
+struct SaveCheckpointArgs {
+  const nn::Module* model = nullptr;          // required
+  std::string model_type;                     // required, e.g. "classifier"
+  std::string config_json = "{}";
+  const optim::Optimizer* optimizer = nullptr;
+  const Generator* rng = nullptr;             // saved as rng_seed / rng_offset
+  std::map<std::string, Tensor> extra;
+  std::map<std::string, std::string> metadata;  // caller entries (must not clash with the reserved keys)
+};
+
+void save_checkpoint(const std::string& path, const SaveCheckpointArgs& args);
+// FormatError (naming the file) if it is not a qkv checkpoint or is malformed.
+Checkpoint load_checkpoint(const std::string& path);
+
+}  // namespace qkv::io
