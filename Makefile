@@ -2,6 +2,8 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# OpenMP workers wait passively: on a shared 2-core machine spinning workers slow everything down.
+export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: all setup configure build demo test bench clean
 

@@ -20,4 +20,7 @@ set(QKV_SOURCES
   models/classifier.cpp
   models/seq2seq.cpp
   viz/heatmap.cpp
+  viz/font.cpp
+  viz/explorer.cpp
+  viz/write_file.cpp
 )

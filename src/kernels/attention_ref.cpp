@@ -72,7 +72,12 @@ T softmax_row(T* w, const T* Q, const T* K, const AttnParams& p, i64 b, i64 h, i
 
 template <class T>
 void attention_ref_forward(T* O, T* LSE, T* P, const T* Q, const T* K, const T* V, const AttnParams& p) {
-  // O [B,H,Lq,Dv] strides o_*; LSE [B,H,Lq]; P [B,H,Lq,Lk]; Q [B,H,Lq,D]; K [B,H,Lk,D]; V [B,H,Lk,Dv]
+  // O   [B,H,Lq,Dv]  strides o_*
+  // LSE [B,H,Lq]     contiguous (may be null)
+  // P   [B,H,Lq,Lk]  contiguous (may be null): weights after masking + softmax, before dropout
+  // Q   [B,H,Lq,D]   strides q_*
+  // K   [B,H,Lk,D]   strides k_*
+  // V   [B,H,Lk,Dv]  strides v_*
   const i64 rows = p.B * p.H * p.Lq;
   qkv::parallel_for(0, rows, 16, [&](i64 r0, i64 r1) {
     std::vector<T> w(static_cast<std::size_t>(p.Lk));
@@ -97,7 +102,10 @@ void attention_ref_forward(T* O, T* LSE, T* P, const T* Q, const T* K, const T* 
 template <class T>
 void attention_ref_backward(T* dQ, T* dK, T* dV, const T* dO, const T* Q, const T* K, const T* V,
                             const AttnParams& p) {
-  // dQ [B,H,Lq,D] strides q_*; dK [B,H,Lk,D] strides k_*; dV [B,H,Lk,Dv] strides v_*; dO [B,H,Lq,Dv] strides o_*
+  // dQ, Q  [B,H,Lq,D]   strides q_*
+  // dK, K  [B,H,Lk,D]   strides k_*
+  // dV, V  [B,H,Lk,Dv]  strides v_*
+  // dO     [B,H,Lq,Dv]  strides o_*
   const i64 Lq = p.Lq, Lk = p.Lk;
   qkv::parallel_for(0, p.B * p.H, 1, [&](i64 bh0, i64 bh1) {
     std::vector<T> P(static_cast<std::size_t>(Lq * Lk)), dS(static_cast<std::size_t>(Lq * Lk));

@@ -40,7 +40,11 @@ CallWorkspace& call_workspace() {
 
 void flash_attention_forward(float* O, float* LSE, const float* Q, const float* K, const float* V,
                              const AttnParams& p) {
-  // O [B,H,Lq,Dv], LSE [B,H,Lq], Q [B,H,Lq,D], K [B,H,Lk,D], V [B,H,Lk,Dv]
+  // O   [B,H,Lq,Dv]  strides o_*
+  // LSE [B,H,Lq]     contiguous
+  // Q   [B,H,Lq,D]   strides q_*
+  // K   [B,H,Lk,D]   strides k_*
+  // V   [B,H,Lk,Dv]  strides v_*
   switch (active_isa()) {
     case Isa::Avx512: return flash::forward_avx512(O, LSE, Q, K, V, p);
     case Isa::Avx2: return flash::forward_avx2(O, LSE, Q, K, V, p);
@@ -51,7 +55,11 @@ void flash_attention_forward(float* O, float* LSE, const float* Q, const float* 
 
 void flash_attention_backward(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
                               const float* V, const float* O, const float* LSE, const AttnParams& p) {
-  // dQ [B,H,Lq,D], dK [B,H,Lk,D], dV [B,H,Lk,Dv], dO/O [B,H,Lq,Dv], LSE [B,H,Lq], Q/K/V as in forward
+  // dQ, Q  [B,H,Lq,D]   strides q_*
+  // dK, K  [B,H,Lk,D]   strides k_*
+  // dV, V  [B,H,Lk,Dv]  strides v_*
+  // dO, O  [B,H,Lq,Dv]  strides o_*
+  // LSE    [B,H,Lq]     contiguous
   switch (active_isa()) {
     case Isa::Avx512: return flash::backward_avx512(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
     case Isa::Avx2: return flash::backward_avx2(dQ, dK, dV, dO, Q, K, V, O, LSE, p);

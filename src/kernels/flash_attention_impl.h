@@ -1,7 +1,7 @@
 // FlashAttention-2 forward and backward, written once over a SIMD traits type
 // `I` and compiled per ISA by flash_attention_{scalar,avx2,avx512}.cpp, which
-// include flash_attention_prelude.h, then `#pragma GCC target(...)`, define
-// `struct Isa` (vector type V, width W, micro-kernel rows MR, vectors per
+// include flash_attention_prelude.h, then `#pragma GCC target(...)`, define a
+// traits struct (vector type V, width W, micro-kernel rows MR, vectors per
 // micro-kernel row NV, tile sizes, ops) and then include this file. Everything
 // here has internal linkage, so the three copies never meet at link time.
 //
@@ -24,10 +24,12 @@
 //
 // Inner products are one register-blocked micro-kernel, C[MR x NV*W] (+)=
 // A B, with A broadcast from any strided layout and B streamed as NV vectors
-// per step: S = Q K^T streams K packed in key panels [D][KP] (KP = NV*W keys),
-// O += P V streams V rows, and the backward products reuse it with the
-// operands' roles swapped. Tiles live in per-thread workspaces; nothing is
-// O(Lq * Lk).
+// per step. Forward: S = Q K^T streams K packed once per head in key panels
+// [D][KP] (KP = NV*W keys), O += P V streams V packed in column panels
+// [Lk][KP]; heads with a few query rows (decode) read K and V in place
+// instead. Backward: the five products reuse the same micro-kernel with the
+// operands' roles swapped (K, V packed per key tile). Tiles live in reused
+// per-thread workspaces; nothing is O(Lq * Lk).
 #pragma once
 
 namespace qkv::kernels::flash {
@@ -83,19 +85,24 @@ struct Engine {
   static constexpr int W = I::W, MR = I::MR, NV = I::NV, KP = I::NV * I::W;
   static constexpr i64 BQ = I::kFwdQ, BK = I::kFwdK, BQB = I::kBwdQ, BKB = I::kBwdK;
   static_assert(BK % KP == 0 && BKB % KP == 0, "key blocks must be whole key panels");
+  static constexpr i64 kInPlaceMaxRows = 16;  // forward reads K, V in place when Lq <= this
 
   // ---- micro-kernel: C[r][0..nv*W) (+)= alpha * sum_k A(r,k) * B(k, 0..nv*W), r < M ----
   //   A(r,k) = a[k*a_ks + r*a_rs] (broadcast)   B(k,:) = b + k*b_ks (nv vectors)   C row r = c + r*c_rs
+  // Small tiles (M * NVc < 8 accumulators: partial panels, decode) would wait on the FMA latency,
+  // so they keep U interleaved copies of the accumulators over k and sum them at the end.
   template <int M, int NVc>
   static void micro(i64 K, const float* a, i64 a_ks, i64 a_rs, const float* b, i64 b_ks, float* c, i64 c_rs,
                     float alpha, bool accumulate) {
-    V acc[M][NVc];
-#pragma GCC unroll 16
-    for (int r = 0; r < M; ++r)
+    constexpr int U = M * NVc >= 8 ? 1 : M * NVc >= 4 ? 2 : 4;
+    V acc[U][M][NVc];
 #pragma GCC unroll 4
-      for (int v = 0; v < NVc; ++v) acc[r][v] = I::zero();
-#pragma GCC unroll 2
-    for (i64 k = 0; k < K; ++k) {
+    for (int u = 0; u < U; ++u)
+#pragma GCC unroll 16
+      for (int r = 0; r < M; ++r)
+#pragma GCC unroll 4
+        for (int v = 0; v < NVc; ++v) acc[u][r][v] = I::zero();
+    auto step = [&](int u) __attribute__((always_inline)) {
       V bv[NVc];
 #pragma GCC unroll 4
       for (int v = 0; v < NVc; ++v) bv[v] = I::load(b + v * W);
@@ -103,17 +110,33 @@ struct Engine {
       for (int r = 0; r < M; ++r) {
         const V x = I::set1(a[r * a_rs]);
 #pragma GCC unroll 4
-        for (int v = 0; v < NVc; ++v) acc[r][v] = I::fma(x, bv[v], acc[r][v]);
+        for (int v = 0; v < NVc; ++v) acc[u][r][v] = I::fma(x, bv[v], acc[u][r][v]);
       }
       a += a_ks;
       b += b_ks;
+    };
+    i64 k = 0;
+    if constexpr (U == 1) {
+#pragma GCC unroll 2
+      for (; k < K; ++k) step(0);
+    } else {
+      for (; k + U <= K; k += U)
+#pragma GCC unroll 4
+        for (int u = 0; u < U; ++u) step(u);
+      for (; k < K; ++k) step(0);
+#pragma GCC unroll 4
+      for (int u = 1; u < U; ++u)
+#pragma GCC unroll 16
+        for (int r = 0; r < M; ++r)
+#pragma GCC unroll 4
+          for (int v = 0; v < NVc; ++v) acc[0][r][v] = I::add(acc[0][r][v], acc[u][r][v]);
     }
     const V va = I::set1(alpha);
 #pragma GCC unroll 16
     for (int r = 0; r < M; ++r)
 #pragma GCC unroll 4
       for (int v = 0; v < NVc; ++v) {
-        V x = alpha == 1.f ? acc[r][v] : I::mul(acc[r][v], va);
+        V x = alpha == 1.f ? acc[0][r][v] : I::mul(acc[0][r][v], va);
         float* cp = c + r * c_rs + v * W;
         if (accumulate) x = I::add(x, I::load(cp));
         I::store(cp, x);
@@ -255,11 +278,53 @@ struct Engine {
     }
   }
 
-  // One task: query rows [i0, i0+BQ) of head (b,h).
-  //   Kp     this head's valid keys in key panels [kv/KP][D][KP] (zero-padded to a whole panel)
-  //   Vp     this head's valid V rows in column panels [Dv/KP][kv][KP] (panel stride vpanel)
-  static void forward_block(const FwdCtx& x, ThreadWorkspace& ws, i64 b, i64 h, i64 i0, const float* Kp,
-                            const float* Vp, i64 vpanel) {
+  // Where a forward task reads K and V: packed once per head (Kp != null), or, for heads with a
+  // handful of query rows (decode), in place, since packing would cost more than the products.
+  struct KVSource {
+    const float* Kp = nullptr;  // valid keys in key panels [kv/KP][D][KP] (zero-padded panel)
+    const float* Vp = nullptr;  // valid V rows in column panels [Dv/KP][kv][KP], panel stride vpanel
+    i64 vpanel = 0;
+    const float* K = nullptr;  // in place: this head's K rows (stride k_st) and V rows (stride v_st,
+    const float* V = nullptr;  //   Dv a multiple of W so whole vectors stay inside each row)
+  };
+
+  // S[r][j] = scale * <q_r, k_j> for r < mr, j < kn with K rows read in place; four keys at a
+  // time so their dot products are independent FMA chains.
+  static void dot_scores(float* S, const float* q, i64 q_st, i64 mr, const float* k, i64 k_st, i64 kn, i64 D,
+                         float scale) {
+    const i64 Dw = D / W * W;
+    for (i64 r = 0; r < mr; ++r) {
+      const float* qr = q + r * q_st;
+      float* sr = S + r * BK;
+      i64 j = 0;
+      for (; j + 4 <= kn; j += 4) {
+        const float* k0 = k + j * k_st;
+        const float *k1 = k0 + k_st, *k2 = k1 + k_st, *k3 = k2 + k_st;
+        V a0 = I::zero(), a1 = I::zero(), a2 = I::zero(), a3 = I::zero();
+        for (i64 d = 0; d < Dw; d += W) {
+          const V qv = I::load(qr + d);
+          a0 = I::fma(qv, I::load(k0 + d), a0);
+          a1 = I::fma(qv, I::load(k1 + d), a1);
+          a2 = I::fma(qv, I::load(k2 + d), a2);
+          a3 = I::fma(qv, I::load(k3 + d), a3);
+        }
+        float d0 = I::hsum(a0), d1 = I::hsum(a1), d2 = I::hsum(a2), d3 = I::hsum(a3);
+        for (i64 d = Dw; d < D; ++d) d0 += qr[d] * k0[d], d1 += qr[d] * k1[d], d2 += qr[d] * k2[d], d3 += qr[d] * k3[d];
+        sr[j] = scale * d0, sr[j + 1] = scale * d1, sr[j + 2] = scale * d2, sr[j + 3] = scale * d3;
+      }
+      for (; j < kn; ++j) {
+        const float* kr = k + j * k_st;
+        V acc = I::zero();
+        for (i64 d = 0; d < Dw; d += W) acc = I::fma(I::load(qr + d), I::load(kr + d), acc);
+        float dot = I::hsum(acc);
+        for (i64 d = Dw; d < D; ++d) dot += qr[d] * kr[d];
+        sr[j] = scale * dot;
+      }
+    }
+  }
+
+  // One task: query rows [i0, i0+BQ) of head (b,h), keys and values from kvs.
+  static void forward_block(const FwdCtx& x, ThreadWorkspace& ws, i64 b, i64 h, i64 i0, const KVSource& kvs) {
     const AttnParams& p = x.p;
     const i64 mq = std::min(BQ, p.Lq - i0), kv = valid_keys(p, b), Dvp = x.Dvp;
     const float* q = x.Q + b * p.q_sb + h * p.q_sh + i0 * p.q_st;
@@ -288,7 +353,10 @@ struct Engine {
         if (k0 >= pend) continue;  // causal: tile fully masked for this panel
         const i64 kn = std::min(BK, pend - k0), ncols = round_up(kn, KP);
         // S = scale * Q_panel K_tile^T
-        gemm(mr, ncols, p.D, q + r0 * p.q_st, 1, p.q_st, Kp + k0 * p.D, KP, p.D * KP, S, BK, p.scale, false);
+        if (kvs.Kp)
+          gemm(mr, ncols, p.D, q + r0 * p.q_st, 1, p.q_st, kvs.Kp + k0 * p.D, KP, p.D * KP, S, BK, p.scale, false);
+        else
+          dot_scores(S, q + r0 * p.q_st, p.q_st, mr, kvs.K + k0 * p.k_st, p.k_st, kn, p.D, p.scale);
         for (i64 r = 0; r < mr; ++r) {
           const i64 i = i0 + r0 + r;
           lim[r] = row_key_end(p, kv, i) - k0;  // allowed columns of row r: [0, lim)
@@ -305,7 +373,10 @@ struct Engine {
           }
         }
         // O_i += P V_tile (only the kn valid keys are read)
-        gemm(mr, Dvp, kn, S, 1, BK, Vp + k0 * KP, KP, vpanel, acc + r0 * Dvp, Dvp, 1.f, true);
+        if (kvs.Vp)
+          gemm(mr, Dvp, kn, S, 1, BK, kvs.Vp + k0 * KP, KP, kvs.vpanel, acc + r0 * Dvp, Dvp, 1.f, true);
+        else
+          gemm(mr, Dvp, kn, S, 1, BK, kvs.V + k0 * p.v_st, p.v_st, KP, acc + r0 * Dvp, Dvp, 1.f, true);
       }
     }
     // O = O_i / l_i;  LSE = L_i = m_i + log l_i
@@ -326,27 +397,30 @@ struct Engine {
                       const AttnParams& p) {
     if (p.B <= 0 || p.H <= 0 || p.Lq <= 0) return;
     const FwdCtx x{p, Q, O, LSE, round_up(p.Dv, W), Dropout(p)};
+    // Packing K and V costs O(Lk (D + Dv)) per head and worker; with few query rows that is more
+    // than the products themselves, so such heads read K and V in place.
+    const bool in_place = p.Lq <= kInPlaceMaxRows && x.Dvp == p.Dv;
     const i64 nqb = (p.Lq + BQ - 1) / BQ, ntask = p.B * p.H * nqb;
     qkv::parallel_for(0, ntask, 1, [&](i64 t0, i64 t1) {
       ThreadWorkspace& ws = thread_workspace();
       i64 packed = -1;
-      const float* Kp = nullptr;
-      const float* Vp = nullptr;
-      i64 vpanel = 0;
+      KVSource kvs;
       for (i64 t = t0; t < t1; ++t) {
         const i64 bh = t / nqb, rank = t % nqb, b = bh / p.H, h = bh % p.H;
-        if (bh != packed) {  // K and V packed once per head per worker
+        if (in_place) {
+          kvs.K = K + b * p.k_sb + h * p.k_sh;
+          kvs.V = V_ + b * p.v_sb + h * p.v_sh;
+        } else if (bh != packed) {  // K and V packed once per head per worker
           packed = bh;
           const i64 kv = valid_keys(p, b);
           float* kp = ws.buf[kKPacked].get(static_cast<std::size_t>(round_up(kv, KP) * p.D + 1));
           pack_panels(kp, K + b * p.k_sb + h * p.k_sh, p.k_st, kv, p.D);
-          Kp = kp;
           float* vp = ws.buf[kVPacked].get(static_cast<std::size_t>(round_up(p.Dv, KP) * kv + 1));
           pack_cols(vp, V_ + b * p.v_sb + h * p.v_sh, p.v_st, kv, p.Dv);
-          Vp = vp, vpanel = kv * KP;
+          kvs.Kp = kp, kvs.Vp = vp, kvs.vpanel = kv * KP;
         }
         const i64 qb = p.causal ? zigzag(rank, nqb) : rank;
-        forward_block(x, ws, b, h, qb * BQ, Kp, Vp, vpanel);
+        forward_block(x, ws, b, h, qb * BQ, kvs);
       }
     });
   }

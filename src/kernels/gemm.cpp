@@ -35,7 +35,8 @@ using i64 = std::int64_t;
 // Fork only when every thread gets at least this many FLOPs (~25 us of work at
 // 80 GFLOP/s): a 64^3 product (0.5 MFLOP) forked over 2 threads is slower.
 constexpr double kMinFlopsPerThread = 2.0e6;
-// Read A in place (no packing) when op(B) has at most this many columns.
+// Read A (not transposed) in place, no packing, when op(B) has at most this
+// many columns: each A sliver is then used by at most 4 B slivers.
 constexpr i64 kDirectAMaxN = 64;
 // Read B in place when it is not transposed and either op(A) has at most this
 // many rows (B is used too few times to repay packing) ...
@@ -104,8 +105,9 @@ Workspace& workspace() {
 }
 
 // ---- packing ----
-// Rows ahead that the row-walking packers prefetch (set by measurement: 4 left
-// the A^T packing of 512x64x512 TN stalled on loads).
+// Rows ahead that the row-walking packers prefetch (rows of A^T or B are
+// often a page apart, where hardware prefetchers stop). 4..24 measured the
+// same within this VM's noise.
 constexpr i64 kPackAhead = 8;
 // Packed A sliver: op(A) rows [r0, r0+m) x k [p0, p0+kc) -> out[k*MR + i], rows i >= m zero.
 // Packed B sliver: op(B) k [p0, p0+kc) x columns [c0, c0+n) -> out[k*NR + j], columns j >= n zero.
@@ -146,16 +148,13 @@ void pack_a_block(bool ta, const T* A, i64 lda, i64 r0, i64 mc, i64 p0, i64 kc, 
                   detail::GemmInterleave<T> fast) {
   const i64 mfull = mc / MR * MR;
   if (ta && mfull > 0) {
-    // A stored [K,M]: one sliver at a time, MR contiguous values per k. Rows are
-    // lda apart (often a page or more), so prefetch kPackAhead rows ahead.
-    for (i64 ir = 0; ir < mfull; ir += MR) {
-      const T* src = A + p0 * lda + r0 + ir;
-      T* dst = out + ir * kc;
-      for (i64 k = 0; k < kc; ++k) {
-        __builtin_prefetch(src + (k + kPackAhead) * lda, 0, 3);
-        __builtin_prefetch(src + (k + kPackAhead) * lda + MR - 1, 0, 3);
-        std::memcpy(dst + k * MR, src + k * lda, sizeof(T) * MR);
-      }
+    // A stored [K,M]: walk rows of A (sequential), scatter MR-wide pieces to the slivers.
+    for (i64 k = 0; k < kc; ++k) {
+      const T* src = A + (p0 + k) * lda + r0;
+      if (k + kPackAhead < kc)  // rows may be pages apart: fetch a later row now
+        for (i64 j = 0; j < mc; j += 64 / static_cast<i64>(sizeof(T)))
+          __builtin_prefetch(src + kPackAhead * lda + j, 0, 3);
+      for (i64 ir = 0; ir < mfull; ir += MR) std::memcpy(out + ir * kc + k * MR, src + ir, sizeof(T) * MR);
     }
     if (mfull < mc) pack_a_sliver<T, MR>(ta, A, lda, r0 + mfull, mc - mfull, p0, kc, out + mfull * kc, fast);
     return;
@@ -186,7 +185,7 @@ void pack_b_panel(bool tb, const T* B, i64 ldb, i64 p0, i64 kc, i64 c0, i64 nc, 
     }
     return;
   }
-  // B stored [N,K]: each row of B is one column of a sliver; transpose 
+  // B stored [N,K]: each row of B is one column of a sliver; transpose
   // column by column (reads sequential, writes NR apart within the sliver).
   for (i64 jr = 0; jr < nc; jr += NR) {
     T* dst = out + jr * kc;

@@ -262,7 +262,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
     const bool* ms = m.data<bool>();
     T* os = o.data<T>();
     const T v = static_cast<T>(value);
-    for (std::int64_t i = 0; i < o.numel(); ++i) os[i] = ms[i] ? v : xs[i];
+    for (std::int64_t i = 0, n = o.numel(); i < n; ++i) os[i] = ms[i] ? v : xs[i];
     return o;
   });
   record(out, "masked_fill", {x}, [m](const Tensor& g) {
@@ -273,7 +273,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
       const T* gs = gc.data<T>();
       const bool* ms = m.data<bool>();
       T* os = o.data<T>();
-      for (std::int64_t i = 0; i < o.numel(); ++i) os[i] = ms[i] ? T(0) : gs[i];
+      for (std::int64_t i = 0, n = o.numel(); i < n; ++i) os[i] = ms[i] ? T(0) : gs[i];
       return o;
     })};
   });

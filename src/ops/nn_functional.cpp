@@ -286,7 +286,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
       const bool* k = keep.data<bool>();
       T* op = o.data<T>();
       const T s = static_cast<T>(sc);
-      for (std::int64_t i = 0; i < o.numel(); ++i) op[i] = k[i] ? tp[i] * s : T(0);
+      for (std::int64_t i = 0, n = o.numel(); i < n; ++i) op[i] = k[i] ? tp[i] * s : T(0);
       return o;
     });
   };

@@ -17,7 +17,7 @@ template <class T>
 bool all_finite(const Tensor& t) {
   Tensor c = t.contiguous();
   const T* p = c.data<T>();
-  for (std::int64_t i = 0; i < c.numel(); ++i)
+  for (std::int64_t i = 0, n = c.numel(); i < n; ++i)
     if (!std::isfinite(p[i])) return false;
   return true;
 }
@@ -142,7 +142,7 @@ void SGD::update(std::size_t i, const Tensor& p, const Tensor& g) {
     const T* gp = g.data<T>();
     T* bp = buf ? buf->data<T>() : nullptr;
     const double lr = lr_, wd = o_.weight_decay, mom = o_.momentum, damp = o_.dampening;
-    for (std::int64_t k = 0; k < p.numel(); ++k) {
+    for (std::int64_t k = 0, n = p.numel(); k < n; ++k) {
       T d = gp[k];
       if (wd != 0) d = d + static_cast<T>(wd) * pp[k];  // g += wd * p
       if (bp) {
@@ -189,7 +189,7 @@ void Adam::update(std::size_t i, const Tensor& p, const Tensor& g) {
     T* xp = vmax ? vmax->data<T>() : nullptr;
     const T b1 = static_cast<T>(o_.beta1), b2 = static_cast<T>(o_.beta2), wd = static_cast<T>(o_.weight_decay);
     const T decay = static_cast<T>(1.0 - lr_ * o_.weight_decay);
-    for (std::int64_t k = 0; k < p.numel(); ++k) {
+    for (std::int64_t k = 0, n = p.numel(); k < n; ++k) {
       T d = gp[k];
       if (decoupled_) {
         pp[k] = pp[k] * decay;  // AdamW: p *= 1 - lr * wd
@@ -241,7 +241,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, NonFin
       dispatch_float(g.dtype(), "clip_grad_norm", [&]<class T>() {
         Tensor gc = g.contiguous();
         T* d = gc.data<T>();
-        for (std::int64_t k = 0; k < gc.numel(); ++k) d[k] = d[k] * static_cast<T>(coef);
+        for (std::int64_t k = 0, n = gc.numel(); k < n; ++k) d[k] = d[k] * static_cast<T>(coef);
         if (!g.is_same(gc)) p.set_grad(gc);
       });
     }

@@ -236,12 +236,17 @@ TEST(Cli, NoCommandPrintsHelpAndFails) {
 }
 
 TEST(Cli, DemoRunsEverySection) {
-  const Result r = run("demo");
+  const fs::path out_dir = unique_temp("demo");
+  const Result r = run("demo --out '" + out_dir.string() + "'");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("1/3"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(1/\d+  Shape walkthrough)"))) << r.out;
   EXPECT_NE(r.out.find("(1, 5, 64) -> view -> (1, 5, 4, 16) -> transpose(1,2) -> (1, 4, 5, 16)"), std::string::npos)
       << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(0\.177\s+0\.303\s+0\.519)"))) << r.out;
   EXPECT_NE(r.out.find("Var(q·k)"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("Files written: none"), std::string::npos) << r.out;
+  // The training step saves the classifier's checkpoint in --out and lists it.
+  EXPECT_NE(r.out.find("Files written:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find((out_dir / "classifier.safetensors").string()), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(out_dir / "classifier.safetensors"));
+  fs::remove_all(out_dir);
 }

@@ -436,6 +436,30 @@ TEST(FlashAttention, AwkwardShapes) {
     }
 }
 
+// Every head dim of REFERENCES.md against rotating length pairs from the awkward list.
+TEST(FlashAttention, HeadDimSweep) {
+  const i64 dims[] = {1, 3, 8, 16, 21, 32, 59, 64, 96, 128};
+  const i64 lens[] = {1, 2, 5, 8, 17, 64, 97, 113, 128, 257};
+  int n = 0;
+  for (i64 D : dims)
+    for (int k = 0; k < 2; ++k, ++n) {
+      Spec s;
+      s.H = 2, s.D = D, s.Dv = (n % 3 == 0) ? 32 : D, s.causal = (n % 2) == 0;
+      s.Lq = lens[(3 * n) % 10], s.Lk = lens[(3 * n + 4 + k) % 10], s.seed = static_cast<std::uint64_t>(n + 50);
+      check_case(s);
+      if (HasFailure()) return;
+    }
+}
+
+// The AVX-512 path is compiled everywhere but can only run on a CPU that has it.
+TEST(FlashAttention, Avx512PathAvailable) {
+  if (qkv::kernels::detected_isa() < Isa::Avx512) GTEST_SKIP() << "this CPU has no AVX-512: that path was not run";
+  IsaGuard ig;
+  qkv::kernels::set_isa(Isa::Avx512);
+  EXPECT_EQ(qkv::kernels::active_isa(), Isa::Avx512);
+  EXPECT_EQ(qkv::kernels::flash_attention_tile_sizes().simd_width, 16);
+}
+
 // Lq != Lk pairs from REFERENCES.md, causal (bottom-right aligned) and not.
 TEST(FlashAttention, UnequalLengths) {
   const i64 pairs[][2] = {{113, 203}, {1, 339}, {3, 799}, {512, 256}};
@@ -496,13 +520,16 @@ TEST(FlashAttention, StridedLayouts) {
   }
 }
 
-// key_lengths per batch (0, partial, full), with and without causal.
+// key_lengths per batch (0, partial, full), with and without causal; Lq = 3 takes the
+// in-place (decode) path that reads K and V without packing them.
 TEST(FlashAttention, KeyLengths) {
-  for (bool causal : {false, true}) {
-    Spec s;
-    s.B = 4, s.H = 2, s.Lq = 50, s.Lk = 150, s.D = 32, s.causal = causal, s.key_lengths = {0, 1, 77, 150};
-    check_case(s);
-  }
+  for (i64 Lq : {50, 3})
+    for (bool causal : {false, true}) {
+      Spec s;
+      s.B = 4, s.H = 2, s.Lq = Lq, s.Lk = 150, s.D = 32, s.causal = causal, s.key_lengths = {0, 1, 77, 150};
+      check_case(s);
+      if (HasFailure()) return;
+    }
 }
 
 // Additive bias with -inf entries: full, broadcast over heads/rows (zero strides), non-unit key stride.
@@ -522,7 +549,7 @@ TEST(FlashAttention, Dropout) {
   for (float pdrop : {0.1f, 0.5f})
     for (bool causal : {false, true}) {
       Spec s;
-      s.B = 2, s.H = 2, s.Lq = 61, s.Lk = 133, s.D = 32, s.dropout = pdrop, s.causal = causal;
+      s.B = 2, s.H = 2, s.Lq = causal ? 61 : 7, s.Lk = 133, s.D = 32, s.dropout = pdrop, s.causal = causal;
       s.key_lengths = {133, 90}, s.seed = 5 + static_cast<std::uint64_t>(pdrop * 10);
       check_case(s);
       if (HasFailure()) return;
@@ -585,17 +612,20 @@ TEST(FlashAttention, PaddedKeysAreNeverRead) {
   for (Isa isa : isas_to_test()) {
     qkv::kernels::set_isa(isa);
     for (int threads : {1, 2}) {
-      qkv::set_num_threads(threads);
-      Spec s;
-      s.B = 3, s.H = 2, s.Lq = 70, s.Lk = 300, s.D = 64, s.key_lengths = {300, 129, 17}, s.causal = threads == 2;
-      const Problem zeros = make_problem(s);
-      s.nan_padding = true;
-      const Problem nans = make_problem(s);
-      const auto a = run_flash(zeros, true), b = run_flash(nans, true);
-      for (float x : b.o) ASSERT_FALSE(std::isnan(x));
-      EXPECT_TRUE(same_bits(a.o, b.o) && same_bits(a.lse, b.lse)) << qkv::kernels::isa_name(isa);
-      EXPECT_TRUE(same_bits(a.dq, b.dq) && same_bits(a.dk, b.dk) && same_bits(a.dv, b.dv))
-          << qkv::kernels::isa_name(isa);
+      for (i64 Lq : {70, 1, 16}) {  // packed and in-place (decode) paths
+        qkv::set_num_threads(threads);
+        Spec s;
+        s.B = 3, s.H = 2, s.Lq = Lq, s.Lk = 300, s.D = 64, s.key_lengths = {300, 129, 17}, s.causal = threads == 2;
+        s.bias = Lq == 16 ? BiasKind::PerKey : BiasKind::None;
+        const Problem zeros = make_problem(s);
+        s.nan_padding = true;
+        const Problem nans = make_problem(s);
+        const auto a = run_flash(zeros, true), b = run_flash(nans, true);
+        for (float x : b.o) ASSERT_FALSE(std::isnan(x));
+        EXPECT_TRUE(same_bits(a.o, b.o) && same_bits(a.lse, b.lse)) << qkv::kernels::isa_name(isa) << " Lq " << Lq;
+        EXPECT_TRUE(same_bits(a.dq, b.dq) && same_bits(a.dk, b.dk) && same_bits(a.dv, b.dv))
+            << qkv::kernels::isa_name(isa) << " Lq " << Lq;
+      }
     }
   }
 }

@@ -5,13 +5,16 @@
 // the demo ends by listing those files. Later steps (training the classifier,
 // heatmaps and the explorer page, generation) are added to demo_steps().
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cmd_heatmap.h"
 #include "cmd_trace.h"
+#include "cmd_train_classify.h"
 #include "cmd_variance.h"
 #include "cmd_worked_example.h"
 #include "command.h"
@@ -24,6 +27,7 @@ namespace {
 
 struct DemoOptions {
   std::uint64_t seed = 0;
+  std::string out_dir = "qkv-demo";  // every file the demo writes goes here
 };
 
 struct DemoContext {
@@ -52,6 +56,25 @@ std::vector<DemoStep> demo_steps() {
          return run_variance(VarianceOptions{.trials = 3, .dims = {2, 8, 32, 64, 128, 512}, .seed = ctx.opt.seed,
                                              .rows = 128, .len = 16, .json = false, .progress = true},
                              ctx.out);
+       }},
+      {"Training the tutorial's classifier, balanced setting (qkv train classify --balanced --lr 3e-3)",
+       [](DemoContext& ctx) {
+         std::filesystem::create_directories(ctx.opt.out_dir);
+         ctx.out << "Label 1 iff tokens 3 and 7 both appear; half the sequences are positive, so the baseline is 0.5.\n";
+         return run_train_classify(TrainClassifyOptions{.epochs = 200, .lr = 3e-3, .seed = ctx.opt.seed,
+                                                        .balanced = true,
+                                                        .save = ctx.opt.out_dir + "/classifier.safetensors",
+                                                        .log_every = 50},
+                                   ctx.out, &ctx.files_written);
+       }},
+      {"Attention heatmaps and the explorer page for the trained classifier (qkv heatmap)",
+       [](DemoContext& ctx) {
+         ctx.out << "Input \"3 5 7 1 2 9 4 8\" (contains 3 and 7: label 1). One PNG per layer and head, and "
+                    "index.html to explore them in a browser.\n\n";
+         return run_heatmap(HeatmapOptions{.checkpoint = ctx.opt.out_dir + "/classifier.safetensors",
+                                           .input = "3 5 7 1 2 9 4 8",
+                                           .out = ctx.opt.out_dir + "/heatmaps"},
+                            ctx.out, &ctx.files_written);
        }},
   };
 }
@@ -86,10 +109,12 @@ QKV_TOOL_COMMAND(demo, {
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "Runs, clearly sectioned and in a few seconds: the shape walkthrough (trace with d_model 64, 4 heads, "
-          "d_ff 128), the tutorial's worked example, and the variance table with quick settings. Ends by listing "
-          "the files it wrote (none yet).");
+          "d_ff 128), the tutorial's worked example, the variance table with quick settings, and training the "
+          "tutorial's classifier on the balanced task (checkpoint saved in --out), and its attention heatmaps plus the "
+          "explorer page (in --out/heatmaps). Ends by listing the files it wrote.");
       auto opt = std::make_shared<DemoOptions>();
       sub.add_option("--seed", opt->seed, "Seed for every random part")->capture_default_str();
+      sub.add_option("--out", opt->out_dir, "Directory for the files the demo writes")->capture_default_str();
       return [opt] { return run_demo(*opt, std::cout); };
     }});
 

@@ -10,5 +10,10 @@ set(QKV_TOOL_SOURCES
   cmd_trace.cpp
   cmd_variance.cpp
   cmd_inspect.cpp
+  cmd_bench.cpp
   cmd_demo.cpp
+  cmd_heatmap.cpp
+  cmd_train.cpp
+  cmd_train_classify.cpp
+  cmd_train_seq2seq.cpp
 )

@@ -1,0 +1,70 @@
+// Atomic whole-file writes: temp file next to the target -> write -> fsync ->
+// rename over the target -> fsync(directory). A reader never sees half a file.
+#include "write_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "qkv/core/error.h"
+
+namespace qkv::viz::detail {
+
+namespace {
+
+[[noreturn]] void fail(const char* who, const std::string& path, const std::string& what, int err) {
+  throw IOError(std::string(who) + ": cannot write '" + path + "': " + what + ": " + std::strerror(err));
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, std::string_view bytes, const char* who) {
+  if (path.empty()) throw IOError(std::string(who) + ": empty output path");
+  static std::atomic<unsigned> counter{0};
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(who, path, "cannot create a temp file there", errno);
+  auto abandon = [&](const std::string& what, int err) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail(who, path, what, err);
+  };
+  const char* p = bytes.data();
+  std::size_t left = bytes.size();
+  while (left > 0) {
+    const ssize_t w = ::write(fd, p, left);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      abandon("write failed", errno);
+    }
+    if (w == 0) abandon("write made no progress", ENOSPC);
+    p += w;
+    left -= static_cast<std::size_t>(w);
+  }
+  while (::fsync(fd) != 0)
+    if (errno != EINTR) abandon("fsync failed", errno);
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail(who, path, "close failed", err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail(who, path, "rename of the temp file failed", err);
+  }
+  const std::size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {  // best effort: the file is complete either way
+    while (::fsync(dfd) != 0 && errno == EINTR) {
+    }
+    ::close(dfd);
+  }
+}
+
+}  // namespace qkv::viz::detail

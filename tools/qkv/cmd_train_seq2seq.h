@@ -1,0 +1,36 @@
+// qkv train seq2seq: an encoder-decoder Transformer (decoder blocks with
+// cross-attention) trained on a toy sequence task (reverse, copy or sort a
+// digit string), reporting exact-sequence accuracy of greedy decoding on a
+// held-out set disjoint from the training set.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace qkv::tool {
+
+struct Seq2SeqCliOptions {
+  std::string task = "reverse";
+  std::int64_t epochs = 3;         // passes over the training set
+  std::int64_t steps = 0;          // > 0: total optimiser steps instead of epochs
+  std::int64_t batch = 64;
+  double lr = 2e-3;                // peak AdamW learning rate
+  std::int64_t warmup = 150;       // linear warmup steps, then cosine decay
+  double dropout = 0.0;
+  std::int64_t d_model = 64, heads = 4, layers = 2, d_ff = 128;
+  std::int64_t min_len = 1, max_len = 10;
+  std::int64_t train_size = 10000, test_size = 1000;
+  double target_acc = 0.0;         // > 0: stop once held-out exact accuracy reaches it
+  std::uint64_t seed = 0;
+  std::string save;                // checkpoint written at the end
+  std::int64_t examples = 5;       // example decodings printed at the end
+  bool json = false;               // one JSON object per report, then a summary object
+  bool progress = true;            // progress bar on stderr
+};
+
+// Trains, prints and saves; returns 0, or throws qkv::Error.
+int run_train_seq2seq(const Seq2SeqCliOptions& opt, std::ostream& out,
+                      std::vector<std::string>* files_written = nullptr);
+
+}  // namespace qkv::tool
