@@ -4,12 +4,21 @@
 // called when the CPU has AVX-512F/BW/VL/DQ (dispatch in flash_attention.cpp).
 #include "flash_attention_prelude.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(QKV_FLASH_AVX512_EMULATED)
+// Test-only build (tests/kernels/attention.cmake): the same code on SIMDe's portable AVX-512
+// (included by fast_exp.h), so CPUs without AVX-512 can check it.
+#define QKV_FLASH_HAVE_AVX512 1
+#elif defined(__x86_64__) || defined(__i386__)
+#define QKV_FLASH_HAVE_AVX512 1
+#define QKV_FLASH_AVX512_PRAGMA 1
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma")
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() and trip a false
 // -Wmaybe-uninitialized once inlined (GCC PR 105593, fixed in GCC 13).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#ifdef QKV_FLASH_HAVE_AVX512
 
 namespace qkv::kernels::flash {
 namespace {
@@ -28,8 +37,22 @@ struct IsaAvx512 {
   QKV_INL V add(V a, V b) { return _mm512_add_ps(a, b); }
   QKV_INL V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   QKV_INL V max(V a, V b) { return _mm512_max_ps(a, b); }
-  QKV_INL float hmax(V a) { return _mm512_reduce_max_ps(a); }
-  QKV_INL float hsum(V a) { return _mm512_reduce_add_ps(a); }
+  // Halves to 256 bits, then as AVX2 (SIMDe has no _mm512_reduce_*).
+  QKV_INL __m256 high_half(V a) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)); }
+  QKV_INL float hmax(V a) {
+    __m256 h = _mm256_max_ps(_mm512_castps512_ps256(a), high_half(a));
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+  }
+  QKV_INL float hsum(V a) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), high_half(a));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+  }
   QKV_INL V exp2(V t) { return fastexp::exp2_avx512(t); }
 };
 #undef QKV_INL
@@ -52,7 +75,9 @@ FlashTileSizes tiles_avx512() { return Engine<IsaAvx512>::tiles(); }
 
 }  // namespace qkv::kernels::flash
 
+#ifdef QKV_FLASH_AVX512_PRAGMA
 #pragma GCC pop_options
+#endif
 #else  // not x86: the dispatcher never selects this ISA; keep the symbols.
 namespace qkv::kernels::flash {
 void forward_avx512(float* O, float* LSE, const float* Q, const float* K, const float* V, const AttnParams& p) {

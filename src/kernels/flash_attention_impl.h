@@ -437,8 +437,9 @@ struct Engine {
   };
 
   // One task: keys [k0, k0+BKB) of head (b,h). Writes their dK, dV rows; adds their share of dQ
-  // into dq [Lq][Dp]. qrows/dorows: this head's Q and dO rows, readable to width Dp / Dvp.
-  static void backward_block(const BwdCtx& x, ThreadWorkspace& ws, i64 b, i64 h, i64 k0, float* dq,
+  // into dq [Lq][Dp] (row stride dq_ld). qrows/dorows: this head's Q and dO rows, readable to
+  // width Dp / Dvp.
+  static void backward_block(const BwdCtx& x, ThreadWorkspace& ws, i64 b, i64 h, i64 k0, float* dq, i64 dq_ld,
                              const float* qrows, i64 qld, const float* dorows, i64 dold) {
     const AttnParams& p = x.p;
     const i64 D = p.D, Dv = p.Dv, Dp = x.Dp, Dvp = x.Dvp, bh = b * p.H + h;
@@ -531,7 +532,7 @@ struct Engine {
       // dK_j += sum_i dS_ij q_i           (s_ij = scale <q_i, k_j>)
       gemm(kn, Dp, mq, dS, BKB, 1, qrows + i0 * qld, qld, KP, dKa, Dp, 1.f, true);
       // dQ_i += sum_j dS_ij k_j
-      gemm(mq, Dp, kn, dS, 1, BKB, krows, kld, KP, dq + i0 * Dp, Dp, 1.f, true);
+      gemm(mq, Dp, kn, dS, 1, BKB, krows, kld, KP, dq + i0 * dq_ld, dq_ld, 1.f, true);
     }
     for (i64 j = 0; j < kn; ++j) {
       std::memcpy(dk + j * p.k_st, dKa + j * Dp, static_cast<std::size_t>(D) * sizeof(float));
@@ -574,7 +575,7 @@ struct Engine {
     const BwdCtx x{p, dO, Q, K, V_, LSE, Di, dK, dV, round_up(D, W), round_up(Dv, W), Dropout(p)};
     const i64 nkb = (Lk + BKB - 1) / BKB, ntask = BH * nkb;
     const int T = qkv::num_threads();
-    const i64 slot_size = Lq * x.Dp;
+    const i64 slot_size = Lq * x.Dp;  // slots are only touched (made resident) when used
     float* slots = cw.dq_slots.get(static_cast<std::size_t>(2 * T * slot_size));
     cw.slot_bh.assign(static_cast<std::size_t>(2 * T), -1);
     auto write_dq = [&](i64 bh, const float* src) {
@@ -586,17 +587,24 @@ struct Engine {
     qkv::parallel_for(0, ntask, 1, [&](i64 t0, i64 t1) {
       const int tid = qkv::thread_index();
       ThreadWorkspace& ws = thread_workspace();
-      // The worker's first (b,h) segment accumulates dQ in slot 0, later ones in slot 1. A
-      // segment covering all key blocks of its head is final and written at once; a partial
-      // one (a head split between workers) stays in its slot for the ordered reduction below.
-      bool first = true;
+      // A (b,h) segment covering all key blocks of its head owns that head's dQ: it accumulates
+      // in place (or, for odd D, in slot 1 and is copied out). Only the first and last segments
+      // of a worker's chunk can be partial (a head split between workers); they accumulate in
+      // slots 0 and 1 and are summed in thread order after the parallel loop.
       for (i64 t = t0; t < t1;) {
         const i64 bh = t / nkb, seg_end = std::min(t1, (bh + 1) * nkb), b = bh / p.H, h = bh % p.H;
         const bool whole = t == bh * nkb && seg_end == (bh + 1) * nkb;
-        const int slot = first ? 0 : 1;
-        first = false;
-        float* dq = slots + (2 * tid + slot) * slot_size;
-        std::memset(dq, 0, static_cast<std::size_t>(slot_size) * sizeof(float));
+        float* dq;
+        i64 dq_ld;
+        if (whole && x.Dp == D) {
+          dq = dQ + b * p.q_sb + h * p.q_sh, dq_ld = p.q_st;
+          for (i64 i = 0; i < Lq; ++i) std::memset(dq + i * dq_ld, 0, static_cast<std::size_t>(D) * sizeof(float));
+        } else {
+          const int slot = (t == t0 && !whole) ? 0 : 1;
+          dq = slots + (2 * tid + slot) * slot_size, dq_ld = x.Dp;
+          std::memset(dq, 0, static_cast<std::size_t>(slot_size) * sizeof(float));
+          if (!whole) cw.slot_bh[2 * tid + slot] = bh;
+        }
         const float* qrows = Q + b * p.q_sb + h * p.q_sh;
         const float* dorows = dO + b * p.o_sb + h * p.o_sh;
         i64 qld = p.q_st, dold = p.o_st;
@@ -612,12 +620,9 @@ struct Engine {
         }
         for (; t < seg_end; ++t) {
           const i64 rank = t % nkb, kb = p.causal ? zigzag(rank, nkb) : rank;
-          backward_block(x, ws, b, h, kb * BKB, dq, qrows, qld, dorows, dold);
+          backward_block(x, ws, b, h, kb * BKB, dq, dq_ld, qrows, qld, dorows, dold);
         }
-        if (whole)
-          write_dq(bh, dq);
-        else
-          cw.slot_bh[2 * tid + slot] = bh;
+        if (whole && x.Dp != D) write_dq(bh, dq);
       }
     });
 

@@ -28,10 +28,14 @@ struct AttnParams {
   float scale = 0.f;  // usually 1/sqrt(D)
   bool causal = false;  // bottom-right aligned: query i sees key j iff j <= i + (Lk - Lq)
   const std::int64_t* key_lengths = nullptr;  // [B] or null: keys j >= key_lengths[b] are masked (lengths may be 0)
-  const float* bias = nullptr;  // optional additive bias/mask, element (b,h,i,j) at
-  std::int64_t bias_sb = 0, bias_sh = 0, bias_si = 0, bias_sj = 0;  //   bias[b*bias_sb + h*bias_sh + i*bias_si + j*bias_sj]; -inf blocks (strides may be 0 to broadcast)
+  // Optional additive bias/mask, added to the scaled scores; element (b,h,i,j) at
+  //   bias[b*bias_sb + h*bias_sh + i*bias_si + j*bias_sj]; -inf blocks (strides may be 0 to broadcast).
+  const float* bias = nullptr;
+  std::int64_t bias_sb = 0, bias_sh = 0, bias_si = 0, bias_sj = 0;
   float dropout_p = 0.f;  // dropout on the attention probabilities, in [0,1)
-  std::uint64_t seed = 0, offset = 0;  // element (b,h,i,j) is dropped iff qkv::uniform_at(seed, offset + ((b*H+h)*Lq+i)*Lk+j) < dropout_p; kept ones are scaled by 1/(1-p)
+  // Element (b,h,i,j) is dropped iff qkv::uniform_at(seed, offset + ((b*H+h)*Lq+i)*Lk+j) < dropout_p;
+  // kept ones are scaled by 1/(1-p).
+  std::uint64_t seed = 0, offset = 0;
 };
 
 // Tiled FlashAttention-2 forward (Dao, "FlashAttention-2", 2023, Algorithm 1).

@@ -20,9 +20,17 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(QKV_FLASH_AVX512_EMULATED)
+// Test-only build (tests/kernels/attention.cmake): AVX-512 on SIMDe's portable intrinsics, so a
+// CPU without AVX-512 can run that code; no AVX-512 target attribute then.
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#define QKV_FAST_EXP_X86 1
+#define QKV_FAST_EXP_AVX512_TARGET
+#elif defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define QKV_FAST_EXP_X86 1
+#define QKV_FAST_EXP_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 #endif
 
 namespace qkv::kernels::fastexp {
@@ -82,8 +90,7 @@ __attribute__((target("avx2,fma"), always_inline)) inline __m256 exp2_avx2(__m25
 // -Wmaybe-uninitialized once inlined (GCC PR 105593, fixed in GCC 13).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"), always_inline)) inline __m512 exp2_avx512(
-    __m512 t) {
+QKV_FAST_EXP_AVX512_TARGET __attribute__((always_inline)) inline __m512 exp2_avx512(__m512 t) {
   t = _mm512_max_ps(_mm512_set1_ps(-127.f), t);
   t = _mm512_min_ps(_mm512_set1_ps(128.f), t);
   const __m512 magic = _mm512_set1_ps(0x1.8p23f + 127.f);  // see exp2_avx2
@@ -104,9 +111,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"), always_inline))
 __attribute__((target("avx2,fma"))) inline void exp2_array_avx2(float* y, const float* t, std::int64_t n) {
   for (std::int64_t i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp2_avx2(_mm256_loadu_ps(t + i)));
 }
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) inline void exp2_array_avx512(float* y,
-                                                                                              const float* t,
-                                                                                              std::int64_t n) {
+QKV_FAST_EXP_AVX512_TARGET inline void exp2_array_avx512(float* y, const float* t, std::int64_t n) {
   for (std::int64_t i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, exp2_avx512(_mm512_loadu_ps(t + i)));
 }
 #pragma GCC diagnostic pop
