@@ -1,5 +1,6 @@
 # Tests of the core engine (tensor, autograd, ops, nn, optim).
 qkv_add_test(test_tensor SOURCES core/test_tensor.cpp LIBS qkv)
+qkv_add_test(test_dropout_mask SOURCES core/test_dropout_mask.cpp LIBS qkv_core)
 qkv_add_test(test_autograd SOURCES autograd/test_autograd.cpp LIBS qkv)
 qkv_add_test(test_gradcheck SOURCES ops/test_gradcheck.cpp nn/test_module_gradcheck.cpp LIBS qkv)
 qkv_add_test(test_attention_ops SOURCES ops/test_attention_ops.cpp ops/test_tutorial.cpp LIBS qkv)

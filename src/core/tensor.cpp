@@ -272,10 +272,38 @@ void copy_into_contiguous(const Tensor& dst, const Tensor& src) {
   const char* s = static_cast<const char*>(src.raw_data());
   char* d = static_cast<char*>(dst.raw_data());
   std::int64_t i = 0;
-  if (src.dtype() == dst.dtype()) {
-    for_each_offset(src.shape(), src.strides(), [&](std::int64_t off) {
-      std::memcpy(d + (i++) * ed, s + off * es, static_cast<std::size_t>(es));
+  if (src.dtype() == dst.dtype() && src.dim() > 0) {
+    // Row by row over the innermost dim: one memcpy per row when it is contiguous, else a
+    // typed strided loop.
+    const Shape& sh = src.shape();
+    const Shape& st = src.strides();
+    const std::int64_t inner = sh.back(), is = st.back();
+    const Shape outer(sh.begin(), sh.end() - 1), outer_st(st.begin(), st.end() - 1);
+    for_each_offset(outer, outer_st, [&](std::int64_t off) {
+      char* drow = d + i * ed;
+      const char* srow = s + off * es;
+      if (is == 1) {
+        std::memcpy(drow, srow, static_cast<std::size_t>(inner * es));
+      } else if (es == 4) {
+        std::uint32_t v;
+        for (std::int64_t k = 0; k < inner; ++k) {
+          std::memcpy(&v, srow + k * is * 4, 4);
+          std::memcpy(drow + k * 4, &v, 4);
+        }
+      } else if (es == 8) {
+        std::uint64_t v;
+        for (std::int64_t k = 0; k < inner; ++k) {
+          std::memcpy(&v, srow + k * is * 8, 8);
+          std::memcpy(drow + k * 8, &v, 8);
+        }
+      } else {
+        for (std::int64_t k = 0; k < inner; ++k)
+          std::memcpy(drow + k * es, srow + k * is * es, static_cast<std::size_t>(es));
+      }
+      i += inner;
     });
+  } else if (src.dtype() == dst.dtype()) {
+    std::memcpy(d, s, static_cast<std::size_t>(es));  // 0-dim
   } else {
     for_each_offset(src.shape(), src.strides(), [&](std::int64_t off) {
       write_elem(d + (i++) * ed, dst.dtype(), read_elem(s + off * es, src.dtype()));

@@ -36,6 +36,10 @@ CallWorkspace& call_workspace() {
   return ws;
 }
 
+static bool use_rows(const AttnParams& p) {
+  return p.kernel == AttnKernel::Rows || (p.kernel == AttnKernel::Auto && p.Lk <= kRowsKernelMaxKeys);
+}
+
 }  // namespace flash
 
 void flash_attention_forward(float* O, float* LSE, const float* Q, const float* K, const float* V,
@@ -45,6 +49,13 @@ void flash_attention_forward(float* O, float* LSE, const float* Q, const float* 
   // Q   [B,H,Lq,D]   strides q_*
   // K   [B,H,Lk,D]   strides k_*
   // V   [B,H,Lk,Dv]  strides v_*
+  if (flash::use_rows(p)) {
+    switch (active_isa()) {
+      case Isa::Avx512: return flash::rows_forward_avx512(O, LSE, Q, K, V, p);
+      case Isa::Avx2: return flash::rows_forward_avx2(O, LSE, Q, K, V, p);
+      case Isa::Scalar: return flash::rows_forward_scalar(O, LSE, Q, K, V, p);
+    }
+  }
   switch (active_isa()) {
     case Isa::Avx512: return flash::forward_avx512(O, LSE, Q, K, V, p);
     case Isa::Avx2: return flash::forward_avx2(O, LSE, Q, K, V, p);
@@ -60,6 +71,13 @@ void flash_attention_backward(float* dQ, float* dK, float* dV, const float* dO, 
   // dV, V  [B,H,Lk,Dv]  strides v_*
   // dO, O  [B,H,Lq,Dv]  strides o_*
   // LSE    [B,H,Lq]     contiguous
+  if (flash::use_rows(p)) {
+    switch (active_isa()) {
+      case Isa::Avx512: return flash::rows_backward_avx512(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
+      case Isa::Avx2: return flash::rows_backward_avx2(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
+      case Isa::Scalar: return flash::rows_backward_scalar(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
+    }
+  }
   switch (active_isa()) {
     case Isa::Avx512: return flash::backward_avx512(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
     case Isa::Avx2: return flash::backward_avx2(dQ, dK, dV, dO, Q, K, V, O, LSE, p);

@@ -48,6 +48,7 @@ struct IsaAvx2 {
 }  // namespace qkv::kernels::flash
 
 #include "flash_attention_impl.h"
+#include "attention_rows_impl.h"
 
 namespace qkv::kernels::flash {
 
@@ -59,6 +60,13 @@ void backward_avx2(float* dQ, float* dK, float* dV, const float* dO, const float
   Engine<IsaAvx2>::backward(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
 }
 FlashTileSizes tiles_avx2() { return Engine<IsaAvx2>::tiles(); }
+void rows_forward_avx2(float* O, float* LSE, const float* Q, const float* K, const float* V, const AttnParams& p) {
+  Rows<IsaAvx2>::forward(O, LSE, Q, K, V, p);
+}
+void rows_backward_avx2(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
+                         const float* V, const float* O, const float* LSE, const AttnParams& p) {
+  Rows<IsaAvx2>::backward(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
+}
 
 }  // namespace qkv::kernels::flash
 
@@ -73,5 +81,12 @@ void backward_avx2(float* dQ, float* dK, float* dV, const float* dO, const float
   backward_scalar(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
 }
 FlashTileSizes tiles_avx2() { return tiles_scalar(); }
+void rows_forward_avx2(float* O, float* LSE, const float* Q, const float* K, const float* V, const AttnParams& p) {
+  rows_forward_scalar(O, LSE, Q, K, V, p);
+}
+void rows_backward_avx2(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
+                         const float* V, const float* O, const float* LSE, const AttnParams& p) {
+  rows_backward_scalar(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
+}
 }  // namespace qkv::kernels::flash
 #endif

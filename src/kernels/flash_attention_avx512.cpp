@@ -61,6 +61,7 @@ struct IsaAvx512 {
 }  // namespace qkv::kernels::flash
 
 #include "flash_attention_impl.h"
+#include "attention_rows_impl.h"
 
 namespace qkv::kernels::flash {
 
@@ -72,6 +73,13 @@ void backward_avx512(float* dQ, float* dK, float* dV, const float* dO, const flo
   Engine<IsaAvx512>::backward(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
 }
 FlashTileSizes tiles_avx512() { return Engine<IsaAvx512>::tiles(); }
+void rows_forward_avx512(float* O, float* LSE, const float* Q, const float* K, const float* V, const AttnParams& p) {
+  Rows<IsaAvx512>::forward(O, LSE, Q, K, V, p);
+}
+void rows_backward_avx512(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
+                         const float* V, const float* O, const float* LSE, const AttnParams& p) {
+  Rows<IsaAvx512>::backward(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
+}
 
 }  // namespace qkv::kernels::flash
 
@@ -88,5 +96,12 @@ void backward_avx512(float* dQ, float* dK, float* dV, const float* dO, const flo
   backward_scalar(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
 }
 FlashTileSizes tiles_avx512() { return tiles_scalar(); }
+void rows_forward_avx512(float* O, float* LSE, const float* Q, const float* K, const float* V, const AttnParams& p) {
+  rows_forward_scalar(O, LSE, Q, K, V, p);
+}
+void rows_backward_avx512(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
+                         const float* V, const float* O, const float* LSE, const AttnParams& p) {
+  rows_backward_scalar(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
+}
 }  // namespace qkv::kernels::flash
 #endif

@@ -65,17 +65,19 @@ struct Dropout {
   explicit Dropout(const AttnParams& p) : on(p.dropout_p > 0.f), H(p.H), Lq(p.Lq), Lk(p.Lk) {
     if (!on) return;
     inv_keep = 1.f / (1.f - p.dropout_p);
-    threshold = static_cast<std::uint64_t>(std::ceil(static_cast<double>(p.dropout_p) * 0x1.0p53));
+    threshold = qkv::kernels::dropout_threshold(static_cast<double>(p.dropout_p));
     seed = p.seed;
     offset = p.offset;
   }
   // mul[j] = (keep ? 1/(1-p) : 0) for keys j0..j0+n-1 of row (b,h,i).
   void row(float* mul, i64 b, i64 h, i64 i, i64 j0, i64 n) const {
     const std::uint64_t c0 = offset + static_cast<std::uint64_t>(((b * H + h) * Lq + i) * Lk + j0);
-    for (i64 j = 0; j < n; ++j) {
-      const std::uint64_t bits = qkv::random_bits(seed, c0 + static_cast<std::uint64_t>(j));
-      mul[j] = (bits >> 11) < threshold ? 0.f : inv_keep;
-    }
+    qkv::kernels::dropout_multipliers(mul, seed, c0, n, threshold, inv_keep);
+  }
+  // mul[i*Lk + j] for every (i, j) of head (b,h): its counters are consecutive.
+  void head(float* mul, i64 b, i64 h) const {
+    const std::uint64_t c0 = offset + static_cast<std::uint64_t>((b * H + h) * Lq * Lk);
+    qkv::kernels::dropout_multipliers(mul, seed, c0, Lq * Lk, threshold, inv_keep);
   }
 };
 

@@ -61,7 +61,11 @@ CallWorkspace& call_workspace();
   void forward_##name(float* O, float* LSE, const float* Q, const float* K, const float* V, const AttnParams& p); \
   void backward_##name(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,         \
                        const float* V, const float* O, const float* LSE, const AttnParams& p);                 \
-  FlashTileSizes tiles_##name();
+  FlashTileSizes tiles_##name();                                                                               \
+  void rows_forward_##name(float* O, float* LSE, const float* Q, const float* K, const float* V,               \
+                           const AttnParams& p);                                                               \
+  void rows_backward_##name(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,    \
+                            const float* V, const float* O, const float* LSE, const AttnParams& p);
 
 QKV_FLASH_DECLARE_ISA(scalar)
 QKV_FLASH_DECLARE_ISA(avx2)

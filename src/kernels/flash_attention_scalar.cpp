@@ -27,6 +27,7 @@ struct IsaScalar {
 }  // namespace qkv::kernels::flash
 
 #include "flash_attention_impl.h"
+#include "attention_rows_impl.h"
 
 namespace qkv::kernels::flash {
 
@@ -38,5 +39,12 @@ void backward_scalar(float* dQ, float* dK, float* dV, const float* dO, const flo
   Engine<IsaScalar>::backward(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
 }
 FlashTileSizes tiles_scalar() { return Engine<IsaScalar>::tiles(); }
+void rows_forward_scalar(float* O, float* LSE, const float* Q, const float* K, const float* V, const AttnParams& p) {
+  Rows<IsaScalar>::forward(O, LSE, Q, K, V, p);
+}
+void rows_backward_scalar(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
+                         const float* V, const float* O, const float* LSE, const AttnParams& p) {
+  Rows<IsaScalar>::backward(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
+}
 
 }  // namespace qkv::kernels::flash

@@ -84,6 +84,24 @@ ClassifierOptions classifier_config_from_json(const std::string& text) {
   return o;
 }
 
+void check_classifier_config_fits(const ClassifierOptions& o, const nn::StateDict& model) {
+  double have = 0;
+  for (const auto& [name, t] : model) have += static_cast<double>(t.numel());
+  const double d = static_cast<double>(o.d_model), f = static_cast<double>(o.d_ff);
+  // Lower bound of what load_state_dict will require: embedding, per-layer attention
+  // projections and feed-forward weights, the classifier's weight.
+  const double need = static_cast<double>(o.vocab_size) * d + static_cast<double>(o.num_layers) * (4 * d * d + 2 * d * f) +
+                      d * static_cast<double>(o.num_classes);
+  if (need > have)
+    throw ValueError("classifier config describes a model of at least " + std::to_string(static_cast<long long>(need)) +
+                     " parameters, but the checkpoint's tensors hold only " +
+                     std::to_string(static_cast<long long>(have)) + " values");
+  if (static_cast<double>(o.max_len) * d > have + (1 << 20))
+    throw ValueError("classifier config asks for a positional table of " + std::to_string(o.max_len) + " x " +
+                     std::to_string(o.d_model) + ", far larger than its model (" +
+                     std::to_string(static_cast<long long>(have)) + " values)");
+}
+
 // ---- model ----
 
 TinyTextClassifier::TinyTextClassifier(const ClassifierOptions& o) : opt_(o) {
@@ -231,6 +249,7 @@ double majority_baseline(const Tensor& labels) {
 
 std::vector<AttentionMap> classifier_attention_maps(const io::Checkpoint& ckpt, const std::string& input) {
   const ClassifierOptions o = classifier_config_from_json(ckpt.config_json);
+  check_classifier_config_fits(o, ckpt.model);
   std::vector<std::int64_t> ids;
   {
     std::istringstream in(input);

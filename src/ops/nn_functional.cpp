@@ -2,8 +2,11 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "ops_internal.h"
+#include "qkv/kernels/dropout.h"
 #include "qkv/ops/elementwise.h"
 #include "qkv/ops/shape_ops.h"
 
@@ -156,6 +159,17 @@ Tensor log_softmax(const Tensor& x, std::int64_t dim) {
 
 // ---------------------------------------------------------------- layer_norm
 
+// sum_{i<n} f(i) in double, vectorised: `omp simd` keeps one partial sum per vector lane
+// and adds the lanes at the end, so the order is fixed for a given build (it never depends
+// on threads or data) and no less accurate than one running sum.
+template <class F>
+double lane_sum(std::int64_t n, F f) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (std::int64_t i = 0; i < n; ++i) s += f(i);
+  return s;
+}
+
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
   detail::check_float(x, "layer_norm", "x");
   const std::size_t k = normalized_shape.size();
@@ -188,26 +202,26 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
       for (std::int64_t r = b; r < e; ++r) {
         const T* xr = xp + r * n;
         // Two-pass: mean, then the mean of squared deviations (never E[x^2]-E[x]^2).
-        double s = 0;
-        for (std::int64_t i = 0; i < n; ++i) s += xr[i];
-        double mu = s / static_cast<double>(n);
+        double mu = lane_sum(n, [&](std::int64_t i) { return static_cast<double>(xr[i]); }) / static_cast<double>(n);
         // Correction pass: for rows far from 0 (e.g. 1e6 + 1e-3 noise) the plain sum
         // rounds by ~1e-9, which every (x - mu) would inherit; x - mu is exact there.
-        double c = 0;
-        for (std::int64_t i = 0; i < n; ++i) c += xr[i] - mu;
-        mu += c / static_cast<double>(n);
-        double v = 0;
-        for (std::int64_t i = 0; i < n; ++i) {
+        mu += lane_sum(n, [&](std::int64_t i) { return xr[i] - mu; }) / static_cast<double>(n);
+        const double v = lane_sum(n, [&](std::int64_t i) {
           const double d = xr[i] - mu;
-          v += d * d;
-        }
+          return d * d;
+        });
         const double rs = 1.0 / std::sqrt(v / static_cast<double>(n) + eps);
         (*mean)[r] = mu;
         (*rstd)[r] = rs;
         T* yr = yp + r * n;
-        for (std::int64_t i = 0; i < n; ++i) {
-          const double xh = (xr[i] - mu) * rs;
-          yr[i] = static_cast<T>(xh * (wp ? static_cast<double>(wp[i]) : 1.0) + (bp ? static_cast<double>(bp[i]) : 0.0));
+        if (wp && bp) {
+          for (std::int64_t i = 0; i < n; ++i)
+            yr[i] = static_cast<T>((xr[i] - mu) * rs * static_cast<double>(wp[i]) + static_cast<double>(bp[i]));
+        } else {
+          for (std::int64_t i = 0; i < n; ++i) {
+            const double xh = (xr[i] - mu) * rs;
+            yr[i] = static_cast<T>(xh * (wp ? static_cast<double>(wp[i]) : 1.0) + (bp ? static_cast<double>(bp[i]) : 0.0));
+          }
         }
       }
     });
@@ -227,26 +241,26 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
       std::vector<double> dwa(gw ? n : 0, 0.0), dba(gb ? n : 0, 0.0);
       if (gx) dx = Tensor::empty(gc.shape(), g.dtype());
       T* dxp = gx ? dx.data<T>() : nullptr;
+      std::vector<double> xh(static_cast<std::size_t>(n)), gwv(static_cast<std::size_t>(n));  // one row
       for (std::int64_t r = 0; r < rows; ++r) {
         const T* gr = gp + r * n;
         const T* xr = xp + r * n;
         const double mu = (*mean)[r], rs = (*rstd)[r];
-        double s1 = 0, s2 = 0;
-        for (std::int64_t i = 0; i < n; ++i) {
-          const double xh = (xr[i] - mu) * rs;
-          const double gw_i = gr[i] * (wp ? static_cast<double>(wp[i]) : 1.0);
-          s1 += gw_i;
-          s2 += gw_i * xh;
-          if (gw) dwa[i] += gr[i] * xh;
-          if (gb) dba[i] += gr[i];
-        }
+        for (std::int64_t i = 0; i < n; ++i) xh[i] = (xr[i] - mu) * rs;
+        if (wp)
+          for (std::int64_t i = 0; i < n; ++i) gwv[i] = static_cast<double>(gr[i]) * static_cast<double>(wp[i]);
+        else
+          for (std::int64_t i = 0; i < n; ++i) gwv[i] = gr[i];
+        const double s1 = lane_sum(n, [&](std::int64_t i) { return gwv[i]; });
+        const double s2 = lane_sum(n, [&](std::int64_t i) { return gwv[i] * xh[i]; });
+        if (gw)
+          for (std::int64_t i = 0; i < n; ++i) dwa[i] += gr[i] * xh[i];
+        if (gb)
+          for (std::int64_t i = 0; i < n; ++i) dba[i] += gr[i];
         if (gx) {
           const double m1 = s1 / static_cast<double>(n), m2 = s2 / static_cast<double>(n);
-          for (std::int64_t i = 0; i < n; ++i) {
-            const double xh = (xr[i] - mu) * rs;
-            const double gw_i = gr[i] * (wp ? static_cast<double>(wp[i]) : 1.0);
-            dxp[r * n + i] = static_cast<T>(rs * (gw_i - m1 - xh * m2));
-          }
+          T* dxr = dxp + r * n;
+          for (std::int64_t i = 0; i < n; ++i) dxr[i] = static_cast<T>(rs * (gwv[i] - m1 - xh[i] * m2));
         }
       }
       if (gw) {
@@ -272,21 +286,32 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   Generator& g = gen ? *gen : default_generator();
   const std::int64_t n = x.numel();
   const std::uint64_t seed = g.seed(), base = g.reserve(static_cast<std::uint64_t>(n));
-  Tensor keep = Tensor::empty(x.shape(), DType::Bool);
-  bool* kp = keep.data<bool>();
-  parallel_for(0, n, 1 << 15, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) kp[i] = uniform_at(seed, base + static_cast<std::uint64_t>(i)) >= p;
-  });
+  // Element i is kept iff uniform_at(seed, base + i) >= p (kernels/dropout.h). The mask is
+  // stored as multipliers (1/(1-p) or 0) in x's dtype, so applying it is one vectorised product.
   const double sc = 1.0 / (1.0 - p);
-  auto apply = [keep, sc](const Tensor& t) {
+  const std::uint64_t threshold = kernels::dropout_threshold(p);
+  Tensor mask = Tensor::empty(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), "dropout", [&]<class T>() {
+    T* mp = mask.data<T>();
+    parallel_for(0, n, 1 << 15, [&](std::int64_t b, std::int64_t e) {
+      if constexpr (std::is_same_v<T, float>) {
+        kernels::dropout_multipliers(mp + b, seed, base + static_cast<std::uint64_t>(b), e - b, threshold,
+                                     static_cast<float>(sc));
+      } else {
+        std::vector<std::uint8_t> keep(static_cast<std::size_t>(e - b));
+        kernels::dropout_keep_mask(keep.data(), seed, base + static_cast<std::uint64_t>(b), e - b, threshold);
+        for (std::int64_t i = b; i < e; ++i) mp[i] = keep[static_cast<std::size_t>(i - b)] ? static_cast<T>(sc) : T(0);
+      }
+    });
+  });
+  auto apply = [mask](const Tensor& t) {
     return dispatch_float(t.dtype(), "dropout", [&]<class T>() {
       Tensor tc = t.contiguous();
       Tensor o = Tensor::empty(t.shape(), t.dtype());
       const T* tp = tc.data<T>();
-      const bool* k = keep.data<bool>();
+      const T* m = mask.data<T>();
       T* op = o.data<T>();
-      const T s = static_cast<T>(sc);
-      for (std::int64_t i = 0, n = o.numel(); i < n; ++i) op[i] = k[i] ? tp[i] * s : T(0);
+      for (std::int64_t i = 0, n = o.numel(); i < n; ++i) op[i] = tp[i] * m[i];
       return o;
     });
   };

@@ -1,7 +1,12 @@
 # End-to-end tests of the qkv command-line tool: run the built binary and
 # check its output and exit codes.
 if(TARGET qkv_tool)
-  qkv_add_test(test_cli SOURCES cli/test_cli.cpp LIBS qkv nlohmann_json::nlohmann_json)
+  qkv_add_test(test_cli
+    SOURCES cli/test_cli.cpp
+            cli/test_cli_corrupt.cpp        # corrupt safetensors files, one per rule (CliCorruptFiles.*)
+            cli/test_cli_train_seq2seq.cpp  # train seq2seq, --resume (CliTrainSeq2Seq.*)
+    LIBS qkv nlohmann_json::nlohmann_json)
   target_compile_definitions(test_cli PRIVATE QKV_BIN="$<TARGET_FILE:qkv_tool>")
   add_dependencies(test_cli qkv_tool)
+  target_sources(test_cli PRIVATE cli/test_cli_bench.cpp)  # `qkv bench` reports (CliBench.*)
 endif()

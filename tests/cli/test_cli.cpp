@@ -1,68 +1,20 @@
 // End-to-end tests of the qkv tool: run the built binary (QKV_BIN) with
 // popen and check stdout, stderr and the exit code.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <regex>
 #include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "cli/cli_test_util.h"
+
 namespace fs = std::filesystem;
-
-namespace {
-
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-fs::path unique_temp(const std::string& stem) {
-  static std::atomic<int> counter{0};
-  return fs::temp_directory_path() /
-         ("qkv_cli_" + stem + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-}
-
-// Runs `qkv ARGS`, capturing stdout and stderr separately.
-Result run(const std::string& args) {
-  const fs::path err_path = unique_temp("stderr");
-  const std::string cmd = std::string("'") + QKV_BIN + "' " + args + " 2>'" + err_path.string() + "'";
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = read_file(err_path);
-  fs::remove(err_path);
-  return r;
-}
-
-int count_lines(const std::string& s) {
-  int n = 0;
-  std::istringstream in(s);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) ++n;
-  return n;
-}
-
-std::string fixture(const std::string& name) { return std::string(QKV_FIXTURE_DIR) + "/" + name; }
-
-}  // namespace
+using namespace qkv::cli_test;
 
 TEST(Cli, HelpListsEveryCommand) {
   const Result r = run("--help");
@@ -226,6 +178,45 @@ TEST(Cli, UsageErrorsGiveOneLine) {
     const Result r = run(args);
     EXPECT_NE(r.code, 0) << args;
     EXPECT_EQ(count_lines(r.err), 1) << args << ":\n" << r.err;
+  }
+}
+
+// A usage error points at the --help of the command it happened in, however
+// deeply nested ("qkv train classify --help", not "qkv train --help").
+TEST(Cli, UsageErrorsHintTheHelpOfTheirOwnCommand) {
+  struct Case {
+    const char* args;
+    const char* hint;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"train classify --bogus", "(see 'qkv train classify --help')", "--bogus"},
+      {"train classify --epochs abc", "(see 'qkv train classify --help')", "--epochs"},
+      {"train classify stray", "(see 'qkv train classify --help')", "stray"},
+      {"train seq2seq --bogus", "(see 'qkv train seq2seq --help')", "--bogus"},
+      {"train seq2seq --task rotate", "(see 'qkv train seq2seq --help')", "rotate"},
+      {"train nosuch", "see 'qkv train --help')", "unknown subcommand 'nosuch' of 'qkv train' (subcommands: classify, seq2seq"},
+      {"train", "see 'qkv train --help')", "'qkv train' needs a subcommand (classify, seq2seq"},
+      {"trace --bogus", "(see 'qkv trace --help')", "--bogus"},
+      {"nosuch", "see 'qkv --help')", "unknown command 'nosuch' (commands: "},
+      {"--bogus", "(see 'qkv --help')", "--bogus"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    const Result r = run(c.args);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("qkv: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(c.hint), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+  // The help the hints name exists.
+  for (const char* help : {"train classify --help", "train seq2seq --help", "train --help"}) {
+    const Result r = run(help);
+    EXPECT_EQ(r.code, 0) << help << ": " << r.err;
+    EXPECT_NE(r.out.find("Usage: qkv " + std::string(help).substr(0, std::string(help).size() - 7)), std::string::npos)
+        << r.out;
   }
 }
 

@@ -118,3 +118,26 @@ TEST(Tensor, EmptyDims) {
 
 }  // namespace
 }  // namespace qkv
+
+// The block cache behind Storage: a freed block is handed out again for the same size
+// class (no new allocation), release_cached_memory empties it, and contents are never
+// assumed zero (Tensor::zeros writes its zeros itself).
+TEST(StorageCache, ReusesFreedBlocksOfTheSameClass) {
+  qkv::release_cached_memory();
+  EXPECT_EQ(qkv::cached_memory_bytes(), 0u);
+  const void* first = nullptr;
+  {
+    qkv::Tensor a = qkv::Tensor::full({1000, 25}, 7.0f);
+    first = a.data<float>();
+  }
+  EXPECT_GE(qkv::cached_memory_bytes(), 1000u * 25u * 4u);
+  qkv::Tensor b = qkv::Tensor::zeros({1000, 25}, qkv::DType::F32);
+  EXPECT_EQ(static_cast<const void*>(b.data<float>()), first) << "same size class: the cached block";
+  for (float x : b.to_vector<float>()) ASSERT_EQ(x, 0.f);
+  qkv::Tensor c = qkv::Tensor::zeros({999, 25}, qkv::DType::F32);  // same class, different size
+  EXPECT_NE(static_cast<const void*>(c.data<float>()), first);
+  { qkv::Tensor d = qkv::Tensor::zeros({7}, qkv::DType::F32); }
+  EXPECT_GT(qkv::cached_memory_bytes(), 0u);
+  qkv::release_cached_memory();
+  EXPECT_EQ(qkv::cached_memory_bytes(), 0u);
+}

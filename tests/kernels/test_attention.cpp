@@ -39,6 +39,7 @@ namespace {
 
 using qkv::kernels::AttnParams;
 using qkv::kernels::Isa;
+using qkv::kernels::AttnKernel;
 using i64 = std::int64_t;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kSentinel = 12345.f;  // output gaps (between strided rows) must keep it
@@ -200,9 +201,10 @@ Result<T> run_ref(const Problem& pr, bool backward) {
   return r;
 }
 
-Result<float> run_flash(const Problem& pr, bool backward) {
+Result<float> run_flash(const Problem& pr, bool backward, AttnKernel kernel = AttnKernel::Auto) {
   Result<float> r;
-  const AttnParams& p = pr.p;
+  AttnParams p = pr.p;
+  p.kernel = kernel;
   r.o.assign(pr.vo.size(), kSentinel);
   r.lse.assign(static_cast<std::size_t>(p.B * p.H * p.Lq), kSentinel);
   qkv::kernels::flash_attention_forward(r.o.data(), r.lse.data(), pr.q.data(), pr.k.data(), pr.v.data(), p);
@@ -278,13 +280,14 @@ void check_case(const Spec& spec, bool backward = true, double bwd_extra_rel = 0
   const View vl{pr.p.B, pr.p.H, pr.p.Lq, 1, pr.p.H * pr.p.Lq, pr.p.Lq, 1};
   ThreadsGuard tg;
   IsaGuard ig;
+  for (AttnKernel kernel : {AttnKernel::Tiled, AttnKernel::Rows})
   for (Isa isa : isas_to_test()) {
     qkv::kernels::set_isa(isa);
     for (int threads : thread_counts) {
       qkv::set_num_threads(threads);
-      const std::string ctx = spec.str() + " isa=" + qkv::kernels::isa_name(isa) + " threads=" +
-                              std::to_string(threads);
-      const auto r = run_flash(pr, backward);
+      const std::string ctx = spec.str() + " kernel=" + (kernel == AttnKernel::Tiled ? "tiled" : "rows") +
+                              " isa=" + qkv::kernels::isa_name(isa) + " threads=" + std::to_string(threads);
+      const auto r = run_flash(pr, backward, kernel);
       expect_r1("O", r.o, hp.o, lp.o, pr.vo, 2, ctx);
       expect_r1("LSE", r.lse, hp.lse, lp.lse, vl, 2, ctx);
       if (backward) {
@@ -292,7 +295,7 @@ void check_case(const Spec& spec, bool backward = true, double bwd_extra_rel = 0
         expect_r1("dK", r.dk, hp.dk, lp.dk, pr.vk, 3, ctx, bwd_extra_rel);
         expect_r1("dV", r.dv, hp.dv, lp.dv, pr.vv, 3, ctx, bwd_extra_rel);
       }
-      const auto again = run_flash(pr, backward);
+      const auto again = run_flash(pr, backward, kernel);
       EXPECT_TRUE(same_bits(r.o, again.o) && same_bits(r.lse, again.lse)) << "forward not deterministic: " << ctx;
       EXPECT_TRUE(same_bits(r.dq, again.dq) && same_bits(r.dk, again.dk) && same_bits(r.dv, again.dv))
           << "backward not deterministic: " << ctx;
@@ -595,13 +598,16 @@ TEST(FlashAttention, Dropout) {
   s.Lq = 40, s.Lk = 50, s.D = 16;
   Problem a = make_problem(s), b = make_problem(s);
   b.p.seed = 999, b.p.offset = 12345;
-  const auto ra = run_flash(a, true), rb = run_flash(b, true);
-  EXPECT_TRUE(same_bits(ra.o, rb.o) && same_bits(ra.dq, rb.dq) && same_bits(ra.dk, rb.dk));
+  for (AttnKernel kernel : {AttnKernel::Tiled, AttnKernel::Rows}) {
+    const auto ra = run_flash(a, true, kernel), rb = run_flash(b, true, kernel);
+    EXPECT_TRUE(same_bits(ra.o, rb.o) && same_bits(ra.dq, rb.dq) && same_bits(ra.dk, rb.dk));
+  }
 }
 
 // Rows with no allowed key: output exactly 0, LSE -inf, all gradients exactly 0.
 TEST(FlashAttention, FullyMaskedRowsAreExactlyZero) {
   IsaGuard ig;
+  for (AttnKernel kernel : {AttnKernel::Tiled, AttnKernel::Rows})
   for (Isa isa : isas_to_test()) {
     qkv::kernels::set_isa(isa);
     Spec s;  // causal with Lq > Lk: the first Lq - Lk rows see nothing; batch 1 has no keys at all;
@@ -611,7 +617,7 @@ TEST(FlashAttention, FullyMaskedRowsAreExactlyZero) {
     const AttnParams& p = pr.p;
     for (i64 row : {3, 120})
       for (i64 j = 0; j < s.Lk; ++j) pr.bias[p.bias_sh + row * s.Lk + j] = -kInf;
-    const auto r = run_flash(pr, true);
+    const auto r = run_flash(pr, true, kernel);
     auto masked = [&](i64 b, i64 h, i64 i) {
       return i < s.Lq - s.Lk || b == 1 || (b == 0 && h == 1 && (i == 3 || i == 120));
     };
@@ -645,6 +651,7 @@ TEST(FlashAttention, FullyMaskedRowsAreExactlyZero) {
 TEST(FlashAttention, PaddedKeysAreNeverRead) {
   IsaGuard ig;
   ThreadsGuard tg;
+  for (AttnKernel kernel : {AttnKernel::Tiled, AttnKernel::Rows})
   for (Isa isa : isas_to_test()) {
     qkv::kernels::set_isa(isa);
     for (int threads : {1, 2}) {
@@ -656,7 +663,7 @@ TEST(FlashAttention, PaddedKeysAreNeverRead) {
         const Problem zeros = make_problem(s);
         s.nan_padding = true;
         const Problem nans = make_problem(s);
-        const auto a = run_flash(zeros, true), b = run_flash(nans, true);
+        const auto a = run_flash(zeros, true, kernel), b = run_flash(nans, true, kernel);
         for (float x : b.o) ASSERT_FALSE(std::isnan(x));
         EXPECT_TRUE(same_bits(a.o, b.o) && same_bits(a.lse, b.lse)) << qkv::kernels::isa_name(isa) << " Lq " << Lq;
         EXPECT_TRUE(same_bits(a.dq, b.dq) && same_bits(a.dk, b.dk) && same_bits(a.dv, b.dv))
@@ -704,11 +711,12 @@ TEST(FlashAttention, DeterministicSplitHeadsAndEmptyShapes) {
   s.B = 5, s.D = 64, s.Lk = 300;
   check_case(s, true, 0, {3});
   for (i64 Lq : {0, 4})  // no keys: O = 0, LSE = -inf, dQ = 0; no queries: dK = dV = 0
-    for (i64 Lk : {0, 6}) {
+    for (i64 Lk : {0, 6})
+    for (AttnKernel kernel : {AttnKernel::Tiled, AttnKernel::Rows}) {
       Spec e;
       e.Lq = Lq, e.Lk = Lk, e.D = 8;
       const Problem pr = make_problem(e);
-      const auto r = run_flash(pr, true);
+      const auto r = run_flash(pr, true, kernel);
       if (Lk == 0) {
         for (float x : r.o) EXPECT_EQ(x, 0.f);
         for (float x : r.dq) EXPECT_EQ(x, 0.f);
@@ -722,7 +730,25 @@ TEST(FlashAttention, DeterministicSplitHeadsAndEmptyShapes) {
   Spec e;
   e.B = 0;
   const Problem pr = make_problem(e);
-  run_flash(pr, true);
+  run_flash(pr, true, AttnKernel::Tiled);
+  run_flash(pr, true, AttnKernel::Rows);
+}
+
+// Auto runs the row kernel up to kRowsKernelMaxKeys keys and the tiled one beyond: bitwise the
+// same results as forcing that kernel.
+TEST(FlashAttention, AutoPicksRowsForShortKeys) {
+  const i64 T = qkv::kernels::kRowsKernelMaxKeys;
+  for (i64 Lk : {T - 1, T, T + 1}) {
+    Spec s;
+    s.B = 2, s.H = 3, s.Lq = 9, s.Lk = Lk, s.D = 16, s.dropout = 0.2f;
+    const Problem pr = make_problem(s);
+    const auto a = run_flash(pr, true, AttnKernel::Auto);
+    const auto want = run_flash(pr, true, Lk <= T ? AttnKernel::Rows : AttnKernel::Tiled);
+    const auto other = run_flash(pr, true, Lk <= T ? AttnKernel::Tiled : AttnKernel::Rows);
+    EXPECT_TRUE(same_bits(a.o, want.o) && same_bits(a.dq, want.dq) && same_bits(a.dk, want.dk) &&
+                same_bits(a.dv, want.dv)) << "Lk " << Lk;
+    EXPECT_FALSE(same_bits(a.o, other.o) && same_bits(a.dq, other.dq)) << "Lk " << Lk << ": kernels indistinguishable";
+  }
 }
 
 }  // namespace

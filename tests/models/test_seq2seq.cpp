@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <set>
 #include <string>
 
@@ -300,6 +301,251 @@ TEST(Seq2SeqTraining, ReducedReverseReachesAccuracyAndAttendsAntiDiagonally) {
       untrained_best = std::max(untrained_best, sum / static_cast<double>(probes.size()));
     }
   EXPECT_LT(untrained_best, 0.8);
+}
+
+// ---------------------------------------------------------------- resumable training
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  return std::memcmp(x.raw_data(), y.raw_data(), static_cast<std::size_t>(x.numel()) * dtype_size(x.dtype())) == 0;
+}
+
+std::string temp_path(const std::string& name) {
+  return "/tmp/qkv_test_seq2seq_" + std::to_string(::getpid()) + "_" + name + ".safetensors";
+}
+
+// A tiny run with dropout (so the RNG matters) and evaluations that do not fall
+// on epoch ends (so the loss accumulator is mid-way at a save): 300 examples in
+// batches of 32 = 10 steps per epoch, an evaluation every 3 steps, 4 epochs.
+const Seq2SeqOptions kTinyModel{.d_model = 16, .num_heads = 2, .num_encoder_layers = 1, .num_decoder_layers = 1,
+                                .d_ff = 32, .dropout = 0.1, .max_positions = 8};
+const Seq2SeqTrainOptions kTinyRun{
+    .data = {.task = Seq2SeqTask::Reverse, .min_len = 1, .max_len = 4, .train_size = 300, .test_size = 30, .seed = 5},
+    .epochs = 4, .batch = 32, .lr = 3e-3, .warmup_steps = 10, .evals_per_epoch = 3, .seed = 5};
+
+void expect_same_reports(const std::vector<Seq2SeqReport>& got, const std::vector<Seq2SeqReport>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE("report at step " + std::to_string(want[i].step));
+    EXPECT_EQ(got[i].step, want[i].step);
+    EXPECT_EQ(got[i].epoch, want[i].epoch);
+    EXPECT_EQ(got[i].loss, want[i].loss);  // exact: bitwise for finite doubles
+    EXPECT_EQ(got[i].lr, want[i].lr);
+    EXPECT_EQ(got[i].exact_acc, want[i].exact_acc);
+    EXPECT_EQ(got[i].train_acc, want[i].train_acc);
+  }
+}
+
+// Everything a later step depends on, compared bit for bit between two checkpoints.
+void expect_same_state(const io::Checkpoint& x, const io::Checkpoint& y) {
+  ASSERT_EQ(x.model.size(), y.model.size());
+  for (const auto& [n, t] : x.model) EXPECT_TRUE(bitwise_equal(t, y.model.at(n))) << n;
+  ASSERT_EQ(x.optimizer.size(), y.optimizer.size());
+  for (std::size_t i = 0; i < x.optimizer.size(); ++i) {
+    EXPECT_EQ(x.optimizer[i].first, y.optimizer[i].first);
+    EXPECT_TRUE(bitwise_equal(x.optimizer[i].second, y.optimizer[i].second)) << x.optimizer[i].first;
+  }
+  ASSERT_EQ(x.extra.size(), y.extra.size());
+  for (const auto& [n, t] : x.extra) EXPECT_TRUE(bitwise_equal(t, y.extra.at(n))) << "extra." << n;
+  EXPECT_EQ(x.rng_seed, y.rng_seed);
+  EXPECT_EQ(x.rng_offset, y.rng_offset);
+  for (const char* k : {"step", "epoch", "finished", "loss_count", "shuffle_rng_seed", "shuffle_rng_offset",
+                        "train_config"})
+    EXPECT_EQ(x.metadata.at(k), y.metadata.at(k)) << k;
+}
+
+std::vector<Seq2SeqReport> after_step(const std::vector<Seq2SeqReport>& r, std::int64_t step) {
+  std::vector<Seq2SeqReport> out;
+  for (const auto& x : r)
+    if (x.step > step) out.push_back(x);
+  return out;
+}
+
+// Saved at an epoch end (by stopping there) or in the middle of an epoch (from
+// on_step), a run resumed from the checkpoint ends bit for bit where the
+// uninterrupted run ends: weights, AdamW state, both RNG streams, losses.
+TEST(Seq2SeqTraining, ResumeFromAnyStepIsBitwiseIdentical) {
+  const std::string mid = temp_path("mid"), end_full = temp_path("full"), stopped = temp_path("stopped"),
+                    end_a = temp_path("end_a"), end_b = temp_path("end_b");
+  Seq2SeqTrainer full(kTinyModel, kTinyRun);
+  ASSERT_EQ(full.steps_per_epoch(), 10);
+  ASSERT_EQ(full.total_steps(), 40);
+  Seq2SeqTrainCallbacks cb;
+  cb.on_step = [&](std::int64_t step, std::int64_t, double) {
+    if (step == 14) full.save(mid);  // epoch 2, shuffled order half used, loss accumulator at 2 steps
+  };
+  EXPECT_TRUE(full.train(cb));
+  full.save(end_full);
+  ASSERT_EQ(full.reports().size(), 14u);  // 3 per epoch + the last step
+
+  {  // stopped after epoch 2 (loss accumulator at 2 steps there too), then resumed
+    Seq2SeqTrainer first(kTinyModel, kTinyRun);
+    EXPECT_FALSE(first.train({}, 2));
+    EXPECT_EQ(first.epochs_done(), 2);
+    EXPECT_EQ(first.step(), 20);
+    expect_same_reports(first.reports(), std::vector<Seq2SeqReport>(full.reports().begin(), full.reports().begin() + 6));
+    first.save(stopped);
+  }
+  const io::Checkpoint st = io::load_checkpoint(stopped);
+  EXPECT_EQ(st.metadata.at("finished"), "false");
+  EXPECT_EQ(st.metadata.at("loss_count"), "2");
+  manual_seed(12345);  // the resumed run must not depend on the generator's state before it
+  Seq2SeqTrainer a(st, stopped);
+  EXPECT_EQ(a.step(), 20);
+  EXPECT_TRUE(a.train());
+  expect_same_reports(a.reports(), after_step(full.reports(), 20));
+  a.save(end_a);
+
+  Seq2SeqTrainer b(io::load_checkpoint(mid), mid);
+  EXPECT_EQ(b.step(), 14);
+  EXPECT_TRUE(b.train());
+  expect_same_reports(b.reports(), after_step(full.reports(), 14));
+  b.save(end_b);
+
+  const io::Checkpoint want = io::load_checkpoint(end_full);
+  EXPECT_GT(want.rng_offset, 0u) << "dropout drew from the generator";
+  {
+    SCOPED_TRACE("resumed at the end of epoch 2");
+    expect_same_state(io::load_checkpoint(end_a), want);
+  }
+  {
+    SCOPED_TRACE("resumed at step 14");
+    expect_same_state(io::load_checkpoint(end_b), want);
+  }
+  // The checkpoint is also an ordinary seq2seq checkpoint (for heatmaps).
+  auto m = seq2seq_from_checkpoint(want);
+  for (const auto& [n, t] : full.model()->state_dict()) EXPECT_TRUE(bitwise_equal(t, m->state_dict().at(n))) << n;
+  for (const auto& p : {mid, end_full, stopped, end_a, end_b}) std::remove(p.c_str());
+}
+
+TEST(Seq2SeqTraining, TrainOptionsJsonRoundTrip) {
+  Seq2SeqTrainOptions o = kTinyRun;
+  o.lr = 0.1 + 0.2;  // not a short decimal: must come back bit for bit
+  o.min_lr_ratio = 1.0 / 3.0;
+  o.seed = 18446744073709551615ull;
+  o.data.task = Seq2SeqTask::Sort;
+  const Seq2SeqTrainOptions p = Seq2SeqTrainOptions::from_json(o.to_json());
+  EXPECT_EQ(p.to_json(), o.to_json());
+  EXPECT_EQ(p.lr, o.lr);
+  EXPECT_EQ(p.min_lr_ratio, o.min_lr_ratio);
+  EXPECT_EQ(p.seed, o.seed);
+  EXPECT_EQ(p.data.task, Seq2SeqTask::Sort);
+  EXPECT_THROW(Seq2SeqTrainOptions::from_json(R"({"epochs": 3, "colour": 1})"), ValueError);
+  EXPECT_THROW(Seq2SeqTrainOptions::from_json(R"({"batch": 0})"), ValueError);
+  EXPECT_THROW(Seq2SeqTrainOptions::from_json(R"({"task": "rotate"})"), ValueError);
+  EXPECT_THROW(Seq2SeqTrainOptions::from_json(R"({"seed": -1})"), ValueError);
+}
+
+// A checkpoint that cannot continue the run is a FormatError naming the file
+// and the entry, and leaves the default generator as it was.
+TEST(Seq2SeqTraining, ResumeRejectsInconsistentCheckpoints) {
+  const std::string path = temp_path("bad");
+  Seq2SeqTrainer t(kTinyModel, kTinyRun);
+  t.train({}, 1);
+  t.save(path);
+  const io::Checkpoint good = io::load_checkpoint(path);
+  std::remove(path.c_str());
+  auto expect_rejected = [&](const io::Checkpoint& c, const std::string& says) {
+    manual_seed(777);
+    default_generator().set_offset(3);
+    try {
+      Seq2SeqTrainer r(c, "run.safetensors");
+      ADD_FAILURE() << "accepted a checkpoint that should fail with: " << says;
+    } catch (const FormatError& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.rfind("run.safetensors: ", 0), 0u) << msg;
+      EXPECT_NE(msg.find(says), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+    EXPECT_EQ(default_generator().seed(), 777u) << "a rejected checkpoint changed the default generator";
+    EXPECT_EQ(default_generator().offset(), 3u) << "a rejected checkpoint changed the default generator";
+  };
+  {
+    io::Checkpoint c = good;
+    c.metadata.erase("train_config");  // e.g. a model saved without its run
+    expect_rejected(c, "no metadata 'train_config'");
+  }
+  {
+    io::Checkpoint c = good;
+    c.metadata["train_config"] = R"({"epochs": "many"})";
+    expect_rejected(c, "'epochs' must be an integer");
+  }
+  {
+    io::Checkpoint c = good;
+    c.has_rng = false;
+    expect_rejected(c, "no RNG state");
+  }
+  {
+    io::Checkpoint c = good;
+    c.model_type = "classifier";
+    expect_rejected(c, "'classifier' model");
+  }
+  {
+    io::Checkpoint c = good;
+    c.extra.erase("order");
+    expect_rejected(c, "no tensor 'extra.order'");
+  }
+  {
+    io::Checkpoint c = good;
+    std::vector<std::int64_t> order(300, 0);  // not a permutation
+    c.extra["order"] = Tensor::from_vector(order, {300});
+    expect_rejected(c, "'extra.order' [300] is not a permutation");
+  }
+  {
+    io::Checkpoint c = good;
+    c.extra["loss_sum"] = Tensor::scalar(0.0, DType::F32);
+    expect_rejected(c, "'extra.loss_sum' is float32");
+  }
+  {
+    io::Checkpoint c = good;
+    auto v = c.extra.at("train_targets").to_vector<std::int64_t>();
+    v[0] = (v[0] + 1) % 10;  // row 0's target no longer the reverse of its input
+    c.extra["train_targets"] = Tensor::from_vector(v, c.extra.at("train_targets").shape());
+    expect_rejected(c, "'extra.train_targets' row 0 is not the reverse of its input");
+  }
+  {
+    io::Checkpoint c = good;
+    auto v = c.extra.at("test_inputs").to_vector<std::int64_t>();
+    v[0] = 42;
+    c.extra["test_inputs"] = Tensor::from_vector(v, c.extra.at("test_inputs").shape());
+    expect_rejected(c, "'extra.test_inputs' row 0 holds 42");
+  }
+  {
+    io::Checkpoint c = good;
+    c.extra["train_inputs"] = c.extra.at("train_inputs").narrow(0, 0, 10).contiguous();
+    expect_rejected(c, "should both be [300,4]");
+  }
+  {
+    io::Checkpoint c = good;
+    c.metadata["step"] = "11";  // the AdamW state says 10
+    expect_rejected(c, "optimiser state is at step 10, the run at step 11");
+  }
+  {
+    io::Checkpoint c = good;
+    c.metadata["step"] = "-3";
+    expect_rejected(c, "'step' is not an unsigned integer");
+  }
+  {
+    io::Checkpoint c = good;
+    c.model.erase("generator.weight");
+    expect_rejected(c, "generator.weight");
+  }
+  // A config far larger than the tensors present is rejected before the model is built.
+  {
+    io::Checkpoint c = good;
+    c.config_json = R"({"d_model": 1048576, "num_heads": 1, "d_ff": 1048576})";
+    expect_rejected(c, "describes a model of at least");
+    EXPECT_THROW(seq2seq_from_checkpoint(c), ValueError);
+  }
+  {
+    io::Checkpoint c = good;
+    Seq2SeqOptions o = kTinyModel;
+    o.max_positions = std::int64_t{1} << 40;  // the sinusoidal table is not saved: 2^40 x 16 floats
+    c.config_json = o.to_json();
+    expect_rejected(c, "positional table of 1099511627776 x 16");
+    EXPECT_THROW(seq2seq_from_checkpoint(c), ValueError);
+  }
 }
 
 }  // namespace

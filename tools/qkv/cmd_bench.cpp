@@ -1,15 +1,37 @@
-// qkv bench attention|gemm: median time, GFLOP/s and memory of the engine's
-// attention (scaled_dot_product_attention, forward or forward+backward) and
-// GEMM on this machine. Benchmarks are not tests: bench/compare_pytorch.py
-// runs the same shapes in PyTorch in the same run and prints ratios.
+// qkv bench attention|gemm|mha|encoder-step: median time, GFLOP/s and memory
+// of the engine's attention (scaled_dot_product_attention, forward or
+// forward+backward), GEMM, nn::MultiHeadAttention self-attention and one
+// training step of an nn::TransformerEncoder on this machine. Benchmarks are
+// not tests: bench/compare_pytorch.py runs the same shapes in PyTorch in the
+// same run and prints ratios.
+//
+// FLOPs are counted from the matrix products only (softmax, layer norm,
+// elementwise ops and the optimiser are not counted); both engines are
+// credited the same count, so the ratio is the ratio of times. With
+// B batch, L length, E model width, H heads, D = E / H, F feed-forward width:
+//   attention  forward 4 B H L^2 D (causal: half); forward+backward 3.5x the
+//              forward (FlashAttention's convention: backward recomputes
+//              S = Q K^T, 5 matmuls against the forward's 2)
+//   gemm       2 M N K
+//   mha        forward 8 B L E^2 (w_q, w_k, w_v, w_o) + 4 B L^2 E (Q K^T, P V);
+//              forward+backward 3x the projections (dX and dW; the input
+//              requires grad) + 3.5x the attention: 24 B L E^2 + 14 B L^2 E
+//   encoder-step  per layer: projections 8 B L E^2 and feed-forward 4 B L E F,
+//              3x for a training step, + attention 3.5 * 4 B L^2 E; minus
+//              6 B L E^2 because layer 0's q/k/v projections need no input
+//              gradient (the input is data):
+//              N (24 B L E^2 + 12 B L E F + 14 B L^2 E) - 6 B L E^2
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -23,16 +45,29 @@
 namespace qkv::tool {
 namespace {
 
-struct BenchOptions {
-  // attention
-  std::int64_t batch = 4, heads = 8, len = 1024, dim = 64;
-  bool causal = false, backward = false;
-  // gemm
-  std::int64_t m = 1024, n = 1024, k = 1024;
-  // common
+// Options every bench subcommand takes.
+struct CommonOptions {
   int repeat = 0;  // 0: choose by size
   int warmup = 1;
   bool json = false;
+};
+
+struct AttentionOptions {
+  std::int64_t batch = 4, heads = 8, len = 1024, dim = 64;
+  bool causal = false, backward = false;
+};
+
+struct GemmOptions {
+  std::int64_t m = 1024, n = 1024, k = 1024;
+};
+
+struct MhaOptions {
+  std::int64_t batch = 4, len = 512, embed = 512, heads = 8;
+  bool backward = false;
+};
+
+struct EncoderStepOptions {
+  std::int64_t batch = 8, len = 128, d_model = 256, heads = 4, d_ff = 1024, layers = 2;
 };
 
 double rss_mb_now() {
@@ -42,24 +77,27 @@ double rss_mb_now() {
   return static_cast<double>(pages_rss) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
 }
 
+// The resident-set high-water mark of this process image (VmHWM). Not
+// getrusage's ru_maxrss: Linux carries that across fork + exec, so under
+// bench/compare_pytorch.py it would report the Python parent's ~500 MB.
 double peak_rss_mb() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // "VmHWM:  1234 kB"
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
-template <class F>
-std::vector<double> time_runs(int warmup, int repeat, F&& f) {
-  for (int i = 0; i < warmup; ++i) f();
-  std::vector<double> ms;
-  for (int i = 0; i < repeat; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    const auto t1 = std::chrono::steady_clock::now();
-    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-  }
-  return ms;
+// Resets VmHWM to the current resident set (Linux >= 4.0); false if not allowed.
+bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  f.flush();
+  return static_cast<bool>(f);
 }
+
+double float_mb(std::int64_t floats) { return 4.0 * static_cast<double>(floats) / (1024.0 * 1024.0); }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -67,20 +105,56 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-void report(const nlohmann::json& j, bool json) {
-  if (json) {
-    std::cout << j.dump() << '\n';
-    return;
+// Runs `step` c.warmup times untimed, then `repeat` times timed (c.repeat, or
+// enough runs for ~20 GFLOP clamped to [min_repeat, max_repeat]), and returns
+// the fields every report shares: threads, isa, repeat, median_ms, min_ms,
+// gflops (flops / median), peak_rss_mb (the process's peak resident set) and
+// extra_rss_mb (the peak during the runs minus what was resident before them:
+// outputs, gradients, optimiser state and workspaces; the inputs already exist).
+nlohmann::json measure(const CommonOptions& c, double flops, int min_repeat, int max_repeat,
+                       const std::function<void()>& step) {
+  const int repeat =
+      c.repeat > 0 ? c.repeat : std::clamp(static_cast<int>(2e10 / std::max(flops, 1.0)), min_repeat, max_repeat);
+  const double peak_before = peak_rss_mb();
+  // With the high-water mark reset, the peak after the runs is the peak during them.
+  reset_peak_rss();
+  const double rss_before = rss_mb_now();
+  for (int i = 0; i < c.warmup; ++i) step();
+  std::vector<double> ms;
+  for (int i = 0; i < repeat; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    const auto t1 = std::chrono::steady_clock::now();
+    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
-  for (auto it = j.begin(); it != j.end(); ++it) std::cout << "  " << it.key() << ": " << it.value().dump() << '\n';
+  const double med = median(ms), peak_runs = peak_rss_mb();
+  return {{"threads", num_threads()},
+          {"isa", kernels::isa_name(kernels::active_isa())},
+          {"repeat", repeat},
+          {"median_ms", med},
+          {"min_ms", *std::min_element(ms.begin(), ms.end())},
+          {"gflops", flops / (med * 1e6)},
+          {"peak_rss_mb", std::max(peak_before, peak_runs)},
+          {"extra_rss_mb", std::max(0.0, peak_runs - rss_before)}};
 }
 
-int run_attention(const BenchOptions& o) {
+// Prints the shape fields `j` merged with the timing fields, as one JSON line
+// or as indented "key: value" lines.
+int report(nlohmann::json j, const nlohmann::json& timing, const CommonOptions& c) {
+  j.update(timing);
+  if (c.json) {
+    std::cout << j.dump() << '\n';
+    return 0;
+  }
+  for (auto it = j.begin(); it != j.end(); ++it) std::cout << "  " << it.key() << ": " << it.value().dump() << '\n';
+  return 0;
+}
+
+int run_attention(const AttentionOptions& o, const CommonOptions& c) {
   const std::int64_t B = o.batch, H = o.heads, L = o.len, D = o.dim;
   Generator g(1);
   Tensor q = Tensor::randn({B, H, L, D}, &g), k = Tensor::randn({B, H, L, D}, &g), v = Tensor::randn({B, H, L, D}, &g);
   Tensor dout = Tensor::randn({B, H, L, D}, &g);
-  const double in_mb = 4.0 * static_cast<double>(q.numel()) * 4.0 / (1024.0 * 1024.0);  // q, k, v, dout
   if (o.backward) {
     q.requires_grad_();
     k.requires_grad_();
@@ -89,11 +163,8 @@ int run_attention(const BenchOptions& o) {
   const Mask mask = o.causal ? Mask::causal() : Mask();
   const double fwd_flops = 4.0 * static_cast<double>(B * H) * static_cast<double>(L) * static_cast<double>(L) *
                            static_cast<double>(D) * (o.causal ? 0.5 : 1.0);
-  // FlashAttention's convention: backward = 2.5x forward (5 matmuls vs 2).
   const double flops = o.backward ? 3.5 * fwd_flops : fwd_flops;
-  const int repeat = o.repeat > 0 ? o.repeat : std::clamp(static_cast<int>(2e10 / std::max(flops, 1.0)), 3, 50);
-  const double rss_before = rss_mb_now();
-  auto step = [&] {
+  const nlohmann::json timing = measure(c, flops, 3, 50, [&] {
     if (o.backward) {
       q.zero_grad();
       k.zero_grad();
@@ -104,93 +175,191 @@ int run_attention(const BenchOptions& o) {
       autograd::NoGradGuard ng;
       Tensor out = scaled_dot_product_attention(q, k, v, mask).output;
     }
-  };
-  const auto ms = time_runs(o.warmup, repeat, step);
-  const double med = median(ms);
-  const double peak = peak_rss_mb();
-  nlohmann::json j = {{"bench", "attention"},
-                      {"batch", B},
-                      {"heads", H},
-                      {"len", L},
-                      {"dim", D},
-                      {"causal", o.causal},
-                      {"backward", o.backward},
-                      {"threads", num_threads()},
-                      {"isa", kernels::isa_name(kernels::active_isa())},
-                      {"repeat", repeat},
-                      {"median_ms", med},
-                      {"min_ms", *std::min_element(ms.begin(), ms.end())},
-                      {"gflops", flops / (med * 1e6)},
-                      {"peak_rss_mb", peak},
-                      {"inputs_mb", in_mb},
-                      // Growth of the resident set during the timed runs beyond what was resident
-                      // before them (inputs already allocated): outputs, gradients and workspaces.
-                      {"extra_rss_mb", std::max(0.0, peak - rss_before)}};
-  report(j, o.json);
-  return 0;
+  });
+  return report({{"bench", "attention"},
+                 {"batch", B},
+                 {"heads", H},
+                 {"len", L},
+                 {"dim", D},
+                 {"causal", o.causal},
+                 {"backward", o.backward},
+                 {"inputs_mb", float_mb(4 * q.numel())}},  // q, k, v, dout
+                timing, c);
 }
 
-int run_gemm(const BenchOptions& o) {
+int run_gemm(const GemmOptions& o, const CommonOptions& c) {
   Generator g(2);
-  Tensor a = Tensor::randn({o.m, o.k}, &g), b = Tensor::randn({o.k, o.n}, &g), c = Tensor::zeros({o.m, o.n});
+  Tensor a = Tensor::randn({o.m, o.k}, &g), b = Tensor::randn({o.k, o.n}, &g), out = Tensor::zeros({o.m, o.n});
   const double flops = 2.0 * static_cast<double>(o.m) * static_cast<double>(o.n) * static_cast<double>(o.k);
-  const int repeat = o.repeat > 0 ? o.repeat : std::clamp(static_cast<int>(2e10 / std::max(flops, 1.0)), 5, 200);
-  auto step = [&] {
+  const nlohmann::json timing = measure(c, flops, 5, 200, [&] {
     kernels::sgemm(false, false, o.m, o.n, o.k, 1.0f, a.data<float>(), o.k, b.data<float>(), o.n, 0.0f,
-                   c.data<float>(), o.n);
-  };
-  const auto ms = time_runs(o.warmup, repeat, step);
-  const double med = median(ms);
-  nlohmann::json j = {{"bench", "gemm"},
-                      {"m", o.m},
-                      {"n", o.n},
-                      {"k", o.k},
-                      {"threads", num_threads()},
-                      {"isa", kernels::isa_name(kernels::active_isa())},
-                      {"repeat", repeat},
-                      {"median_ms", med},
-                      {"min_ms", *std::min_element(ms.begin(), ms.end())},
-                      {"gflops", flops / (med * 1e6)},
-                      {"peak_rss_mb", peak_rss_mb()}};
-  report(j, o.json);
-  return 0;
+                   out.data<float>(), o.n);
+  });
+  return report({{"bench", "gemm"}, {"m", o.m}, {"n", o.n}, {"k", o.k}}, timing, c);
+}
+
+// Self-attention through nn::MultiHeadAttention, need_weights = false (the
+// fused attention path). Forward only: eval mode, no autograd graph.
+// --backward: train mode (dropout 0), the input requires grad, and
+// out.backward(dout) fills the input's and all parameters' gradients.
+int run_mha(const MhaOptions& o, const CommonOptions& c) {
+  const std::int64_t B = o.batch, L = o.len, E = o.embed, H = o.heads;
+  nn::MultiHeadAttention mha({.embed_dim = E, .num_heads = H, .dropout = 0.0});
+  Generator g(3);
+  Tensor x = Tensor::randn({B, L, E}, &g), dout = Tensor::randn({B, L, E}, &g);
+  if (o.backward) {
+    mha.train();
+    x.requires_grad_();
+  } else {
+    mha.eval();
+  }
+  const double b = static_cast<double>(B), l = static_cast<double>(L), e = static_cast<double>(E);
+  const double proj = 8.0 * b * l * e * e, attn = 4.0 * b * l * l * e;
+  const double flops = o.backward ? 3.0 * proj + 3.5 * attn : proj + attn;
+  const nlohmann::json timing = measure(c, flops, 3, 50, [&] {
+    if (o.backward) {
+      x.zero_grad();
+      mha.zero_grad();
+      Tensor out = mha.forward(x, x, x, Mask(), /*need_weights=*/false).output;
+      out.backward(dout);
+    } else {
+      autograd::NoGradGuard ng;
+      Tensor out = mha.forward(x, x, x, Mask(), /*need_weights=*/false).output;
+    }
+  });
+  return report({{"bench", "mha"},
+                 {"batch", B},
+                 {"len", L},
+                 {"embed", E},
+                 {"heads", H},
+                 {"head_dim", mha.head_dim()},
+                 {"backward", o.backward},
+                 {"params", mha.num_parameters()},
+                 {"inputs_mb", float_mb((o.backward ? 2 : 1) * x.numel())}},  // x (, dout)
+                timing, c);
+}
+
+// One training step of a post-norm ReLU TransformerEncoder (PyTorch's
+// nn.TransformerEncoder of nn.TransformerEncoderLayer(batch_first=True,
+// dropout=0.0) defaults: layer_norm_eps 1e-5, no final norm):
+//   zero grads; loss = mean(encoder(x)); loss.backward(); Adam(lr 1e-3) step.
+int run_encoder_step(const EncoderStepOptions& o, const CommonOptions& c) {
+  const std::int64_t B = o.batch, L = o.len, E = o.d_model, H = o.heads, F = o.d_ff, N = o.layers;
+  nn::TransformerEncoder enc({.num_layers = N,
+                              .layer = {.d_model = E,
+                                        .num_heads = H,
+                                        .d_ff = F,
+                                        .dropout = 0.0,
+                                        .activation = nn::Activation::ReLU,
+                                        .norm_first = false,
+                                        .layer_norm_eps = 1e-5},
+                              .final_norm = false});
+  enc.train();
+  optim::Adam adam(enc.named_parameters(), optim::AdamOptions{.lr = 1e-3});
+  Generator g(4);
+  Tensor x = Tensor::randn({B, L, E}, &g);
+  const double b = static_cast<double>(B), l = static_cast<double>(L), e = static_cast<double>(E),
+               f = static_cast<double>(F), n = static_cast<double>(N);
+  const double per_layer = 3.0 * (8.0 * b * l * e * e + 4.0 * b * l * e * f) + 3.5 * 4.0 * b * l * l * e;
+  const double flops = std::max(0.0, n * per_layer - (N > 0 ? 6.0 * b * l * e * e : 0.0));
+  const nlohmann::json timing = measure(c, flops, 3, 50, [&] {
+    adam.zero_grad();
+    Tensor loss = mean(enc.forward(x));
+    loss.backward();
+    adam.step();
+  });
+  const std::int64_t params = enc.num_parameters();
+  return report({{"bench", "encoder-step"},
+                 {"batch", B},
+                 {"len", L},
+                 {"d_model", E},
+                 {"heads", H},
+                 {"d_ff", F},
+                 {"layers", N},
+                 {"dropout", 0.0},
+                 {"norm_first", false},
+                 {"activation", "relu"},
+                 {"optimizer", "adam"},
+                 {"params", params},
+                 {"params_mb", float_mb(4 * params)},  // weights, gradients, Adam's two moments
+                 {"inputs_mb", float_mb(x.numel())}},
+                timing, c);
 }
 
 }  // namespace
 
 QKV_TOOL_COMMAND(bench, {
     .name = "bench",
-    .summary = "Time the engine's attention or GEMM: median ms, GFLOP/s, peak memory",
+    .summary = "Time the engine's attention, GEMM, multi-head attention or an encoder training step",
     .order = 80,
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "qkv bench attention --batch B --heads H --len L --dim D [--causal] [--backward]\n"
           "qkv bench gemm --m M --n N --k K\n"
-          "Prints the median time over --repeat runs after --warmup runs, the throughput (causal attention counts "
-          "half the FLOPs; forward+backward counts 3.5x the forward, FlashAttention's convention) and the peak "
-          "resident memory. --json prints one JSON object per line (median_ms, gflops, peak_rss_mb, ...). "
+          "qkv bench mha --batch B --len L --embed E --heads H [--backward]\n"
+          "qkv bench encoder-step --batch B --len L --d-model E --heads H --d-ff F --layers N\n"
+          "Prints the median time over --repeat runs after --warmup runs, the throughput and the peak "
+          "resident memory. FLOPs count the matrix products only: attention 4BHL^2D (causal half), "
+          "forward+backward 3.5x (FlashAttention's convention); gemm 2MNK; mha 8BLE^2 + 4BL^2E, with "
+          "--backward 24BLE^2 + 14BL^2E; encoder-step N(24BLE^2 + 12BLEF + 14BL^2E) - 6BLE^2. "
+          "--json prints one JSON object per line (median_ms, gflops, peak_rss_mb, extra_rss_mb, ...). "
           "bench/compare_pytorch.py runs the same shapes in PyTorch side by side; see BENCHMARKS.md.");
       sub.require_subcommand(1);
-      auto opt = std::make_shared<BenchOptions>();
-      auto common = [opt](CLI::App* s) {
-        s->add_option("--repeat", opt->repeat, "Timed runs (default: by size)")->check(int_range(1, 100000));
-        s->add_option("--warmup", opt->warmup, "Untimed runs first")->check(int_range(0, 1000));
-        s->add_flag("--json", opt->json, "One JSON object per line");
+      auto common = std::make_shared<CommonOptions>();
+      auto add_common = [common](CLI::App* s) {
+        s->add_option("--repeat", common->repeat, "Timed runs (default: by size)")->check(int_range(1, 100000));
+        s->add_option("--warmup", common->warmup, "Untimed runs first")->check(int_range(0, 1000));
+        s->add_flag("--json", common->json, "One JSON object per line");
       };
-      CLI::App* att = sub.add_subcommand("attention", "scaled_dot_product_attention on [B, H, L, D] float32");
-      att->add_option("--batch", opt->batch, "B")->check(int_range(1, 1 << 20));
-      att->add_option("--heads", opt->heads, "H")->check(int_range(1, 1 << 20));
-      att->add_option("--len", opt->len, "L (queries = keys)")->check(int_range(1, 1 << 24));
-      att->add_option("--dim", opt->dim, "D (head dim)")->check(int_range(1, 4096));
-      att->add_flag("--causal", opt->causal, "Causal mask");
-      att->add_flag("--backward", opt->backward, "Time forward + backward");
-      common(att);
-      CLI::App* gm = sub.add_subcommand("gemm", "C[M,N] = A[M,K] @ B[K,N] float32");
-      gm->add_option("--m", opt->m, "M")->check(int_range(1, 1 << 20));
-      gm->add_option("--n", opt->n, "N")->check(int_range(1, 1 << 20));
-      gm->add_option("--k", opt->k, "K")->check(int_range(1, 1 << 20));
-      common(gm);
-      return [opt, att] { return att->parsed() ? run_attention(*opt) : run_gemm(*opt); };
+      std::vector<std::pair<CLI::App*, Action>> runs;
+
+      auto att = std::make_shared<AttentionOptions>();
+      CLI::App* s = sub.add_subcommand("attention", "scaled_dot_product_attention on [B, H, L, D] float32");
+      s->add_option("--batch", att->batch, "B")->check(int_range(1, 1 << 20));
+      s->add_option("--heads", att->heads, "H")->check(int_range(1, 1 << 20));
+      s->add_option("--len", att->len, "L (queries = keys)")->check(int_range(1, 1 << 24));
+      s->add_option("--dim", att->dim, "D (head dim)")->check(int_range(1, 4096));
+      s->add_flag("--causal", att->causal, "Causal mask");
+      s->add_flag("--backward", att->backward, "Time forward + backward");
+      add_common(s);
+      runs.emplace_back(s, [att, common] { return run_attention(*att, *common); });
+
+      auto gm = std::make_shared<GemmOptions>();
+      s = sub.add_subcommand("gemm", "C[M,N] = A[M,K] @ B[K,N] float32");
+      s->add_option("--m", gm->m, "M")->check(int_range(1, 1 << 20));
+      s->add_option("--n", gm->n, "N")->check(int_range(1, 1 << 20));
+      s->add_option("--k", gm->k, "K")->check(int_range(1, 1 << 20));
+      add_common(s);
+      runs.emplace_back(s, [gm, common] { return run_gemm(*gm, *common); });
+
+      auto mha = std::make_shared<MhaOptions>();
+      s = sub.add_subcommand("mha", "nn::MultiHeadAttention self-attention on [B, L, E], need_weights false");
+      s->add_option("--batch", mha->batch, "B (default 4)")->check(int_range(1, 1 << 20));
+      s->add_option("--len", mha->len, "L (default 512)")->check(int_range(1, 1 << 24));
+      s->add_option("--embed", mha->embed, "E, embed_dim (default 512)")->check(int_range(1, 1 << 16));
+      s->add_option("--heads", mha->heads, "H, must divide E (default 8)")->check(int_range(1, 1 << 16));
+      s->add_flag("--backward", mha->backward, "Time forward + backward (input and parameter gradients)");
+      add_common(s);
+      runs.emplace_back(s, [mha, common] { return run_mha(*mha, *common); });
+
+      auto enc = std::make_shared<EncoderStepOptions>();
+      s = sub.add_subcommand("encoder-step",
+                             "One training step (zero grads, forward, mean loss, backward, Adam) of a post-norm "
+                             "ReLU TransformerEncoder, dropout 0");
+      s->add_option("--batch", enc->batch, "B (default 8)")->check(int_range(1, 1 << 20));
+      s->add_option("--len", enc->len, "L (default 128)")->check(int_range(1, 1 << 24));
+      s->add_option("--d-model", enc->d_model, "E (default 256)")->check(int_range(1, 1 << 16));
+      s->add_option("--heads", enc->heads, "H, must divide E (default 4)")->check(int_range(1, 1 << 16));
+      s->add_option("--d-ff", enc->d_ff, "F, feed-forward width (default 1024)")->check(int_range(1, 1 << 20));
+      s->add_option("--layers", enc->layers, "Encoder layers (default 2)")->check(int_range(1, 1024));
+      add_common(s);
+      runs.emplace_back(s, [enc, common] { return run_encoder_step(*enc, *common); });
+
+      return [runs] {
+        for (const auto& [app, run] : runs)
+          if (app->parsed()) return run();
+        return 2;  // unreachable: require_subcommand(1)
+      };
     }});
 
 }  // namespace qkv::tool

@@ -120,6 +120,7 @@ int run_train_classify(const TrainClassifyOptions& o, std::ostream& out, std::ve
       throw FormatError(f + ": not a 'qkv train classify' checkpoint (model_type '" + c.model_type + "')");
     if (!c.has_rng) throw FormatError(f + ": checkpoint has no RNG state; cannot resume bitwise");
     r.model = models::classifier_config_from_json(c.config_json);
+    models::check_classifier_config_fits(r.model, c.model);
     r.epoch = static_cast<int>(parse_u64(meta(c.metadata, "epoch", f), f + ": metadata 'epoch'"));
     r.seed = parse_u64(meta(c.metadata, "seed", f), f + ": metadata 'seed'");
     r.data_seed = parse_u64(meta(c.metadata, "data_seed", f), f + ": metadata 'data_seed'");

@@ -2,7 +2,9 @@
 // strings and reports greedy exact-sequence accuracy on held-out data.
 #include "cmd_train_seq2seq.h"
 
+#include <algorithm>
 #include <iostream>
+#include <map>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -30,43 +32,69 @@ std::string digits_str(const std::vector<std::int64_t>& d) {
 }  // namespace
 
 int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector<std::string>* files_written) {
-  const models::Seq2SeqTask task = models::parse_seq2seq_task(o.task);
-  if (o.d_model % o.heads != 0)
-    throw ValueError("train seq2seq: --d-model " + std::to_string(o.d_model) + " is not divisible by --heads " +
-                     std::to_string(o.heads));
-  const models::Seq2SeqOptions mo{.d_model = o.d_model,
-                                  .num_heads = o.heads,
-                                  .num_encoder_layers = o.layers,
-                                  .num_decoder_layers = o.layers,
-                                  .d_ff = o.d_ff,
-                                  .dropout = o.dropout,
-                                  .max_positions = std::max<std::int64_t>(32, o.max_len + 1)};
-  const models::Seq2SeqTrainOptions to{
-      .data = {.task = task, .min_len = o.min_len, .max_len = o.max_len, .train_size = o.train_size,
-               .test_size = o.test_size, .seed = o.seed},
-      .epochs = o.epochs,
-      .steps = o.steps,
-      .batch = o.batch,
-      .lr = o.lr,
-      .warmup_steps = o.warmup,
-      .target_acc = o.target_acc,
-      .seed = o.seed};
+  std::unique_ptr<models::Seq2SeqTrainer> tr;
+  if (o.resume.empty()) {
+    const models::Seq2SeqTask task = models::parse_seq2seq_task(o.task);
+    if (o.d_model % o.heads != 0)
+      throw ValueError("train seq2seq: --d-model " + std::to_string(o.d_model) + " is not divisible by --heads " +
+                       std::to_string(o.heads));
+    const models::Seq2SeqOptions mo{.d_model = o.d_model,
+                                    .num_heads = o.heads,
+                                    .num_encoder_layers = o.layers,
+                                    .num_decoder_layers = o.layers,
+                                    .d_ff = o.d_ff,
+                                    .dropout = o.dropout,
+                                    .max_positions = std::max<std::int64_t>(32, o.max_len + 1)};
+    const models::Seq2SeqTrainOptions to{
+        .data = {.task = task, .min_len = o.min_len, .max_len = o.max_len, .train_size = o.train_size,
+                 .test_size = o.test_size, .seed = o.seed},
+        .epochs = o.epochs,
+        .steps = o.steps,
+        .batch = o.batch,
+        .lr = o.lr,
+        .warmup_steps = o.warmup,
+        .target_acc = o.target_acc,
+        .seed = o.seed};
+    tr = std::make_unique<models::Seq2SeqTrainer>(mo, to);
+  } else {
+    tr = std::make_unique<models::Seq2SeqTrainer>(io::load_checkpoint(o.resume), o.resume);
+    if (tr->finished())
+      throw ValueError("train seq2seq: " + o.resume + " holds a finished run (step " + std::to_string(tr->step()) +
+                       " of " + std::to_string(tr->total_steps()) + "); there is nothing left to resume");
+  }
+  if (o.stop_after_epoch > 0 && o.stop_after_epoch <= tr->epochs_done())
+    throw ValueError("train seq2seq: --stop-after-epoch " + std::to_string(o.stop_after_epoch) + ", but " + o.resume +
+                     " is already at epoch " + std::to_string(tr->epochs_done()));
+  const models::Seq2SeqOptions& mo = tr->model_options();
+  const models::Seq2SeqTrainOptions& to = tr->options();
+  const std::string task = models::seq2seq_task_name(to.data.task);
 
   if (!o.json) {
-    out << "Seq2Seq (" << o.task << "): " << o.layers << " encoder + " << o.layers << " decoder layer(s), d_model "
-        << o.d_model << ", " << o.heads << " heads, d_ff " << o.d_ff << ", dropout " << general(o.dropout) << "\n"
-        << "data: " << o.train_size << " train / " << o.test_size << " held-out digit strings of length " << o.min_len
-        << ".." << o.max_len << " (disjoint); AdamW lr " << general(o.lr) << " (warmup " << o.warmup
-        << ", cosine decay), batch " << o.batch << ", seed " << o.seed << ", " << num_threads() << " thread(s)\n\n";
+    out << "Seq2Seq (" << task << "): " << mo.num_encoder_layers << " encoder + " << mo.num_decoder_layers
+        << " decoder layer(s), d_model " << mo.d_model << ", " << mo.num_heads << " heads, d_ff " << mo.d_ff
+        << ", dropout " << general(mo.dropout) << "\n"
+        << "data: " << to.data.train_size << " train / " << to.data.test_size << " held-out digit strings of length "
+        << to.data.min_len << ".." << to.data.max_len << " (disjoint); AdamW lr " << general(to.lr) << " (warmup "
+        << to.warmup_steps << ", cosine decay over " << tr->total_steps() << " steps), batch " << to.batch
+        << ", seed " << to.seed << ", " << num_threads() << " thread(s)";
+    if (!o.resume.empty())
+      out << "\nresumed from " << o.resume << " at epoch " << tr->epochs_done() << " (step " << tr->step() << " of "
+          << tr->total_steps() << ")";
+    out << "\n\n";
   }
 
+  // The checkpoint carries the latest held-out accuracy for readers of the file.
+  auto save = [&](const std::string& path) {
+    std::map<std::string, std::string> meta;
+    if (!tr->reports().empty()) meta["exact_acc"] = general(tr->reports().back().exact_acc, 6);
+    tr->save(path, meta);
+  };
   std::unique_ptr<ProgressBar> bar;
-  std::int64_t last_step = 0;
+  const std::int64_t first_step = tr->step();
   models::Seq2SeqTrainCallbacks cb;
   cb.on_step = [&](std::int64_t step, std::int64_t total, double loss) {
-    if (!bar) bar = std::make_unique<ProgressBar>("train", total, ProgressOptions{.enabled = o.progress});
-    bar->update(step, "loss " + fixed(loss, 4));
-    last_step = step;
+    if (!bar) bar = std::make_unique<ProgressBar>("train", total - first_step, ProgressOptions{.enabled = o.progress});
+    bar->update(step - first_step, "loss " + fixed(loss, 4));
   };
   cb.on_report = [&](const models::Seq2SeqReport& r) {
     if (o.json) {
@@ -80,45 +108,48 @@ int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector
           << format_duration(r.elapsed_s) << std::endl;
     }
   };
-  models::Seq2SeqTrainResult res = models::train_seq2seq(mo, to, cb);
+  cb.on_epoch_end = [&](std::int64_t epoch) {
+    // The final state is saved below, once.
+    if (!o.save.empty() && o.save_every > 0 && epoch % o.save_every == 0 && !tr->finished() &&
+        epoch != o.stop_after_epoch)
+      save(o.save);
+  };
+  const bool finished = tr->train(cb, o.stop_after_epoch);
   if (bar) bar->finish();
-  const models::Seq2SeqReport& fin = res.reports.back();
-
+  if (tr->reports().empty()) throw Error("train seq2seq: the run made no evaluation");  // cannot happen: see train()
+  const models::Seq2SeqReport& fin = tr->reports().back();
   if (!o.save.empty()) {
-    io::SaveCheckpointArgs a;
-    a.model = res.model.get();
-    a.model_type = "seq2seq";
-    a.config_json = mo.to_json();
-    a.metadata = {{"task", o.task},
-                  {"min_len", std::to_string(o.min_len)},
-                  {"max_len", std::to_string(o.max_len)},
-                  {"seed", std::to_string(o.seed)},
-                  {"steps", std::to_string(res.steps)},
-                  {"exact_acc", general(fin.exact_acc, 6)}};
-    io::save_checkpoint(o.save, a);
+    save(o.save);
     if (files_written) files_written->push_back(o.save);
   }
 
   // A few held-out examples, decoded greedily.
-  std::vector<models::Seq2SeqExample> shown(
-      res.data.test.begin(), res.data.test.begin() + std::min<std::int64_t>(o.examples, res.data.test.size()));
+  const auto& test = tr->data().test;
+  std::vector<models::Seq2SeqExample> shown(test.begin(),
+                                            test.begin() + std::min<std::int64_t>(o.examples, test.size()));
   std::vector<std::vector<std::int64_t>> pred;
-  if (!shown.empty()) models::seq2seq_exact_accuracy(*res.model, shown, 500, &pred);
+  if (!shown.empty()) models::seq2seq_exact_accuracy(*tr->model(), shown, 500, &pred);
 
   if (o.json) {
     nlohmann::ordered_json ex = nlohmann::ordered_json::array();
     for (std::size_t i = 0; i < shown.size(); ++i)
       ex.push_back({{"input", shown[i].input}, {"output", pred[i]}, {"target", shown[i].target}});
-    nlohmann::ordered_json j{{"event", "done"},          {"task", o.task},         {"epoch", fin.epoch},
-                             {"step", fin.step},         {"loss", fin.loss},       {"train_acc", fin.train_acc},
+    nlohmann::ordered_json j{{"event", "done"},          {"task", task},           {"epoch", fin.epoch},
+                             {"step", fin.step},         {"total_steps", tr->total_steps()},
+                             {"finished", finished},     {"loss", fin.loss},       {"train_acc", fin.train_acc},
                              {"val_acc", fin.exact_acc}, {"exact_acc", fin.exact_acc}, {"elapsed_s", fin.elapsed_s},
                              {"threads", num_threads()}, {"examples", ex}};
     if (!o.save.empty()) j["checkpoint"] = o.save;
     out << j.dump() << std::endl;
     return 0;
   }
-  out << "\nheld-out exact-sequence accuracy: " << fixed(fin.exact_acc, 4) << " (" << res.data.test.size()
-      << " sequences, greedy decoding) after " << res.steps << " steps in " << format_duration(fin.elapsed_s) << "\n";
+  out << "\nheld-out exact-sequence accuracy: " << fixed(fin.exact_acc, 4) << " (" << test.size()
+      << " sequences, greedy decoding) after " << tr->step() << " steps in " << format_duration(tr->elapsed_s())
+      << "\n";
+  if (!finished)
+    out << "stopped after epoch " << tr->epochs_done() << " of " << tr->total_epochs() << " (step " << tr->step()
+        << " of " << tr->total_steps() << ")"
+        << (o.save.empty() ? "\n" : "; continue with: qkv train seq2seq --resume " + o.save + "\n");
   if (!shown.empty()) {
     out << "examples (input -> output, target):\n";
     for (std::size_t i = 0; i < shown.size(); ++i)
@@ -139,50 +170,59 @@ QKV_TRAIN_TASK(seq2seq, {
           "over the encoder's memory) with teacher forcing on digit strings of length --min-len..--max-len, and "
           "reports the exact-sequence accuracy of greedy decoding on a held-out set that shares no sequence with "
           "the training set. Source: digits <eos>; target: <bos> digits -> digits <eos>. Padding keys are masked "
-          "and padding targets ignored by the loss.\n"
-          "Example: qkv train seq2seq --task reverse --save reverse.safetensors");
+          "and padding targets ignored by the loss.\n\n"
+          "Checkpoints (--save, --save-every) hold the model, the AdamW state, the RNG state, the data and the "
+          "position in the run; --resume FILE continues that run exactly as an uninterrupted one would (same losses "
+          "and weights to the last bit for the same --threads). The learning-rate schedule spans the whole run, so "
+          "the checkpoint fixes every setting, --epochs and --steps included; to train in parts, give the full "
+          "length and --stop-after-epoch K, then --resume.\n\n"
+          "Examples:\n"
+          "  qkv train seq2seq --task reverse --save reverse.safetensors\n"
+          "  qkv train seq2seq --epochs 6 --stop-after-epoch 3 --save run.safetensors\n"
+          "  qkv train seq2seq --resume run.safetensors --save run.safetensors");
       auto opt = std::make_shared<Seq2SeqCliOptions>();
-      sub.add_option("--task", opt->task, "reverse | copy | sort")
-          ->check(CLI::IsMember({"reverse", "copy", "sort"}))
-          ->capture_default_str();
-      sub.add_option("--epochs", opt->epochs, "Passes over the training set")
+      std::vector<CLI::Option*> fixed_by_ckpt;
+      // The run's settings: fixed by the checkpoint when resuming.
+      auto fixed = [&](CLI::Option* o) { fixed_by_ckpt.push_back(o->capture_default_str()); return o; };
+      fixed(sub.add_option("--task", opt->task, "reverse | copy | sort"))->check(CLI::IsMember({"reverse", "copy", "sort"}));
+      fixed(sub.add_option("--epochs", opt->epochs, "Passes over the training set"))->check(int_range(1, 100000));
+      fixed(sub.add_option("--steps", opt->steps, "Total optimiser steps (overrides --epochs; 0: use --epochs)"))
+          ->check(int_range(0, 10000000));
+      fixed(sub.add_option("--batch", opt->batch, "Sequences per step"))->check(int_range(1, 65536));
+      fixed(sub.add_option("--lr", opt->lr, "Peak AdamW learning rate"))->check(CLI::PositiveNumber);
+      fixed(sub.add_option("--warmup", opt->warmup, "Linear warmup steps (then cosine decay)"))
+          ->check(int_range(0, 10000000));
+      fixed(sub.add_option("--dropout", opt->dropout, "Dropout"))->check(CLI::Range(0.0, 0.9));
+      fixed(sub.add_option("--d-model", opt->d_model, "Model width"))->check(int_range(1, 4096));
+      fixed(sub.add_option("--heads", opt->heads, "Attention heads"))->check(int_range(1, 256));
+      fixed(sub.add_option("--layers", opt->layers, "Encoder layers (and as many decoder layers)"))
+          ->check(int_range(1, 64));
+      fixed(sub.add_option("--d-ff", opt->d_ff, "Feed-forward width"))->check(int_range(1, 65536));
+      fixed(sub.add_option("--min-len", opt->min_len, "Shortest sequence"))->check(int_range(1, 1000));
+      fixed(sub.add_option("--max-len", opt->max_len, "Longest sequence"))->check(int_range(1, 1000));
+      fixed(sub.add_option("--train-size", opt->train_size, "Training sequences"))->check(int_range(1, 10000000));
+      fixed(sub.add_option("--test-size", opt->test_size, "Held-out sequences"))->check(int_range(1, 1000000));
+      fixed(sub.add_option("--target-acc", opt->target_acc, "Stop once held-out exact accuracy reaches this (0: off)"))
+          ->check(CLI::Range(0.0, 1.0));
+      fixed(sub.add_option("--seed", opt->seed, "Seed for data, initialisation and shuffling"));
+      auto* save = sub.add_option("--save", opt->save,
+                                  "Write a checkpoint (safetensors, model_type seq2seq) here at the end (atomically)");
+      sub.add_option("--save-every", opt->save_every, "Also save every N epochs")
           ->check(int_range(1, 100000))
-          ->capture_default_str();
-      sub.add_option("--steps", opt->steps, "Total optimiser steps (overrides --epochs; 0: use --epochs)")
-          ->check(int_range(0, 10000000))
-          ->capture_default_str();
-      sub.add_option("--batch", opt->batch, "Sequences per step")->check(int_range(1, 65536))->capture_default_str();
-      sub.add_option("--lr", opt->lr, "Peak AdamW learning rate")
-          ->check(CLI::PositiveNumber)
-          ->capture_default_str();
-      sub.add_option("--warmup", opt->warmup, "Linear warmup steps (then cosine decay)")
-          ->check(int_range(0, 10000000))
-          ->capture_default_str();
-      sub.add_option("--dropout", opt->dropout, "Dropout")->check(CLI::Range(0.0, 0.9))->capture_default_str();
-      sub.add_option("--d-model", opt->d_model, "Model width")->check(int_range(1, 4096))->capture_default_str();
-      sub.add_option("--heads", opt->heads, "Attention heads")->check(int_range(1, 256))->capture_default_str();
-      sub.add_option("--layers", opt->layers, "Encoder layers (and as many decoder layers)")
-          ->check(int_range(1, 64))
-          ->capture_default_str();
-      sub.add_option("--d-ff", opt->d_ff, "Feed-forward width")->check(int_range(1, 65536))->capture_default_str();
-      sub.add_option("--min-len", opt->min_len, "Shortest sequence")->check(int_range(1, 1000))->capture_default_str();
-      sub.add_option("--max-len", opt->max_len, "Longest sequence")->check(int_range(1, 1000))->capture_default_str();
-      sub.add_option("--train-size", opt->train_size, "Training sequences")
-          ->check(int_range(1, 10000000))
-          ->capture_default_str();
-      sub.add_option("--test-size", opt->test_size, "Held-out sequences")
-          ->check(int_range(1, 1000000))
-          ->capture_default_str();
-      sub.add_option("--target-acc", opt->target_acc, "Stop once held-out exact accuracy reaches this (0: off)")
-          ->check(CLI::Range(0.0, 1.0))
-          ->capture_default_str();
-      sub.add_option("--seed", opt->seed, "Seed for data, initialisation and shuffling")->capture_default_str();
-      sub.add_option("--save", opt->save, "Write a checkpoint (safetensors, model_type seq2seq) at the end");
+          ->needs(save);
+      auto* resume = sub.add_option("--resume", opt->resume, "Continue the training run saved in this checkpoint")
+                         ->check(CLI::ExistingFile);
+      sub.add_option("--stop-after-epoch", opt->stop_after_epoch,
+                     "Stop once this many epochs of the run are done (the schedule still spans the whole run); "
+                     "continue later with --resume")
+          ->check(int_range(1, 100000))
+          ->needs(save);
       sub.add_option("--examples", opt->examples, "Example decodings printed at the end")
           ->check(int_range(0, 1000))
           ->capture_default_str();
       sub.add_flag("--json", opt->json, "One JSON object per evaluation, then a summary object");
       sub.add_flag("!--no-progress", opt->progress, "Do not show the progress bar on stderr");
+      for (CLI::Option* f : fixed_by_ckpt) f->excludes(resume);
       return [opt] { return run_train_seq2seq(*opt, std::cout); };
     }});
 

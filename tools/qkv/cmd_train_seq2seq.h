@@ -23,13 +23,18 @@ struct Seq2SeqCliOptions {
   std::int64_t train_size = 10000, test_size = 1000;
   double target_acc = 0.0;         // > 0: stop once held-out exact accuracy reaches it
   std::uint64_t seed = 0;
-  std::string save;                // checkpoint written at the end
+  std::string save;                // checkpoint written at the end (and every save_every epochs)
+  std::int64_t save_every = 0;
+  std::string resume;              // checkpoint of a run to continue (it fixes every setting above)
+  std::int64_t stop_after_epoch = 0;  // > 0: stop once this many epochs of the run are done
   std::int64_t examples = 5;       // example decodings printed at the end
   bool json = false;               // one JSON object per report, then a summary object
   bool progress = true;            // progress bar on stderr
 };
 
-// Trains, prints and saves; returns 0, or throws qkv::Error.
+// Trains (or, with resume, continues a saved run), prints and saves; returns 0,
+// or throws qkv::Error. If files_written is non-null the checkpoint paths written
+// are appended.
 int run_train_seq2seq(const Seq2SeqCliOptions& opt, std::ostream& out,
                       std::vector<std::string>* files_written = nullptr);
 

@@ -11,10 +11,11 @@
 //         return [opt] { return run_trace(*opt, std::cout); };
 //       }});
 //
-// main.cpp adds one CLI11 subcommand per registered Command (sorted by
-// `order`), lets `setup` declare its options, parses, applies the global
-// options (--threads) and runs the chosen command's Action. Adding a command
-// is one new file plus one line in sources.cmake.
+// main.cpp mounts the registered Commands as CLI11 subcommands (mount_commands,
+// sorted by `order`; `setup` declares each one's options), parses, applies the
+// global options (--threads) and runs the chosen command's Action. `qkv train`
+// mounts its tasks the same way from a second registry (train_tasks.h). Adding
+// a command is one new file plus one line in sources.cmake.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -52,12 +53,41 @@ inline CLI::Validator int_range(std::int64_t lo, std::int64_t hi) {
       "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
-// Adds a command to the registry (called from static initialisers).
-bool register_command(Command c);
-// All registered commands, sorted by (order, name).
-std::vector<Command> registered_commands();
+// An ordered list of Commands, filled by static initialisers (QKV_TOOL_COMMAND,
+// QKV_TRAIN_TASK) before main() runs. One class serves both levels: the
+// top-level commands and the tasks of `qkv train TASK`.
+class CommandRegistry {
+ public:
+  bool add(Command c);  // returns true so it can initialise a static
+  // All registered commands, sorted by (order, name).
+  std::vector<Command> sorted() const;
+
+ private:
+  std::vector<Command> commands_;
+};
+
+// The registries (function-local statics, so registration from any
+// translation unit's static initialiser finds them constructed).
+CommandRegistry& tool_commands();  // qkv CMD
+CommandRegistry& train_tasks();    // qkv train TASK (see train_tasks.h)
+
+// A command added to a CLI11 parent: its subcommand and what to run.
+struct MountedCommand {
+  CLI::App* app = nullptr;
+  Action action;
+};
+
+// Adds one CLI11 subcommand of `parent` per command of `registry` (sorted),
+// lets each declare its options and appends `footer_note` to its --help.
+std::vector<MountedCommand> mount_commands(CLI::App& parent, const CommandRegistry& registry,
+                                           const std::string& footer_note);
+// The action of the mounted command that was parsed, or nullptr if none was.
+const Action* parsed_action(const std::vector<MountedCommand>& mounted);
 
 }  // namespace qkv::tool
 
-#define QKV_TOOL_COMMAND(id, ...) \
-  [[maybe_unused]] static const bool qkv_tool_registered_##id = ::qkv::tool::register_command(::qkv::tool::Command __VA_ARGS__)
+// QKV_REGISTER_COMMAND(registry, id, {...}): adds a Command to registry()
+// from a static initialiser; `id` names the static (unique per file).
+#define QKV_REGISTER_COMMAND(registry, id, ...) \
+  [[maybe_unused]] static const bool qkv_registered_##id = (registry)().add(::qkv::tool::Command __VA_ARGS__)
+#define QKV_TOOL_COMMAND(id, ...) QKV_REGISTER_COMMAND(::qkv::tool::tool_commands, id, __VA_ARGS__)

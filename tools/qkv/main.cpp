@@ -29,6 +29,40 @@ int fail(const std::string& msg, int code) {
   return code;
 }
 
+// The deepest command the parser entered ("qkv train classify") and its CLI11 app.
+std::pair<std::string, const CLI::App*> parsed_path(const CLI::App& app) {
+  std::string path = "qkv";
+  const CLI::App* at = &app;
+  for (;;) {
+    const std::vector<CLI::App*> subs = at->get_subcommands();  // the parsed ones
+    if (subs.empty()) return {path, at};
+    at = subs.front();
+    path += " " + at->get_name();
+  }
+}
+
+// The one-line message for a parse error, with a hint naming the --help of the
+// command it happened in ("see 'qkv train classify --help'").
+std::string usage_error(const CLI::App& app, const CLI::ParseError& e) {
+  const auto [path, at] = parsed_path(app);
+  std::string names;
+  for (const CLI::App* sub : at->get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
+  if (!names.empty()) {  // `at` has subcommands and none was parsed: a missing or misspelled one
+    const std::vector<std::string> rest = app.remaining();
+    const std::string word = !rest.empty() && !rest[0].empty() && rest[0][0] != '-' ? rest[0] : "";
+    if (at == &app) {
+      if (!word.empty() && dynamic_cast<const CLI::ExtrasError*>(&e))
+        return "unknown command '" + word + "' (commands: " + names + "; see 'qkv --help')";
+    } else if (!word.empty()) {
+      return "unknown subcommand '" + word + "' of '" + path + "' (subcommands: " + names + "; see '" + path +
+             " --help')";
+    } else if (dynamic_cast<const CLI::RequiredError*>(&e)) {
+      return "'" + path + "' needs a subcommand (" + names + "; see '" + path + " --help')";
+    }
+  }
+  return std::string(e.what()) + " (see '" + path + " --help')";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -43,14 +77,9 @@ int main(int argc, char** argv) {
                  "Worker threads for the library's kernels (default: all cores, or $QKV_NUM_THREADS)")
       ->check(qkv::tool::int_range(1, 4096));
 
-  std::vector<std::pair<CLI::App*, qkv::tool::Action>> actions;
-  for (const auto& cmd : qkv::tool::registered_commands()) {
-    CLI::App* sub = app.add_subcommand(cmd.name, cmd.summary);
-    actions.emplace_back(sub, cmd.setup(*sub));
-    const std::string long_help = sub->get_footer();
-    sub->footer((long_help.empty() ? "" : long_help + "\n\n") +
-                "Global option (before or after the command): --threads N, worker threads (default: all cores).");
-  }
+  const std::vector<qkv::tool::MountedCommand> commands = qkv::tool::mount_commands(
+      app, qkv::tool::tool_commands(),
+      "Global option (before or after the command): --threads N, worker threads (default: all cores).");
   app.require_subcommand(0, 1);
   // Set after the subcommands exist so they do not inherit it.
   app.footer("Run 'qkv CMD --help' for a command's options. Examples:\n"
@@ -69,22 +98,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::string where = "qkv";
-    for (const CLI::App* sub : app.get_subcommands()) where += " " + sub->get_name();
-    const std::vector<std::string> extra = app.remaining();
-    if (app.get_subcommands().empty() && dynamic_cast<const CLI::ExtrasError*>(&e) && !extra.empty() &&
-        !extra[0].empty() && extra[0][0] != '-') {
-      std::string names;
-      for (const auto& [sub, action] : actions) names += (names.empty() ? "" : ", ") + sub->get_name();
-      return fail("unknown command '" + extra[0] + "' (commands: " + names + "; see 'qkv --help')", 2);
-    }
-    return fail(std::string(e.what()) + " (see '" + where + " --help')", 2);
+    return fail(usage_error(app, e), 2);
   }
 
   try {
     if (threads > 0) qkv::set_num_threads(threads);
-    for (auto& [sub, action] : actions)
-      if (sub->parsed()) return action();
+    if (const qkv::tool::Action* action = qkv::tool::parsed_action(commands)) return (*action)();
   } catch (const qkv::Error& e) {
     return fail(e.what(), 1);
   } catch (const std::exception& e) {

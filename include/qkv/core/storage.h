@@ -23,8 +23,16 @@ class Storage {
   std::size_t nbytes_ = 0;
 };
 
-// Aligned allocation used by Storage and by workspaces; free with aligned_free.
+// Aligned allocation used by Storage and by workspaces. Blocks come from the engine's
+// block cache when one of the same size class is free (see storage.cpp), else from the
+// system. Free with aligned_free(p, nbytes) to return the block to the cache (bounded by
+// $QKV_CACHE_MB, default 256; 0 disables it), or aligned_free(p) to give it back to the system.
 void* aligned_alloc_bytes(std::size_t nbytes, const char* what);
 void aligned_free(void* p);
+void aligned_free(void* p, std::size_t nbytes);
+// Returns every cached block to the system (memory measurements, low-memory situations).
+void release_cached_memory();
+// Bytes held by the cache now.
+std::size_t cached_memory_bytes();
 
 }  // namespace qkv

@@ -19,6 +19,13 @@
 
 namespace qkv::kernels {
 
+// Which kernel flash_attention_forward/backward run: Auto picks the row kernel for short key
+// sequences (a whole score row in a few vectors, see attention_rows_impl.h) and the tiled one
+// otherwise; tests force either to check both against the reference.
+enum class AttnKernel : std::uint8_t { Auto, Tiled, Rows };
+// Auto uses the row kernel when Lk <= this.
+inline constexpr std::int64_t kRowsKernelMaxKeys = 32;
+
 struct AttnParams {
   std::int64_t B = 1, H = 1, Lq = 0, Lk = 0, D = 0, Dv = 0;  // Dv: value head dim (often == D)
   // Element strides (last dim contiguous) of q [B,H,Lq,D], k [B,H,Lk,D], v [B,H,Lk,Dv], o/dO [B,H,Lq,Dv];
@@ -36,6 +43,7 @@ struct AttnParams {
   // Element (b,h,i,j) is dropped iff qkv::uniform_at(seed, offset + ((b*H+h)*Lq+i)*Lk+j) < dropout_p;
   // kept ones are scaled by 1/(1-p).
   std::uint64_t seed = 0, offset = 0;
+  AttnKernel kernel = AttnKernel::Auto;
 };
 
 // Tiled FlashAttention-2 forward (Dao, "FlashAttention-2", 2023, Algorithm 1).

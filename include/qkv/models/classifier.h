@@ -45,6 +45,11 @@ std::string classifier_config_to_json(const ClassifierOptions& o);
 // Reads the keys written above (missing keys keep their defaults). ValueError on malformed JSON,
 // a wrong type or an invalid value (e.g. d_model % num_heads != 0).
 ClassifierOptions classifier_config_from_json(const std::string& json);
+// A config read from a file, checked against the tensors that came with it before any model
+// is built, so a hostile config cannot make the engine allocate far more than the file holds:
+// throws ValueError if it describes more parameters than `model` holds, or a positional
+// table far larger than the model.
+void check_classifier_config_fits(const ClassifierOptions& o, const nn::StateDict& model);
 
 class TinyTextClassifier : public nn::Module {
  public:

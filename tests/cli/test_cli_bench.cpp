@@ -1,0 +1,119 @@
+// End-to-end tests of `qkv bench`: every report runs at tiny sizes and prints
+// one JSON line with the shared timing fields. Wall time is never asserted,
+// only that the fields exist and are positive (benchmarks are not tests).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct BenchResult {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs `qkv ARGS`, capturing stdout and stderr separately.
+BenchResult run_qkv(const std::string& args) {
+  static int counter = 0;
+  const fs::path err_path = fs::temp_directory_path() / ("qkv_cli_bench_" + std::to_string(::getpid()) + "_" +
+                                                         std::to_string(counter++) + ".err");
+  const std::string cmd =
+      std::string("'") + QKV_BIN + "' " + args + " 2>'" + err_path.string() + "'";
+  BenchResult r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream f(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(f), {});
+  fs::remove(err_path);
+  return r;
+}
+
+// Runs a bench with --json and returns its one JSON object after checking the
+// fields every report shares.
+nlohmann::json bench_json(const std::string& args, const std::string& name) {
+  const BenchResult r = run_qkv("--threads 1 bench " + args + " --json --warmup 1 --repeat 2");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_TRUE(j.is_object()) << r.out;
+  if (!j.is_object()) return j;
+  EXPECT_EQ(j.value("bench", ""), name);
+  for (const char* key : {"median_ms", "min_ms", "gflops", "peak_rss_mb"}) {
+    const bool present = j.contains(key) && j[key].is_number();
+    EXPECT_TRUE(present) << key << " missing in " << r.out;
+    if (present) {
+      EXPECT_GT(j[key].get<double>(), 0.0) << key << " in " << r.out;
+    }
+  }
+  EXPECT_TRUE(j.contains("extra_rss_mb") && j["extra_rss_mb"].is_number() && j["extra_rss_mb"].get<double>() >= 0.0)
+      << r.out;
+  EXPECT_EQ(j.value("repeat", 0), 2);
+  EXPECT_EQ(j.value("threads", 0), 1);
+  EXPECT_TRUE(j.contains("isa")) << r.out;
+  return j;
+}
+
+}  // namespace
+
+TEST(CliBench, MhaForward) {
+  const nlohmann::json j = bench_json("mha --batch 2 --len 8 --embed 16 --heads 2", "mha");
+  EXPECT_EQ(j.value("embed", 0), 16);
+  EXPECT_EQ(j.value("head_dim", 0), 8);
+  EXPECT_EQ(j.value("backward", true), false);
+  EXPECT_EQ(j.value("params", 0), 4 * (16 * 16 + 16));  // w_q, w_k, w_v, w_o with biases
+}
+
+TEST(CliBench, MhaForwardBackward) {
+  const nlohmann::json j = bench_json("mha --batch 1 --len 5 --embed 12 --heads 3 --backward", "mha");
+  EXPECT_EQ(j.value("backward", false), true);
+  EXPECT_EQ(j.value("head_dim", 0), 4);
+}
+
+TEST(CliBench, EncoderStep) {
+  const nlohmann::json j =
+      bench_json("encoder-step --batch 2 --len 4 --d-model 8 --heads 2 --d-ff 16 --layers 2", "encoder-step");
+  EXPECT_EQ(j.value("layers", 0), 2);
+  EXPECT_EQ(j.value("d_ff", 0), 16);
+  EXPECT_EQ(j.value("dropout", 1.0), 0.0);
+  EXPECT_EQ(j.value("norm_first", true), false);
+  // Per layer, as nn.TransformerEncoderLayer: attention 4 (E^2 + E), feed-forward
+  // (E F + F) + (F E + E), two layer norms 2 * 2E.
+  const int E = 8, F = 16, per_layer = 4 * (E * E + E) + (E * F + F) + (F * E + E) + 4 * E;
+  EXPECT_EQ(j.value("params", 0), 2 * per_layer);
+}
+
+TEST(CliBench, AttentionAndGemmShareTheTimingFields) {
+  bench_json("attention --batch 1 --heads 2 --len 9 --dim 4 --causal --backward", "attention");
+  bench_json("gemm --m 7 --n 5 --k 3", "gemm");
+}
+
+TEST(CliBench, TextReportAndGlobalThreadsAfterCommand) {
+  const BenchResult r = run_qkv("bench mha --batch 1 --len 4 --embed 8 --heads 2 --repeat 1 --threads 1");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("threads: 1"), std::string::npos) << r.out;
+  for (const char* key : {"median_ms:", "gflops:", "peak_rss_mb:", "extra_rss_mb:"})
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << " missing in\n" << r.out;
+}
+
+TEST(CliBench, IndivisibleHeadsFailsWithOneLine) {
+  const BenchResult r = run_qkv("bench mha --batch 1 --len 4 --embed 10 --heads 3 --json");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("not divisible by num_heads"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
