@@ -77,10 +77,21 @@ void accumulate_leaf(TensorImpl* leaf, const Tensor& g, const std::string& from)
   if (g.shape() != leaf->shape)
     throw AutogradError("backward: gradient from '" + from + "' has shape " + g.shape_str() +
                         " but the leaf has shape " + shape_str(leaf->shape));
-  Tensor gg = g.dtype() == leaf->dtype ? g : g.to(leaf->dtype);
+  const bool convert = g.dtype() != leaf->dtype;
+  const Tensor converted = convert ? g.to(leaf->dtype) : Tensor();
+  const Tensor& gg = convert ? converted : g;
   if (!leaf->grad) {
-    // Own a fresh contiguous copy: a gradient may alias another tensor's.
-    leaf->grad = gg.clone().impl_ptr();
+    // The leaf must own its gradient: a gradient may alias another tensor's (an identity
+    // backward passes its input on; a user's grad_in). A gradient nobody else holds — the
+    // only handle to its TensorImpl and the only user of its whole, contiguous storage, as a
+    // kernel's fresh output is — is adopted as it is; anything else is copied. (Copying
+    // always doubled the peak memory of dQ/dK/dV in attention's backward.)
+    const auto& impl = gg.impl_ptr();
+    const bool sole_owner = impl.use_count() == 1 && impl->storage.use_count() == 1 && !impl->grad_fn &&
+                            !impl->requires_grad && gg.is_contiguous() &&
+                            gg.offset() == 0 &&
+                            static_cast<std::size_t>(gg.numel()) * dtype_size(gg.dtype()) == impl->storage->nbytes();
+    leaf->grad = sole_owner ? impl : gg.clone().impl_ptr();
   } else {
     leaf->grad = add(Tensor(leaf->grad), gg).impl_ptr();
   }

@@ -18,6 +18,35 @@ TEST(Autograd, SimpleChainAndAccumulation) {
   EXPECT_FALSE(x.grad().defined());
 }
 
+// A leaf's gradient never aliases a tensor someone else holds: the caller's grad_in (leaf
+// root), or a gradient an identity-like backward passed on (view, reshape). A kernel's fresh
+// output is adopted without a copy, and still owned by the leaf alone.
+TEST(Autograd, LeafGradientsNeverAliasOtherTensors) {
+  {
+    Tensor x = Tensor::zeros({2, 3}).requires_grad_();
+    Tensor g = Tensor::ones({2, 3});
+    x.backward(g);
+    g.data<float>()[0] = 42.f;
+    EXPECT_EQ(x.grad().to_vector<float>()[0], 1.f);
+  }
+  {
+    Tensor x = Tensor::zeros({2, 3}).requires_grad_();
+    Tensor y = x.reshape({3, 2});
+    Tensor g = Tensor::full({3, 2}, 2.0);
+    y.backward(g);
+    g.data<float>()[0] = 42.f;
+    EXPECT_EQ(x.grad().to_vector<float>()[0], 2.f);
+  }
+  {
+    Tensor x = Tensor::ones({4}).requires_grad_();
+    Tensor y = mul(x, 3.0);  // backward makes a fresh tensor: adopted
+    y.backward(Tensor::ones({4}));
+    Tensor again = mul(x, 3.0);
+    again.backward(Tensor::ones({4}));  // accumulates: 3 + 3
+    for (float v : x.grad().to_vector<float>()) EXPECT_EQ(v, 6.f);
+  }
+}
+
 TEST(Autograd, DiamondGraph) {
   Tensor x = Tensor::from_vector(std::vector<double>{2.0}, {1});
   x.requires_grad_();
