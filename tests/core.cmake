@@ -1,6 +1,7 @@
 # Tests of the core engine (tensor, autograd, ops, nn, optim).
 qkv_add_test(test_tensor SOURCES core/test_tensor.cpp LIBS qkv)
-qkv_add_test(test_dropout_mask SOURCES core/test_dropout_mask.cpp LIBS qkv_core)
+# Vectorised core kernels (dropout masks, row softmax) against their scalar definitions.
+qkv_add_test(test_core_kernels SOURCES core/test_dropout_mask.cpp core/test_softmax_kernel.cpp LIBS qkv_core)
 qkv_add_test(test_autograd SOURCES autograd/test_autograd.cpp LIBS qkv)
 qkv_add_test(test_gradcheck SOURCES ops/test_gradcheck.cpp nn/test_module_gradcheck.cpp LIBS qkv)
 qkv_add_test(test_attention_ops SOURCES ops/test_attention_ops.cpp ops/test_tutorial.cpp LIBS qkv)

@@ -7,6 +7,7 @@
 
 #include "ops_internal.h"
 #include "qkv/kernels/dropout.h"
+#include "qkv/kernels/softmax.h"
 #include "qkv/ops/elementwise.h"
 #include "qkv/ops/shape_ops.h"
 
@@ -108,7 +109,14 @@ Tensor softmax(const Tensor& x, std::int64_t dim) {
     const std::int64_t n = xl.shape().back();
     const std::int64_t rows = n ? xl.numel() / n : 0;
     Tensor y = Tensor::empty(xl.shape(), xl.dtype());
-    dispatch_float(xl.dtype(), "softmax", [&]<class T>() { softmax_rows<T>(y.data<T>(), xc.data<T>(), rows, n); });
+    if (xl.dtype() == DType::F32) {  // vectorised kernel (kernels/softmax.h)
+      float* yp = y.data<float>();
+      const float* xp = xc.data<float>();
+      parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)),
+                   [&](std::int64_t b, std::int64_t e) { kernels::softmax_rows_f32(yp + b * n, xp + b * n, e - b, n); });
+    } else {
+      dispatch_float(xl.dtype(), "softmax", [&]<class T>() { softmax_rows<T>(y.data<T>(), xc.data<T>(), rows, n); });
+    }
     record(y, "softmax", {xl}, [yd = y.detach(), rows, n](const Tensor& g) {
       // y = softmax(x)  ->  dx = y * (g - sum(g * y))
       Tensor gc = g.contiguous();
