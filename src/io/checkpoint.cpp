@@ -1,5 +1,6 @@
 #include "qkv/io/checkpoint.h"
 
+#include <algorithm>
 #include <string>
 
 #include "qkv/io/tensors.h"
@@ -53,13 +54,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   auto parse_u64 = [&](const char* key, std::uint64_t* out) {
     auto m = f.metadata.find(key);
     if (m == f.metadata.end()) return false;
-    try {
-      std::size_t pos = 0;
-      *out = std::stoull(m->second, &pos);
-      if (pos != m->second.size()) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
-      throw FormatError(path + ": checkpoint metadata '" + key + "' is not an unsigned integer: '" + m->second + "'");
-    }
+    *out = parse_metadata_u64(m->second, path + ": checkpoint metadata '" + key + "'");
     return true;
   };
   const bool hs = parse_u64("rng_seed", &c.rng_seed);
@@ -74,6 +69,21 @@ Checkpoint load_checkpoint(const std::string& path) {
       c.model[n] = t;
   }
   return c;
+}
+
+std::uint64_t parse_metadata_u64(const std::string& text, const std::string& what) {
+  const bool digits = !text.empty() && std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  std::uint64_t v = 0;
+  bool ok = digits;
+  if (digits) {
+    try {
+      v = std::stoull(text);
+    } catch (const std::exception&) {  // out of range
+      ok = false;
+    }
+  }
+  if (!ok) throw FormatError(what + " is not an unsigned integer: '" + text + "'");
+  return v;
 }
 
 }  // namespace qkv::io

@@ -9,20 +9,31 @@
 
 namespace qkv::kernels {
 
-void softmax_rows_ref(float* y, const float* x, std::int64_t rows, std::int64_t n) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+namespace {
+
+// Fills row y[0..n) for a row that contains NaN (-> NaN) or whose maximum is -inf (-> 0).
+template <class T>
+void fill_degenerate_row(T* y, std::int64_t n, bool nan) {
+  const T fill = nan ? std::numeric_limits<T>::quiet_NaN() : T(0);
+  for (std::int64_t i = 0; i < n; ++i) y[i] = fill;
+}
+
+}  // namespace
+
+template <class T>
+void softmax_rows_ref(T* y, const T* x, std::int64_t rows, std::int64_t n) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * n;
-    float* yr = y + r * n;
-    float m = kNegInf;
+    const T* xr = x + r * n;
+    T* yr = y + r * n;
+    T m = kNegInf;
     bool nan = false;
     for (std::int64_t i = 0; i < n; ++i) {
       if (xr[i] > m) m = xr[i];
       nan |= xr[i] != xr[i];
     }
     if (nan || m == kNegInf) {
-      const float fill = nan ? std::numeric_limits<float>::quiet_NaN() : 0.f;
-      for (std::int64_t i = 0; i < n; ++i) yr[i] = fill;
+      fill_degenerate_row(yr, n, nan);
       continue;
     }
     double s = 0;
@@ -30,10 +41,12 @@ void softmax_rows_ref(float* y, const float* x, std::int64_t rows, std::int64_t 
       yr[i] = std::exp(xr[i] - m);
       s += yr[i];
     }
-    const float inv = static_cast<float>(1.0 / s);
+    const T inv = static_cast<T>(1.0 / s);
     for (std::int64_t i = 0; i < n; ++i) yr[i] *= inv;
   }
 }
+template void softmax_rows_ref<float>(float*, const float*, std::int64_t, std::int64_t);
+template void softmax_rows_ref<double>(double*, const double*, std::int64_t, std::int64_t);
 
 #if defined(__x86_64__) || defined(__i386__)
 namespace {
@@ -62,8 +75,7 @@ __attribute__((target("avx2,fma"))) void softmax_rows_avx2(float* y, const float
       nan |= xr[i] != xr[i];
     }
     if (nan || m == kNegInf) {
-      const float fill = nan ? std::numeric_limits<float>::quiet_NaN() : 0.f;
-      for (std::int64_t i = 0; i < n; ++i) yr[i] = fill;
+      fill_degenerate_row(yr, n, nan);
       continue;
     }
     // e = exp(x - m) = exp2(x log2e - m log2e); sums in double.
@@ -95,7 +107,7 @@ void softmax_rows_f32(float* y, const float* x, std::int64_t rows, std::int64_t 
 #if defined(__x86_64__) || defined(__i386__)
   if (active_isa() >= Isa::Avx2) return softmax_rows_avx2(y, x, rows, n);
 #endif
-  softmax_rows_ref(y, x, rows, n);
+  softmax_rows_ref<float>(y, x, rows, n);
 }
 
 }  // namespace qkv::kernels

@@ -476,17 +476,7 @@ class RunReader {
     return it->second;
   }
   std::uint64_t meta_u64(const std::string& key) const {
-    const std::string& v = meta(key);
-    std::size_t used = 0;
-    unsigned long long x = 0;
-    try {
-      x = std::stoull(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (v.empty() || used != v.size() || v[0] == '-')
-      throw bad("checkpoint metadata '" + key + "' is not an unsigned integer: '" + v + "'");
-    return x;
+    return io::parse_metadata_u64(meta(key), src_ + ": checkpoint metadata '" + key + "'");
   }
   const Tensor& extra(const std::string& name, DType dt, std::int64_t rank) const {
     auto it = c_.extra.find(name);

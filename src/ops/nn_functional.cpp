@@ -20,34 +20,15 @@ namespace {
 // ---------------------------------------------------------------- softmax kernels
 // Rows of length n, contiguous. A row whose maximum is -inf (fully masked) gives zeros.
 
+// Row softmax through the kernels (kernels/softmax.h): the vectorised one for float, the
+// naive twin for double; rows split over threads.
 template <class T>
 void softmax_rows(T* y, const T* x, std::int64_t rows, std::int64_t n) {
   parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)), [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t r = b; r < e; ++r) {
-      const T* xr = x + r * n;
-      T* yr = y + r * n;
-      T m = -std::numeric_limits<T>::infinity();
-      bool nan = false;
-      for (std::int64_t i = 0; i < n; ++i) {
-        if (xr[i] > m) m = xr[i];
-        nan |= xr[i] != xr[i];
-      }
-      if (nan) {
-        for (std::int64_t i = 0; i < n; ++i) yr[i] = std::numeric_limits<T>::quiet_NaN();
-        continue;
-      }
-      if (m == -std::numeric_limits<T>::infinity()) {
-        for (std::int64_t i = 0; i < n; ++i) yr[i] = T(0);
-        continue;
-      }
-      double s = 0;
-      for (std::int64_t i = 0; i < n; ++i) {
-        yr[i] = std::exp(xr[i] - m);
-        s += yr[i];
-      }
-      const T inv = static_cast<T>(1.0 / s);
-      for (std::int64_t i = 0; i < n; ++i) yr[i] *= inv;
-    }
+    if constexpr (std::is_same_v<T, float>)
+      kernels::softmax_rows_f32(y + b * n, x + b * n, e - b, n);
+    else
+      kernels::softmax_rows_ref<T>(y + b * n, x + b * n, e - b, n);
   });
 }
 
@@ -109,14 +90,7 @@ Tensor softmax(const Tensor& x, std::int64_t dim) {
     const std::int64_t n = xl.shape().back();
     const std::int64_t rows = n ? xl.numel() / n : 0;
     Tensor y = Tensor::empty(xl.shape(), xl.dtype());
-    if (xl.dtype() == DType::F32) {  // vectorised kernel (kernels/softmax.h)
-      float* yp = y.data<float>();
-      const float* xp = xc.data<float>();
-      parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)),
-                   [&](std::int64_t b, std::int64_t e) { kernels::softmax_rows_f32(yp + b * n, xp + b * n, e - b, n); });
-    } else {
-      dispatch_float(xl.dtype(), "softmax", [&]<class T>() { softmax_rows<T>(y.data<T>(), xc.data<T>(), rows, n); });
-    }
+    dispatch_float(xl.dtype(), "softmax", [&]<class T>() { softmax_rows<T>(y.data<T>(), xc.data<T>(), rows, n); });
     record(y, "softmax", {xl}, [yd = y.detach(), rows, n](const Tensor& g) {
       // y = softmax(x)  ->  dx = y * (g - sum(g * y))
       Tensor gc = g.contiguous();

@@ -2,51 +2,23 @@
 // one JSON line with the shared timing fields. Wall time is never asserted,
 // only that the fields exist and are positive (benchmarks are not tests).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-namespace fs = std::filesystem;
+#include "cli_test_util.h"
 
 namespace {
 
-struct BenchResult {
-  int code = -1;
-  std::string out, err;
-};
-
-// Runs `qkv ARGS`, capturing stdout and stderr separately.
-BenchResult run_qkv(const std::string& args) {
-  static int counter = 0;
-  const fs::path err_path = fs::temp_directory_path() / ("qkv_cli_bench_" + std::to_string(::getpid()) + "_" +
-                                                         std::to_string(counter++) + ".err");
-  const std::string cmd =
-      std::string("'") + QKV_BIN + "' " + args + " 2>'" + err_path.string() + "'";
-  BenchResult r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream f(err_path);
-  r.err.assign(std::istreambuf_iterator<char>(f), {});
-  fs::remove(err_path);
-  return r;
-}
+using qkv::cli_test::Result;
+using qkv::cli_test::run;
 
 // Runs a bench with --json and returns its one JSON object after checking the
 // fields every report shares.
 nlohmann::json bench_json(const std::string& args, const std::string& name) {
-  const BenchResult r = run_qkv("--threads 1 bench " + args + " --json --warmup 1 --repeat 2");
+  const Result r = run("--threads 1 bench " + args + " --json --warmup 1 --repeat 2");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   nlohmann::json j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
@@ -103,7 +75,7 @@ TEST(CliBench, AttentionAndGemmShareTheTimingFields) {
 }
 
 TEST(CliBench, TextReportAndGlobalThreadsAfterCommand) {
-  const BenchResult r = run_qkv("bench mha --batch 1 --len 4 --embed 8 --heads 2 --repeat 1 --threads 1");
+  const Result r = run("bench mha --batch 1 --len 4 --embed 8 --heads 2 --repeat 1 --threads 1");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("threads: 1"), std::string::npos) << r.out;
   for (const char* key : {"median_ms:", "gflops:", "peak_rss_mb:", "extra_rss_mb:"})
@@ -111,7 +83,7 @@ TEST(CliBench, TextReportAndGlobalThreadsAfterCommand) {
 }
 
 TEST(CliBench, IndivisibleHeadsFailsWithOneLine) {
-  const BenchResult r = run_qkv("bench mha --batch 1 --len 4 --embed 10 --heads 3 --json");
+  const Result r = run("bench mha --batch 1 --len 4 --embed 10 --heads 3 --json");
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(r.out.empty()) << r.out;
   EXPECT_NE(r.err.find("not divisible by num_heads"), std::string::npos) << r.err;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "testing/checkpoint_compare.h"
 #include "cli/cli_test_util.h"
 #include "qkv/io/checkpoint.h"
 
@@ -21,11 +22,8 @@ const std::string kRun =
     "train seq2seq --threads 1 --no-progress --json --examples 0 --d-model 32 --heads 4 --layers 1 --d-ff 64 "
     "--max-len 4 --train-size 2000 --test-size 100 --batch 32 --warmup 20 --dropout 0.1 --lr 3e-3 --epochs 6 ";
 
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const Tensor x = a.contiguous(), y = b.contiguous();
-  return std::memcmp(x.raw_data(), y.raw_data(), static_cast<std::size_t>(x.numel()) * dtype_size(x.dtype())) == 0;
-}
+using qkv::testing::bitwise_equal;
+using qkv::testing::expect_same_checkpoint_tensors;
 
 TEST(CliTrainSeq2Seq, ResumeIsBitwiseIdenticalToAnUninterruptedRun) {
   const fs::path dir = unique_temp("s2s_resume");
@@ -64,16 +62,7 @@ TEST(CliTrainSeq2Seq, ResumeIsBitwiseIdenticalToAnUninterruptedRun) {
   EXPECT_EQ(rest_done[0]["finished"], true);
 
   const io::Checkpoint x = io::load_checkpoint(full_ckpt), y = io::load_checkpoint(resumed_ckpt);
-  ASSERT_EQ(x.model.size(), y.model.size());
-  for (const auto& [n, t] : x.model) EXPECT_TRUE(bitwise_equal(t, y.model.at(n))) << n;
-  ASSERT_EQ(x.optimizer.size(), y.optimizer.size());
-  for (std::size_t i = 0; i < x.optimizer.size(); ++i) {
-    EXPECT_EQ(x.optimizer[i].first, y.optimizer[i].first);
-    EXPECT_TRUE(bitwise_equal(x.optimizer[i].second, y.optimizer[i].second)) << x.optimizer[i].first;
-  }
-  for (const auto& [n, t] : x.extra) EXPECT_TRUE(bitwise_equal(t, y.extra.at(n))) << "extra." << n;
-  EXPECT_EQ(x.rng_seed, y.rng_seed);
-  EXPECT_EQ(x.rng_offset, y.rng_offset);
+  expect_same_checkpoint_tensors(x, y);
   EXPECT_GT(x.rng_offset, 0u) << "dropout drew from the generator";
   for (const char* k : {"step", "epoch", "finished", "shuffle_rng_offset", "train_config"})
     EXPECT_EQ(x.metadata.at(k), y.metadata.at(k)) << k;

@@ -69,4 +69,19 @@ TEST(SoftmaxKernel, MatchesFloat64OverAwkwardRows) {
   }
 }
 
+// The double twin (what qkv::softmax runs for float64) against the same float64 formula.
+TEST(SoftmaxKernel, DoubleReference) {
+  qkv::Generator g(9);
+  const std::int64_t n = 37;
+  std::vector<double> x(2 * n), y(2 * n);
+  for (auto& v : x) v = g.normal() * 10;
+  for (std::int64_t i = 0; i < n; ++i) x[static_cast<std::size_t>(n + i)] = -INFINITY;
+  qkv::kernels::softmax_rows_ref<double>(y.data(), x.data(), 2, n);
+  double m = -INFINITY, s = 0;
+  for (std::int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  for (std::int64_t i = 0; i < n; ++i) s += std::exp(x[i] - m);
+  for (std::int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], std::exp(x[i] - m) / s, 1e-15);
+  for (std::int64_t i = n; i < 2 * n; ++i) EXPECT_EQ(y[i], 0.0);
+}
+
 }  // namespace

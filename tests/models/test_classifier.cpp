@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "testing/checkpoint_compare.h"
 #include "qkv/models/attention_maps.h"
 #include "qkv/models/classifier.h"
 #include "qkv/qkv.h"
@@ -41,11 +42,8 @@ fs::path temp_dir() {
   return d;
 }
 
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const Tensor x = a.contiguous(), y = b.contiguous();
-  return std::memcmp(x.raw_data(), y.raw_data(), static_cast<std::size_t>(x.numel()) * dtype_size(x.dtype())) == 0;
-}
+using qkv::testing::bitwise_equal;
+using qkv::testing::expect_same_checkpoint_tensors;
 
 models::ClassifyData data(std::int64_t n, bool balanced, std::uint64_t seed) {
   Generator g(seed);
@@ -126,6 +124,48 @@ TEST(Classifier, ConfigJsonRoundTripAndErrors) {
   EXPECT_THROW(models::classifier_config_from_json("{\"d_model\": 16, \"num_heads\": 5}"), ValueError);
   EXPECT_THROW(models::classifier_config_from_json("not json"), ValueError);
   EXPECT_THROW(models::classifier_config_from_json("{\"d_model\": \"16\"}"), ValueError);
+}
+
+// A config read from a file must fit the tensors that came with it; the errors name the sizes.
+TEST(Classifier, ConfigMustFitTheCheckpointTensors) {
+  const ClassifierOptions small{.d_model = 8, .num_heads = 2, .d_ff = 8, .num_layers = 1};
+  const TinyTextClassifier m(small);
+  const nn::StateDict sd = m.state_dict();
+  EXPECT_NO_THROW(models::check_classifier_config_fits(small, sd));
+  auto message = [&](const ClassifierOptions& o) {
+    try {
+      models::check_classifier_config_fits(o, sd);
+    } catch (const ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ClassifierOptions big = small;
+  big.d_model = 1 << 20, big.d_ff = 1 << 20;
+  std::int64_t have = 0;
+  for (const auto& [n, t] : sd) have += t.numel();
+  const std::string e1 = message(big);
+  EXPECT_NE(e1.find("describes a model of at least"), std::string::npos) << e1;
+  EXPECT_NE(e1.find("hold only " + std::to_string(have) + " values"), std::string::npos) << e1;
+  ClassifierOptions long_table = small;
+  long_table.max_len = std::int64_t{1} << 30;
+  const std::string e2 = message(long_table);
+  EXPECT_NE(e2.find("positional table of 1073741824 x 8"), std::string::npos) << e2;
+}
+
+// Checkpoint metadata integers: digits only; the error names the entry and the text.
+TEST(Checkpoint, MetadataIntegersAreStrict) {
+  EXPECT_EQ(io::parse_metadata_u64("0", "m"), 0u);
+  EXPECT_EQ(io::parse_metadata_u64("18446744073709551615", "m"), 18446744073709551615ull);
+  for (const char* bad : {"", "-1", "+1", " 1", "1 ", "1x", "0x10", "18446744073709551616"}) {
+    try {
+      io::parse_metadata_u64(bad, "f.st: checkpoint metadata 'epoch'");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const FormatError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                std::string("f.st: checkpoint metadata 'epoch' is not an unsigned integer: '") + bad + "'");
+    }
+  }
 }
 
 // The pruned last layer (position 0 only) is the same function as the full encoder.
@@ -371,14 +411,7 @@ TEST(TrainClassifyCli, ResumeIsBitwiseIdenticalToAnUninterruptedRun) {
   }
   const io::Checkpoint x = io::load_checkpoint((dir / "full.st").string());
   const io::Checkpoint y = io::load_checkpoint((dir / "resumed.st").string());
-  ASSERT_EQ(x.model.size(), y.model.size());
-  for (const auto& [n, t] : x.model) EXPECT_TRUE(bitwise_equal(t, y.model.at(n))) << n;
-  ASSERT_EQ(x.optimizer.size(), y.optimizer.size());
-  for (std::size_t i = 0; i < x.optimizer.size(); ++i) {
-    EXPECT_EQ(x.optimizer[i].first, y.optimizer[i].first);
-    EXPECT_TRUE(bitwise_equal(x.optimizer[i].second, y.optimizer[i].second)) << x.optimizer[i].first;
-  }
-  EXPECT_EQ(x.rng_offset, y.rng_offset);
+  expect_same_checkpoint_tensors(x, y);
   EXPECT_EQ(x.metadata.at("epoch"), "24");
   // Options that the checkpoint fixes cannot be changed on resume.
   const Result bad = run("train classify --epochs 30 --lr 1e-2 --resume '" + (dir / "half.st").string() + "'");

@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 
+#include "testing/checkpoint_compare.h"
 #include "qkv/models/attention_maps.h"
 #include "qkv/models/seq2seq.h"
 #include "qkv/qkv.h"
@@ -305,11 +306,8 @@ TEST(Seq2SeqTraining, ReducedReverseReachesAccuracyAndAttendsAntiDiagonally) {
 
 // ---------------------------------------------------------------- resumable training
 
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const Tensor x = a.contiguous(), y = b.contiguous();
-  return std::memcmp(x.raw_data(), y.raw_data(), static_cast<std::size_t>(x.numel()) * dtype_size(x.dtype())) == 0;
-}
+using qkv::testing::bitwise_equal;
+using qkv::testing::expect_same_checkpoint_tensors;
 
 std::string temp_path(const std::string& name) {
   return "/tmp/qkv_test_seq2seq_" + std::to_string(::getpid()) + "_" + name + ".safetensors";
@@ -339,17 +337,7 @@ void expect_same_reports(const std::vector<Seq2SeqReport>& got, const std::vecto
 
 // Everything a later step depends on, compared bit for bit between two checkpoints.
 void expect_same_state(const io::Checkpoint& x, const io::Checkpoint& y) {
-  ASSERT_EQ(x.model.size(), y.model.size());
-  for (const auto& [n, t] : x.model) EXPECT_TRUE(bitwise_equal(t, y.model.at(n))) << n;
-  ASSERT_EQ(x.optimizer.size(), y.optimizer.size());
-  for (std::size_t i = 0; i < x.optimizer.size(); ++i) {
-    EXPECT_EQ(x.optimizer[i].first, y.optimizer[i].first);
-    EXPECT_TRUE(bitwise_equal(x.optimizer[i].second, y.optimizer[i].second)) << x.optimizer[i].first;
-  }
-  ASSERT_EQ(x.extra.size(), y.extra.size());
-  for (const auto& [n, t] : x.extra) EXPECT_TRUE(bitwise_equal(t, y.extra.at(n))) << "extra." << n;
-  EXPECT_EQ(x.rng_seed, y.rng_seed);
-  EXPECT_EQ(x.rng_offset, y.rng_offset);
+  expect_same_checkpoint_tensors(x, y);
   for (const char* k : {"step", "epoch", "finished", "loss_count", "shuffle_rng_seed", "shuffle_rng_offset",
                         "train_config"})
     EXPECT_EQ(x.metadata.at(k), y.metadata.at(k)) << k;

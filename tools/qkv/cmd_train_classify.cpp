@@ -45,18 +45,6 @@ std::string meta(const std::map<std::string, std::string>& m, const std::string&
   return it->second;
 }
 
-std::uint64_t parse_u64(const std::string& s, const std::string& what) {
-  std::size_t used = 0;
-  unsigned long long v = 0;
-  try {
-    v = std::stoull(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != s.size() || s.empty()) throw FormatError(what + " is not an unsigned integer: '" + s + "'");
-  return v;
-}
-
 Tensor extra(const io::Checkpoint& c, const std::string& name, const std::string& file) {
   auto it = c.extra.find(name);
   if (it == c.extra.end()) throw FormatError(file + ": checkpoint has no tensor 'extra." + name + "'");
@@ -121,9 +109,9 @@ int run_train_classify(const TrainClassifyOptions& o, std::ostream& out, std::ve
     if (!c.has_rng) throw FormatError(f + ": checkpoint has no RNG state; cannot resume bitwise");
     r.model = models::classifier_config_from_json(c.config_json);
     models::check_classifier_config_fits(r.model, c.model);
-    r.epoch = static_cast<int>(parse_u64(meta(c.metadata, "epoch", f), f + ": metadata 'epoch'"));
-    r.seed = parse_u64(meta(c.metadata, "seed", f), f + ": metadata 'seed'");
-    r.data_seed = parse_u64(meta(c.metadata, "data_seed", f), f + ": metadata 'data_seed'");
+    r.epoch = static_cast<int>(io::parse_metadata_u64(meta(c.metadata, "epoch", f), f + ": metadata 'epoch'"));
+    r.seed = io::parse_metadata_u64(meta(c.metadata, "seed", f), f + ": metadata 'seed'");
+    r.data_seed = io::parse_metadata_u64(meta(c.metadata, "data_seed", f), f + ": metadata 'data_seed'");
     r.balanced = meta(c.metadata, "balanced", f) == "true";
     r.train = {extra(c, "train_tokens", f), extra(c, "train_labels", f)};
     r.val = {extra(c, "val_tokens", f), extra(c, "val_labels", f)};

@@ -42,4 +42,8 @@ void save_checkpoint(const std::string& path, const SaveCheckpointArgs& args);
 // FormatError (naming the file) if it is not a qkv checkpoint or is malformed.
 Checkpoint load_checkpoint(const std::string& path);
 
+// A metadata value that must be an unsigned decimal integer (digits only, no sign or
+// spaces); throws FormatError "<what> is not an unsigned integer: '<text>'" otherwise.
+std::uint64_t parse_metadata_u64(const std::string& text, const std::string& what);
+
 }  // namespace qkv::io

@@ -11,8 +11,10 @@
 
 namespace qkv::kernels {
 
-// y, x: rows x n floats, contiguous (y may equal x). Not threaded (callers split rows).
+// y, x: rows x n contiguous (y may equal x). Not threaded (callers split rows).
 void softmax_rows_f32(float* y, const float* x, std::int64_t rows, std::int64_t n);
-void softmax_rows_ref(float* y, const float* x, std::int64_t rows, std::int64_t n);
+// The naive twin, T = float or double: std::exp, double sums. qkv::softmax runs it for float64.
+template <class T>
+void softmax_rows_ref(T* y, const T* x, std::int64_t rows, std::int64_t n);
 
 }  // namespace qkv::kernels
