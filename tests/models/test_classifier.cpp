@@ -23,6 +23,9 @@
 
 #include <nlohmann/json.hpp>
 
+#ifdef QKV_BIN
+#include "cli/cli_test_util.h"  // runs the built qkv tool
+#endif
 #include "testing/checkpoint_compare.h"
 #include "qkv/models/attention_maps.h"
 #include "qkv/models/classifier.h"
@@ -328,26 +331,8 @@ TEST(ClassifierCheckpoint, ReadableByPyTorchSafetensorsWithTheSameNames) {
 // ---------------------------------------------------------------- the command
 
 #ifdef QKV_BIN
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-Result run(const std::string& args) {
-  const fs::path dir = temp_dir(), err = dir / "stderr";
-  const std::string cmd = std::string("'") + QKV_BIN + "' " + args + " 2>'" + err.string() + "'";
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream f(err);
-  r.err.assign(std::istreambuf_iterator<char>(f), {});
-  fs::remove_all(dir);
-  return r;
-}
+using qkv::cli_test::Result;
+using qkv::cli_test::run;
 
 std::vector<nlohmann::json> json_lines(const std::string& out, const std::string& event) {
   std::vector<nlohmann::json> v;
