@@ -12,6 +12,7 @@
 #include "qkv/core/parallel.h"
 #include "qkv/core/rng.h"
 #include "qkv/kernels/attention.h"
+#include "qkv/kernels/dropout.h"
 
 namespace qkv::kernels {
 namespace {
@@ -31,7 +32,8 @@ template <class T>
 T keep_scale(const AttnParams& p, i64 b, i64 h, i64 i, i64 j) {
   if (p.dropout_p <= 0.f) return T(1);
   const std::uint64_t counter = p.offset + static_cast<std::uint64_t>(((b * p.H + h) * p.Lq + i) * p.Lk + j);
-  if (qkv::uniform_at(p.seed, counter) < static_cast<double>(p.dropout_p)) return T(0);
+  if (qkv::kernels::dropout_dropped(p.seed, counter, qkv::kernels::dropout_threshold(static_cast<double>(p.dropout_p))))
+    return T(0);
   return T(1) / (T(1) - static_cast<T>(p.dropout_p));
 }
 

@@ -18,6 +18,8 @@
 namespace qkv::kernels::flash {
 namespace {
 
+#define QKV_ROWS_INL __attribute__((always_inline)) inline
+
 template <class I>
 struct Rows {
   using V = typename I::V;
@@ -86,6 +88,22 @@ struct Rows {
     if (n < np || p.bias) Engine<I>::mask_row(s, n, np, p, b, h, i, 0);
   }
 
+  // scores() reading K's rows in place: s[j] = scale * q . K[j] as scalar dot products.
+  template <int DC>
+  static void scores_direct(float* s, const float* q, const float* k, i64 k_st, i64 n, i64 Drt, const AttnParams& p,
+                            i64 b, i64 h, i64 i) {
+    const i64 D = DC ? DC : Drt;
+    const i64 np = round_up(n, W);
+    for (i64 j = 0; j < n; ++j) {
+      const float* kr = k + j * k_st;
+      float a = 0.f;
+      for (i64 d = 0; d < D; ++d) a += q[d] * kr[d];
+      s[j] = a * p.scale;
+    }
+    for (i64 j = n; j < np; ++j) s[j] = 0.f;
+    if (n < np || p.bias) Engine<I>::mask_row(s, n, np, p, b, h, i, 0);
+  }
+
   // One head of the forward pass.
   template <int DC>
   static void forward_head(float* O, float* LSE, const float* Q, const float* K, const float* Vv,
@@ -97,14 +115,17 @@ struct Rows {
     const float* v = Vv + b * p.v_sb + h * p.v_sh;
     float* o = O + b * p.o_sb + h * p.o_sh;
     float* lse = LSE + (b * p.H + h) * p.Lq;
-    float* Kt = ws.buf[kKPacked].get(static_cast<std::size_t>(D * kvp));
+    // One or two query rows (a classifier's last layer asks only for token 0): transposing K and
+    // V would cost as much as using them, so scores are dot products over K's rows in place.
+    const bool direct = p.Lq <= 2;
+    float* Kt = direct ? nullptr : ws.buf[kKPacked].get(static_cast<std::size_t>(D * kvp));
     float* s = ws.buf[kScores].get(static_cast<std::size_t>(kvp));
     float* acc = ws.buf[kOAcc].get(static_cast<std::size_t>(Dv));
     float* mul = drop.on ? head_multipliers(drop, ws, p, b, h) : nullptr;
-    transpose_rows(Kt, kvp, k, p.k_st, kv, D);
+    if (!direct) transpose_rows(Kt, kvp, k, p.k_st, kv, D);
     // Short rows: O_i[e] = <P_i, Vt[e]> over a few vectors (independent chains per e); longer
-    // rows accumulate P_ij V_j over j instead.
-    const bool v_transposed = kvp <= 4 * W;
+    // rows (and the direct case) accumulate P_ij V_j over j instead.
+    const bool v_transposed = !direct && kvp <= 4 * W;
     float* Vt = v_transposed ? ws.buf[kVPacked].get(static_cast<std::size_t>(Dv * kvp)) : nullptr;
     if (v_transposed) transpose_rows(Vt, kvp, v, p.v_st, kv, Dv);
     const V vl2e = I::set1(kLog2e);
@@ -117,7 +138,10 @@ struct Rows {
         continue;
       }
       const i64 np = round_up(n, W);
-      scores<DC>(s, q + i * p.q_st, Kt, kvp, n, D, p, b, h, i);
+      if (direct)
+        scores_direct<DC>(s, q + i * p.q_st, k, p.k_st, n, D, p, b, h, i);
+      else
+        scores<DC>(s, q + i * p.q_st, Kt, kvp, n, D, p, b, h, i);
       V vmax = I::set1(kNegInf);
       for (i64 j = 0; j < np; j += W) vmax = I::max(vmax, I::load(s + j));
       // A row whose allowed keys all have a -inf bias has m = -inf: its offset is -inf too, so
@@ -161,6 +185,294 @@ struct Rows {
     }
   }
 
+  // ======================================================================================
+  // Queries in the vector lanes: W query rows of a head at a time, one key per step
+  // ======================================================================================
+  // For the small compile-time head dims (4, 8, 16) a score row of a few keys leaves the row
+  // code above dominated by horizontal reductions (max, sum, one per output column) and their
+  // latency. Here lane r of every vector is query row i0 + r: the score of key j is D
+  // broadcast-FMAs, and the max, the sum and O += P_j V_j are lane-wise. Masks (causal, bias)
+  // become an additive table [j][lane] built per block; dropout multipliers are read from the
+  // head's [Lq][Lk] multipliers through a transposed table. Lanes past Lq carry zero queries
+  // and an all -inf offset (P = 0), so they add nothing to dK, dV. The scale is folded into
+  // the queries: s = (scale q) . k.
+
+  // qt[d*W + r] = src[(i0 + r)*st + d] * mul for r < nb, 0 for nb <= r < W.
+  template <int DC>
+  static void transpose_block_in(float* qt, const float* src, i64 st, i64 nb, float mul) {
+    for (i64 r = 0; r < W; ++r)
+#pragma GCC unroll 16
+      for (int d = 0; d < DC; ++d) qt[d * W + r] = r < nb ? src[r * st + d] * mul : 0.f;
+  }
+
+  // v[d] lane r = src[r*st + d] * mul for r < nb (0 past nb), d < DC: through the ISA's
+  // register transposes for a full block of 8 rows, else through scratch (DC * W floats).
+  template <int DC>
+  QKV_ROWS_INL static void lanes_in(V* v, float* scratch, const float* src, i64 st, i64 nb, float mul) {
+    if constexpr (W == 8 && requires(V* o, const float* x) {
+                    I::transpose8x4_in(o, x, i64{}, 1.f);
+                    I::transpose8x8_in(o, x, i64{}, 1.f);
+                  }) {
+      if (nb == W) {
+        if constexpr (DC == 4) {
+          I::transpose8x4_in(v, src, st, mul);
+          return;
+        } else if constexpr (DC % 8 == 0) {
+          for (int c = 0; c < DC; c += 8) I::transpose8x8_in(v + c, src + c, st, mul);
+          return;
+        }
+      }
+    }
+    transpose_block_in<DC>(scratch, src, st, nb, mul);
+    for (int d = 0; d < DC; ++d) v[d] = I::load(scratch + d * W);
+  }
+
+  // Per block: nrow[r] = keys row i0 + r may see (0 for r >= nb); returns the block's largest.
+  static i64 block_rows(i64* nrow, const AttnParams& p, i64 kv, i64 i0, i64 nb) {
+    i64 jend = 0;
+    for (i64 r = 0; r < W; ++r) {
+      nrow[r] = r < nb ? row_key_end(p, kv, i0 + r) : 0;
+      jend = std::max(jend, nrow[r]);
+    }
+    return jend;
+  }
+  // add[j*W + r] = the additive mask of (i0 + r, j): -inf past nrow[r], else the bias (or 0).
+  static void block_mask(float* add, const i64* nrow, const AttnParams& p, i64 b, i64 h, i64 i0, i64 jend) {
+    for (i64 r = 0; r < W; ++r) {
+      const float* bp = p.bias && nrow[r] > 0 ? p.bias + b * p.bias_sb + h * p.bias_sh + (i0 + r) * p.bias_si : nullptr;
+      for (i64 j = 0; j < jend; ++j) add[j * W + r] = j < nrow[r] ? (bp ? bp[j * p.bias_sj] : 0.f) : kNegInf;
+    }
+  }
+  // dt[j*W + r] = mul[(i0 + r)*Lk + j] (0 for r >= nb). A full block of 8 goes through 8x8
+  // register transposes, which write dt up to row round_up(jend, 8) and read up to 7 floats past
+  // a row's end: the next row's, or the zero tail of head_multipliers.
+  static void block_dropout(float* dt, const float* mul, const AttnParams& p, i64 i0, i64 nb, i64 jend) {
+    if constexpr (W == 8 && requires(V* o, const float* x) { I::transpose8x8_in(o, x, i64{}, 1.f); }) {
+      if (nb == W) {
+        for (i64 j0 = 0; j0 < jend; j0 += 8) {
+          V t[8];
+          I::transpose8x8_in(t, mul + i0 * p.Lk + j0, p.Lk, 1.f);
+          for (int k = 0; k < 8; ++k) I::store(dt + (j0 + k) * W, t[k]);
+        }
+        return;
+      }
+    }
+    for (i64 j = 0; j < jend; ++j)
+      for (i64 r = 0; r < W; ++r) dt[j * W + r] = r < nb ? mul[(i0 + r) * p.Lk + j] : 0.f;
+  }
+
+  // Score vector of key row kr for the block's (scaled) queries qv.
+  template <int DC>
+  QKV_ROWS_INL static V lane_score(const V* qv, const float* kr) {
+    V a0 = I::zero(), a1 = I::zero();
+#pragma GCC unroll 16
+    for (int d = 0; d + 1 < DC; d += 2) {
+      a0 = I::fma(qv[d], I::set1(kr[d]), a0);
+      a1 = I::fma(qv[d + 1], I::set1(kr[d + 1]), a1);
+    }
+    if constexpr (DC % 2) a0 = I::fma(qv[DC - 1], I::set1(kr[DC - 1]), a0);
+    return I::add(a0, a1);
+  }
+
+  template <int DC>
+  static void forward_head_lanes(float* O, float* LSE, const float* Q, const float* K, const float* Vv,
+                                 const AttnParams& p, const Dropout& drop, ThreadWorkspace& ws, i64 b, i64 h) {
+    const i64 kv = valid_keys(p, b), kvm = std::max<i64>(kv, 1);
+    const float* q = Q + b * p.q_sb + h * p.q_sh;
+    const float* k = K + b * p.k_sb + h * p.k_sh;
+    const float* v = Vv + b * p.v_sb + h * p.v_sh;
+    float* o = O + b * p.o_sb + h * p.o_sh;
+    float* lse = LSE + (b * p.H + h) * p.Lq;
+    float* qt = ws.buf[kQRows].get(static_cast<std::size_t>(DC * W));
+    float* S = ws.buf[kScores].get(static_cast<std::size_t>(kvm * W));
+    const bool masked = p.causal || p.bias;
+    float* add = masked ? ws.buf[kRowMax].get(static_cast<std::size_t>(kvm * W)) : nullptr;
+    float* dt = drop.on ? ws.buf[kPDrop].get(static_cast<std::size_t>((kvm + 8) * W)) : nullptr;
+    const float* mul = drop.on ? head_multipliers(drop, ws, p, b, h) : nullptr;
+    alignas(64) float lm[W], ll[W], llog[W], loff[W], ot[DC * W];
+    i64 nrow[W];
+    const V vl2e = I::set1(kLog2e);
+    for (i64 i0 = 0; i0 < p.Lq; i0 += W) {
+      const i64 nb = std::min<i64>(W, p.Lq - i0);
+      const i64 jend = block_rows(nrow, p, kv, i0, nb);
+      if (jend > 0) {
+        V qv[DC];
+        lanes_in<DC>(qv, qt, q + i0 * p.q_st, p.q_st, nb, p.scale);
+        if (masked) block_mask(add, nrow, p, b, h, i0, jend);
+        if (drop.on) block_dropout(dt, mul, p, i0, nb, jend);
+        V vmax = I::set1(kNegInf);
+        for (i64 j = 0; j < jend; ++j) {
+          V s = lane_score<DC>(qv, k + j * p.k_st);
+          if (masked) s = I::add(s, I::load(add + j * W));
+          I::store(S + j * W, s);
+          vmax = I::max(vmax, s);
+        }
+        // A lane whose keys are all masked has m = -inf: offset -inf, so P = exp2(-inf) = 0.
+        I::store(lm, vmax);
+        for (i64 r = 0; r < W; ++r) loff[r] = lm[r] == kNegInf ? kNegInf : -lm[r] * kLog2e;
+        const V voff = I::load(loff);
+        V vl = I::zero(), acc[DC];
+        for (int e = 0; e < DC; ++e) acc[e] = I::zero();
+        for (i64 j = 0; j < jend; ++j) {
+          V P = I::exp2(I::fma(I::load(S + j * W), vl2e, voff));
+          vl = I::add(vl, P);                             // l is undropped
+          if (drop.on) P = I::mul(P, I::load(dt + j * W));
+          const float* vr = v + j * p.v_st;
+#pragma GCC unroll 16
+          for (int e = 0; e < DC; ++e) acc[e] = I::fma(P, I::set1(vr[e]), acc[e]);
+        }
+        I::store(ll, vl);
+        for (int e = 0; e < DC; ++e) I::store(ot + e * W, acc[e]);
+      }
+      if constexpr (requires(V x) { I::log(x); })  // l >= 1 wherever a row has a key (its max gives exp2(0) = 1)
+        if (jend > 0) I::store(llog, I::log(I::max(I::load(ll), I::set1(1.f))));
+      for (i64 r = 0; r < nb; ++r) {
+        const i64 i = i0 + r;
+        float* orow = o + i * p.o_st;
+        if (nrow[r] <= 0 || ll[r] == 0.f) {  // fully masked row
+          std::memset(orow, 0, static_cast<std::size_t>(DC) * sizeof(float));
+          lse[i] = kNegInf;
+          continue;
+        }
+        const float inv = 1.f / ll[r];
+        for (int e = 0; e < DC; ++e) orow[e] = ot[e * W + r] * inv;
+        constexpr bool vlog = requires(V x) { I::log(x); };
+        lse[i] = lm[r] + (vlog && ll[r] >= 1.f && ll[r] <= 0x1p24f ? llog[r] : std::log(ll[r]));
+      }
+    }
+  }
+
+  // Backward with the same layout: per key j, P_j = exp(s_j - L), dP_j = dO V_j, dS_j =
+  // P_j (dropout'(dP_j) - D); dQ += dS_j K_j lane-wise; dK_j, dV_j collect lane partials
+  // [kv][D][W] over the blocks, summed across lanes once at the end.
+  template <int DC>
+  static void backward_head_lanes(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
+                                  const float* Vv, const float* O, const float* LSE, const AttnParams& p,
+                                  const Dropout& drop, ThreadWorkspace& ws, i64 b, i64 h) {
+    const i64 kv = valid_keys(p, b), kvm = std::max<i64>(kv, 1);
+    const float* q = Q + b * p.q_sb + h * p.q_sh;
+    const float* k = K + b * p.k_sb + h * p.k_sh;
+    const float* v = Vv + b * p.v_sb + h * p.v_sh;
+    const float* o = O + b * p.o_sb + h * p.o_sh;
+    const float* dout = dO + b * p.o_sb + h * p.o_sh;
+    const float* lse = LSE + (b * p.H + h) * p.Lq;
+    float* dq = dQ + b * p.q_sb + h * p.q_sh;
+    float* dk = dK + b * p.k_sb + h * p.k_sh;
+    float* dv = dV + b * p.v_sb + h * p.v_sh;
+    float* qt = ws.buf[kQRows].get(static_cast<std::size_t>(DC * W));
+    float* dot = ws.buf[kdORows].get(static_cast<std::size_t>(DC * W));
+    const bool masked = p.causal || p.bias;
+    float* add = masked ? ws.buf[kRowMax].get(static_cast<std::size_t>(kvm * W)) : nullptr;
+    float* dt = drop.on ? ws.buf[kPDrop].get(static_cast<std::size_t>((kvm + 8) * W)) : nullptr;
+    const float* mul = drop.on ? head_multipliers(drop, ws, p, b, h) : nullptr;
+    float* dKp = ws.buf[kdKAcc].get(static_cast<std::size_t>(kvm * DC * W));
+    float* dVp = ws.buf[kdVAcc].get(static_cast<std::size_t>(kvm * DC * W));
+    i64 inited = 0;  // key rows [0, inited) of the partials hold sums; the rest is written on first use
+    alignas(64) float loff[W], lD[W], dqt[DC * W];
+    i64 nrow[W];
+    const V vl2e = I::set1(kLog2e);
+    for (i64 i0 = 0; i0 < p.Lq; i0 += W) {
+      const i64 nb = std::min<i64>(W, p.Lq - i0);
+      i64 jend = block_rows(nrow, p, kv, i0, nb);
+      for (i64 r = 0; r < nb; ++r)
+        if (lse[i0 + r] == kNegInf) nrow[r] = 0;  // fully masked row (e.g. an all -inf bias): zero gradient
+      jend = 0;
+      for (i64 r = 0; r < W; ++r) jend = std::max(jend, nrow[r]);
+      if (jend > 0) {
+        V qv[DC], dov[DC], dqa[DC];
+        lanes_in<DC>(qv, qt, q + i0 * p.q_st, p.q_st, nb, p.scale);
+        lanes_in<DC>(dov, dot, dout + i0 * p.o_st, p.o_st, nb, 1.f);
+        for (int d = 0; d < DC; ++d) dqa[d] = I::zero();
+        for (i64 r = 0; r < W; ++r) {
+          float Di = 0.f;
+          if (r < nb && nrow[r] > 0) {
+            const float* dorow = dout + (i0 + r) * p.o_st;
+            const float* orow = o + (i0 + r) * p.o_st;
+            for (int e = 0; e < DC; ++e) Di += dorow[e] * orow[e];
+          }
+          lD[r] = Di;
+          loff[r] = r < nb && nrow[r] > 0 ? -lse[i0 + r] * kLog2e : kNegInf;
+        }
+        if (masked) block_mask(add, nrow, p, b, h, i0, jend);
+        if (drop.on) block_dropout(dt, mul, p, i0, nb, jend);
+        const V voff = I::load(loff), vD = I::load(lD);
+        for (i64 j = 0; j < jend; ++j) {
+          const float* kr = k + j * p.k_st;
+          const float* vr = v + j * p.v_st;
+          V s = lane_score<DC>(qv, kr);
+          if (masked) s = I::add(s, I::load(add + j * W));
+          const V P = I::exp2(I::fma(s, vl2e, voff));
+          V dp = lane_score<DC>(dov, vr);
+          V pd = P;  // dropout(P)
+          if (drop.on) {
+            const V m = I::load(dt + j * W);
+            pd = I::mul(P, m);
+            dp = I::mul(dp, m);
+          }
+          const V ds = I::mul(P, I::sub(dp, vD));  // dS / scale: the scale sits in qv and below
+          float* dkp = dKp + j * DC * W;
+          float* dvp = dVp + j * DC * W;
+          if (j < inited) {
+#pragma GCC unroll 16
+            for (int d = 0; d < DC; ++d) {
+              I::store(dkp + d * W, I::fma(ds, qv[d], I::load(dkp + d * W)));  // scale dS_ij q_i
+              I::store(dvp + d * W, I::fma(pd, dov[d], I::load(dvp + d * W)));
+            }
+          } else {  // first block to reach key j: no zeroing pass needed
+#pragma GCC unroll 16
+            for (int d = 0; d < DC; ++d) {
+              I::store(dkp + d * W, I::mul(ds, qv[d]));
+              I::store(dvp + d * W, I::mul(pd, dov[d]));
+            }
+          }
+#pragma GCC unroll 16
+          for (int d = 0; d < DC; ++d) dqa[d] = I::fma(ds, I::set1(kr[d]), dqa[d]);
+        }
+        inited = std::max(inited, jend);
+        const V vscale = I::set1(p.scale);
+        for (int d = 0; d < DC; ++d) I::store(dqt + d * W, I::mul(dqa[d], vscale));
+      }
+      for (i64 r = 0; r < nb; ++r) {
+        float* dqrow = dq + (i0 + r) * p.q_st;
+        if (nrow[r] <= 0) {
+          std::memset(dqrow, 0, static_cast<std::size_t>(DC) * sizeof(float));
+          continue;
+        }
+        for (int d = 0; d < DC; ++d) dqrow[d] = dqt[d * W + r];
+      }
+    }
+    if (inited < kv) {  // keys no query row may see (causal with Lk > Lq): zero gradient
+      std::memset(dKp + inited * DC * W, 0, static_cast<std::size_t>((kv - inited) * DC * W) * sizeof(float));
+      std::memset(dVp + inited * DC * W, 0, static_cast<std::size_t>((kv - inited) * DC * W) * sizeof(float));
+    }
+    float* sums = ws.buf[kdS].get(static_cast<std::size_t>(2 * kvm * DC + 8));
+    lane_sums(sums, dKp, kv * DC);
+    lane_sums(sums + kv * DC, dVp, kv * DC);
+    for (i64 j = 0; j < kv; ++j)
+      for (int d = 0; d < DC; ++d) {
+        dk[j * p.k_st + d] = sums[j * DC + d];
+        dv[j * p.v_st + d] = sums[(kv + j) * DC + d];
+      }
+    for (i64 j = kv; j < p.Lk; ++j) {
+      std::memset(dk + j * p.k_st, 0, static_cast<std::size_t>(DC) * sizeof(float));
+      std::memset(dv + j * p.v_st, 0, static_cast<std::size_t>(DC) * sizeof(float));
+    }
+  }
+
+  // out[k] = the sum of the W lanes of vector k at vecs, k < n (eight at a time where the ISA
+  // has a transposing reduction).
+  static void lane_sums(float* out, const float* vecs, i64 n) {
+    i64 k = 0;
+    if constexpr (W == 8 && requires(const float* v, float* o) { I::hsum8(v, o); })
+      for (; k + 8 <= n; k += 8) I::hsum8(vecs + k * W, out + k);
+    for (; k < n; ++k) out[k] = I::hsum(I::load(vecs + k * W));
+  }
+
+  // The lane kernel runs for the compile-time head dims (D == Dv in {4, 8, 16}) on vector ISAs,
+  // when a head has enough query rows to fill half a vector (a classifier's last layer that
+  // only asks for token 0 has Lq = 1: one row per head runs faster in the row layout).
+  static bool use_lanes(const AttnParams& p) { return W >= 8 && p.Lk <= 64 && p.Lq >= W / 2; }
+
   // Dropout multipliers of the whole head, [Lq][Lk] plus a zero tail of W so a row's last
   // vector can be loaded whole.
   static float* head_multipliers(const Dropout& drop, ThreadWorkspace& ws, const AttnParams& p, i64 b, i64 h) {
@@ -198,10 +510,81 @@ struct Rows {
     qkv::parallel_for(0, p.B * p.H, heads_per_task(p), [&](i64 t0, i64 t1) {
       ThreadWorkspace& ws = thread_workspace();
       auto run = [&]<int DC>() {
+        if constexpr (DC != 0)
+          if (use_lanes(p)) {
+            for (i64 t = t0; t < t1; ++t) forward_head_lanes<DC>(O, LSE, Q, K, Vv, p, drop, ws, t / p.H, t % p.H);
+            return;
+          }
         for (i64 t = t0; t < t1; ++t) forward_head<DC>(O, LSE, Q, K, Vv, p, drop, ws, t / p.H, t % p.H);
       };
       dispatch_head_dim(p, run);
     });
+  }
+
+  // backward_head for one or two query rows: K and V read in place, dK and dV rows written
+  // directly (no transposes, which would cost as much as the work).
+  template <int DC>
+  static void backward_head_direct(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
+                                   const float* Vv, const float* O, const float* LSE, const AttnParams& p,
+                                   const Dropout& drop, ThreadWorkspace& ws, i64 b, i64 h) {
+    const i64 kv = valid_keys(p, b), kvp = round_up(std::max<i64>(kv, 1), W);
+    const i64 D = DC ? DC : p.D, Dv = DC ? DC : p.Dv;
+    const float* q = Q + b * p.q_sb + h * p.q_sh;
+    const float* k = K + b * p.k_sb + h * p.k_sh;
+    const float* v = Vv + b * p.v_sb + h * p.v_sh;
+    const float* o = O + b * p.o_sb + h * p.o_sh;
+    const float* dout = dO + b * p.o_sb + h * p.o_sh;
+    const float* lse = LSE + (b * p.H + h) * p.Lq;
+    float* dq = dQ + b * p.q_sb + h * p.q_sh;
+    float* dk = dK + b * p.k_sb + h * p.k_sh;
+    float* dv = dV + b * p.v_sb + h * p.v_sh;
+    float* s = ws.buf[kScores].get(static_cast<std::size_t>(kvp));
+    float* dqa = ws.buf[kOAcc].get(static_cast<std::size_t>(D));
+    const float* mul = drop.on ? head_multipliers(drop, ws, p, b, h) : nullptr;
+    for (i64 j = 0; j < p.Lk; ++j) {  // keys at or beyond kv keep zero gradient
+      for (i64 d = 0; d < D; ++d) dk[j * p.k_st + d] = 0.f;
+      for (i64 e = 0; e < Dv; ++e) dv[j * p.v_st + e] = 0.f;
+    }
+    const V vl2e = I::set1(kLog2e);
+    for (i64 i = 0; i < p.Lq; ++i) {
+      float* dqrow = dq + i * p.q_st;
+      const i64 n = row_key_end(p, kv, i);
+      if (n <= 0 || lse[i] == kNegInf) {  // fully masked row: zero gradient
+        std::memset(dqrow, 0, static_cast<std::size_t>(D) * sizeof(float));
+        continue;
+      }
+      const float* qrow = q + i * p.q_st;
+      const float* dorow = dout + i * p.o_st;
+      const float* orow = o + i * p.o_st;
+      scores_direct<DC>(s, qrow, k, p.k_st, n, D, p, b, h, i);
+      const V voff = I::set1(-lse[i] * kLog2e);
+      for (i64 j = 0; j < round_up(n, W); j += W) I::store(s + j, I::exp2(I::fma(I::load(s + j), vl2e, voff)));
+      float Di = 0.f;
+      for (i64 e = 0; e < Dv; ++e) Di += dorow[e] * orow[e];
+      for (i64 d = 0; d < D; ++d) dqa[d] = 0.f;
+      for (i64 j = 0; j < n; ++j) {
+        const float* kr = k + j * p.k_st;
+        const float* vr = v + j * p.v_st;
+        float dp = 0.f;
+        for (i64 e = 0; e < Dv; ++e) dp += dorow[e] * vr[e];
+        const float P = s[j];
+        float pd = P;  // dropout(P)
+        if (drop.on) {
+          const float m = mul[i * p.Lk + j];
+          pd = P * m;
+          dp *= m;
+        }
+        const float ds = p.scale * P * (dp - Di);
+        float* dvr = dv + j * p.v_st;
+        float* dkr = dk + j * p.k_st;
+        for (i64 e = 0; e < Dv; ++e) dvr[e] += pd * dorow[e];
+        for (i64 d = 0; d < D; ++d) {
+          dkr[d] += ds * qrow[d];
+          dqa[d] += ds * kr[d];
+        }
+      }
+      for (i64 d = 0; d < D; ++d) dqrow[d] = dqa[d];
+    }
   }
 
   // One head of the backward pass (FlashAttention-2 Alg. 2's quantities, one row at a time):
@@ -299,6 +682,17 @@ struct Rows {
     qkv::parallel_for(0, p.B * p.H, heads_per_task(p), [&](i64 t0, i64 t1) {
       ThreadWorkspace& ws = thread_workspace();
       auto run = [&]<int DC>() {
+        if constexpr (DC != 0)
+          if (use_lanes(p)) {
+            for (i64 t = t0; t < t1; ++t)
+              backward_head_lanes<DC>(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, drop, ws, t / p.H, t % p.H);
+            return;
+          }
+        if (p.Lq <= 2) {  // as forward_head's direct case
+          for (i64 t = t0; t < t1; ++t)
+            backward_head_direct<DC>(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, drop, ws, t / p.H, t % p.H);
+          return;
+        }
         for (i64 t = t0; t < t1; ++t)
           backward_head<DC>(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, drop, ws, t / p.H, t % p.H);
       };
@@ -306,6 +700,8 @@ struct Rows {
     });
   }
 };
+
+#undef QKV_ROWS_INL
 
 }  // namespace
 }  // namespace qkv::kernels::flash

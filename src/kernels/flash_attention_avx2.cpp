@@ -4,6 +4,8 @@
 // called when the CPU has AVX2 and FMA (dispatch in flash_attention.cpp).
 #include "flash_attention_prelude.h"
 
+#include <utility>
+
 #if defined(__x86_64__) || defined(__i386__)
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
@@ -41,6 +43,52 @@ struct IsaAvx2 {
     return _mm_cvtss_f32(s);
   }
   QKV_INL V exp2(V t) { return fastexp::exp2_avx2(t); }
+  // Natural log for x in [1, 2^24] (row sums of a softmax), fast_exp.h.
+  QKV_INL V log(V x) { return fastexp::log_avx2(x); }
+  // Rows -> lanes (attention_rows_impl.h): out[d] lane r = src[r*st + d] * mul, 8 rows of 4.
+  QKV_INL void transpose8x4_in(V* out, const float* src, std::int64_t st, float mul) {
+    auto pair = [&](int r) {  // rows r and r + 4 in the two 128-bit halves
+      return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(src + r * st)), _mm_loadu_ps(src + (r + 4) * st), 1);
+    };
+    const __m256 a0 = pair(0), a1 = pair(1), a2 = pair(2), a3 = pair(3);
+    const __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
+    const __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
+    const __m256 m = _mm256_set1_ps(mul);
+    out[0] = _mm256_mul_ps(_mm256_shuffle_ps(t0, t2, 0x44), m);
+    out[1] = _mm256_mul_ps(_mm256_shuffle_ps(t0, t2, 0xEE), m);
+    out[2] = _mm256_mul_ps(_mm256_shuffle_ps(t1, t3, 0x44), m);
+    out[3] = _mm256_mul_ps(_mm256_shuffle_ps(t1, t3, 0xEE), m);
+  }
+  // out[k] lane r = src[r*st + k] * mul, 8 rows of 8.
+  QKV_INL void transpose8x8_in(V* out, const float* src, std::int64_t st, float mul) {
+    auto pair = [&](int r) {  // rows r and r + 4, low halves / high halves
+      const __m256 x = _mm256_loadu_ps(src + r * st), y = _mm256_loadu_ps(src + (r + 4) * st);
+      return std::pair{_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31)};
+    };
+    const auto [a0, b0] = pair(0);
+    const auto [a1, b1] = pair(1);
+    const auto [a2, b2] = pair(2);
+    const auto [a3, b3] = pair(3);
+    // a_r = [row r cols 0-3 | row r+4 cols 0-3], b_r = the same for cols 4-7: two 8x4 transposes.
+    const __m256 m = _mm256_set1_ps(mul);
+    auto four = [&](__m256 x0, __m256 x1, __m256 x2, __m256 x3, V* o) {
+      const __m256 t0 = _mm256_unpacklo_ps(x0, x1), t1 = _mm256_unpackhi_ps(x0, x1);
+      const __m256 t2 = _mm256_unpacklo_ps(x2, x3), t3 = _mm256_unpackhi_ps(x2, x3);
+      o[0] = _mm256_mul_ps(_mm256_shuffle_ps(t0, t2, 0x44), m);
+      o[1] = _mm256_mul_ps(_mm256_shuffle_ps(t0, t2, 0xEE), m);
+      o[2] = _mm256_mul_ps(_mm256_shuffle_ps(t1, t3, 0x44), m);
+      o[3] = _mm256_mul_ps(_mm256_shuffle_ps(t1, t3, 0xEE), m);
+    };
+    four(a0, a1, a2, a3, out);
+    four(b0, b1, b2, b3, out + 4);
+  }
+  // out[k] = the lane sum of vector k of the 8 consecutive vectors at v.
+  QKV_INL void hsum8(const float* v, float* out) {
+    const __m256 t0 = _mm256_hadd_ps(load(v), load(v + 8)), t1 = _mm256_hadd_ps(load(v + 16), load(v + 24));
+    const __m256 t2 = _mm256_hadd_ps(load(v + 32), load(v + 40)), t3 = _mm256_hadd_ps(load(v + 48), load(v + 56));
+    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    store(out, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)));
+  }
 };
 #undef QKV_INL
 

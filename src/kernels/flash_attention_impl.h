@@ -54,9 +54,8 @@ inline i64 row_key_end(const AttnParams& p, i64 kv, i64 i) {
 // 0, n-1, 1, n-2, ...: balances causal work over static contiguous chunks.
 inline i64 zigzag(i64 r, i64 n) { return (r & 1) ? n - 1 - r / 2 : r / 2; }
 
-// Dropout as in AttnParams: element (b,h,i,j) dropped iff uniform_at(seed, counter) < p,
-// i.e. iff (random_bits >> 11) < ceil(p * 2^53) (exact: p*2^53 is an integer-valued double
-// or its ceiling is the first integer above it).
+// Dropout as in AttnParams: element (b,h,i,j) dropped iff
+// dropout_dropped(seed, counter, dropout_threshold(p)) (kernels/dropout.h).
 struct Dropout {
   bool on = false;
   float inv_keep = 1.f;

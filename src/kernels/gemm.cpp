@@ -123,9 +123,9 @@ void pack_a_sliver(bool ta, const T* A, i64 lda, i64 r0, i64 m, i64 p0, i64 kc, 
       T* dst = out + k * MR;
       if (m == MR) {
         for (int i = 0; i < MR; ++i) dst[i] = src[i];
-      } else {
-        for (i64 i = 0; i < m; ++i) dst[i] = src[i];
-        for (i64 i = m; i < MR; ++i) dst[i] = T(0);
+      } else {  // an edge sliver (M % MR rows): unrolled, no per-row loop bounds
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; ++i) dst[i] = i < m ? src[std::min<i64>(i, m - 1)] : T(0);
       }
     }
     return;

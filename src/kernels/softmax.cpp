@@ -1,4 +1,4 @@
-// Row softmax (see include/qkv/kernels/softmax.h): AVX2 + FMA version and its naive twin.
+// Row softmax and log-softmax (see include/qkv/kernels/softmax.h): AVX2 + FMA versions and their naive twins.
 #include "qkv/kernels/softmax.h"
 
 #include <cmath>
@@ -17,6 +17,36 @@ void fill_degenerate_row(T* y, std::int64_t n, bool nan) {
   const T fill = nan ? std::numeric_limits<T>::quiet_NaN() : T(0);
   for (std::int64_t i = 0; i < n; ++i) y[i] = fill;
 }
+// The same for log-softmax: NaN, or -inf for a fully masked row.
+template <class T>
+void fill_degenerate_log_row(T* y, std::int64_t n, bool nan) {
+  const T fill = nan ? std::numeric_limits<T>::quiet_NaN() : -std::numeric_limits<T>::infinity();
+  for (std::int64_t i = 0; i < n; ++i) y[i] = fill;
+}
+
+// Row maximum and whether the row holds a NaN, in one pass (unordered compare flags NaN lanes).
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2,fma"))) float row_max_avx2(const float* xr, std::int64_t n, bool* nan_out) {
+  const std::int64_t nv = n / 8 * 8;
+  __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity()), vnan = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < nv; i += 8) {
+    const __m256 v = _mm256_loadu_ps(xr + i);
+    vmax = _mm256_max_ps(vmax, v);
+    vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, vmax);
+  float m = -std::numeric_limits<float>::infinity();
+  for (float l : lanes) m = l > m ? l : m;
+  bool nan = _mm256_movemask_ps(vnan) != 0;
+  for (std::int64_t i = nv; i < n; ++i) {
+    if (xr[i] > m) m = xr[i];
+    nan |= xr[i] != xr[i];
+  }
+  *nan_out = nan;
+  return m;
+}
+#endif
 
 }  // namespace
 
@@ -48,6 +78,55 @@ void softmax_rows_ref(T* y, const T* x, std::int64_t rows, std::int64_t n) {
 template void softmax_rows_ref<float>(float*, const float*, std::int64_t, std::int64_t);
 template void softmax_rows_ref<double>(double*, const double*, std::int64_t, std::int64_t);
 
+// y = x - max - log(sum(exp(x - max))); NaN rows: NaN; fully masked rows: -inf.
+template <class T>
+void log_softmax_rows_ref(T* y, const T* x, std::int64_t rows, std::int64_t n) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * n;
+    T* yr = y + r * n;
+    T m = kNegInf;
+    bool nan = false;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (xr[i] > m) m = xr[i];
+      nan |= xr[i] != xr[i];
+    }
+    if (nan || m == kNegInf) {
+      fill_degenerate_log_row(yr, n, nan);
+      continue;
+    }
+    double s = 0;
+    for (std::int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(xr[i] - m));
+    const T lse = static_cast<T>(std::log(s));
+    for (std::int64_t i = 0; i < n; ++i) yr[i] = xr[i] - m - lse;
+  }
+}
+template void log_softmax_rows_ref<float>(float*, const float*, std::int64_t, std::int64_t);
+template void log_softmax_rows_ref<double>(double*, const double*, std::int64_t, std::int64_t);
+
+// loss_r = -(1-ls) logp[t_r] - ls/n sum_i logp[i]  ->  dlogits_r = (exp(logp_r) - (1-ls) onehot(t_r) - ls/n) * scale
+template <class T>
+void cross_entropy_backward_rows_ref(T* dlogits, const T* logp, const std::int64_t* targets, std::int64_t rows,
+                                     std::int64_t n, double scale, double label_smoothing, std::int64_t ignore_index) {
+  const double ls = label_smoothing;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* d = dlogits + r * n;
+    const T* lp = logp + r * n;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (targets[r] == ignore_index) {
+        d[i] = T(0);
+        continue;
+      }
+      const double target = (i == targets[r] ? 1.0 - ls : 0.0) + ls / static_cast<double>(n);
+      d[i] = static_cast<T>((std::exp(static_cast<double>(lp[i])) - target) * scale);
+    }
+  }
+}
+template void cross_entropy_backward_rows_ref<float>(float*, const float*, const std::int64_t*, std::int64_t,
+                                                     std::int64_t, double, double, std::int64_t);
+template void cross_entropy_backward_rows_ref<double>(double*, const double*, const std::int64_t*, std::int64_t,
+                                                      std::int64_t, double, double, std::int64_t);
+
 #if defined(__x86_64__) || defined(__i386__)
 namespace {
 
@@ -58,22 +137,8 @@ __attribute__((target("avx2,fma"))) void softmax_rows_avx2(float* y, const float
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
-    // Max and NaN check in one pass (unordered compare flags NaN lanes).
-    __m256 vmax = _mm256_set1_ps(kNegInf), vnan = _mm256_setzero_ps();
-    for (std::int64_t i = 0; i < nv; i += 8) {
-      const __m256 v = _mm256_loadu_ps(xr + i);
-      vmax = _mm256_max_ps(vmax, v);
-      vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    }
-    float lanes[8];
-    _mm256_storeu_ps(lanes, vmax);
-    float m = kNegInf;
-    for (float l : lanes) m = l > m ? l : m;
-    bool nan = _mm256_movemask_ps(vnan) != 0;
-    for (std::int64_t i = nv; i < n; ++i) {
-      if (xr[i] > m) m = xr[i];
-      nan |= xr[i] != xr[i];
-    }
+    bool nan = false;
+    const float m = row_max_avx2(xr, n, &nan);
     if (nan || m == kNegInf) {
       fill_degenerate_row(yr, n, nan);
       continue;
@@ -100,6 +165,66 @@ __attribute__((target("avx2,fma"))) void softmax_rows_avx2(float* y, const float
   }
 }
 
+__attribute__((target("avx2,fma"))) void log_softmax_rows_avx2(float* y, const float* x, std::int64_t rows,
+                                                             std::int64_t n) {
+  const std::int64_t nv = n / 8 * 8;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    bool nan = false;
+    const float m = row_max_avx2(xr, n, &nan);
+    if (nan || m == -std::numeric_limits<float>::infinity()) {
+      fill_degenerate_log_row(yr, n, nan);
+      continue;
+    }
+    // s = sum exp(x - m) = sum exp2((x - m) log2 e), in double. x - m is rounded as in the twin
+    // (not x log2 e - m log2 e: the rounding of a large m log2 e would scale every term alike,
+    // which softmax's division cancels but log(s) keeps); rounding (x - m) log2 e then moves a
+    // term by at most |x - m| 2^-24 relative, nothing for the terms near m that dominate s.
+    const __m256 vm = _mm256_set1_ps(m), l2e = _mm256_set1_ps(fastexp::kLog2e);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    for (std::int64_t i = 0; i < nv; i += 8) {
+      const __m256 e = fastexp::exp2_avx2(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vm), l2e));
+      s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+      s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double part[4];
+    _mm256_storeu_pd(part, _mm256_add_pd(s0, s1));
+    double s = (part[0] + part[1]) + (part[2] + part[3]);
+    for (std::int64_t i = nv; i < n; ++i) s += fastexp::exp2_scalar((xr[i] - m) * fastexp::kLog2e);
+    // y = (x - m) - lse, rounded as in the twin.
+    const float lse = static_cast<float>(std::log(s));
+    const __m256 vlse = _mm256_set1_ps(lse);
+    for (std::int64_t i = 0; i < nv; i += 8)
+      _mm256_storeu_ps(yr + i, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vm), vlse));
+    for (std::int64_t i = nv; i < n; ++i) yr[i] = xr[i] - m - lse;
+  }
+}
+
+__attribute__((target("avx2,fma"))) void cross_entropy_backward_rows_avx2(float* dlogits, const float* logp,
+                                                                        const std::int64_t* targets, std::int64_t rows,
+                                                                        std::int64_t n, double scale, double ls,
+                                                                        std::int64_t ignore_index) {
+  const std::int64_t nv = n / 8 * 8;
+  const float smooth = static_cast<float>(ls / static_cast<double>(n)), sc = static_cast<float>(scale);
+  const __m256 vsmooth = _mm256_set1_ps(smooth), vsc = _mm256_set1_ps(sc), l2e = _mm256_set1_ps(fastexp::kLog2e);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* d = dlogits + r * n;
+    const float* lp = logp + r * n;
+    if (targets[r] == ignore_index) {
+      for (std::int64_t i = 0; i < n; ++i) d[i] = 0.f;
+      continue;
+    }
+    for (std::int64_t i = 0; i < nv; i += 8) {
+      const __m256 p = fastexp::exp2_avx2(_mm256_mul_ps(_mm256_loadu_ps(lp + i), l2e));
+      _mm256_storeu_ps(d + i, _mm256_mul_ps(_mm256_sub_ps(p, vsmooth), vsc));
+    }
+    for (std::int64_t i = nv; i < n; ++i) d[i] = (fastexp::exp2_scalar(lp[i] * fastexp::kLog2e) - smooth) * sc;
+    const std::int64_t t = targets[r];
+    d[t] = static_cast<float>((std::exp(static_cast<double>(lp[t])) - (1.0 - ls + ls / static_cast<double>(n))) * scale);
+  }
+}
+
 }  // namespace
 #endif
 
@@ -108,6 +233,22 @@ void softmax_rows_f32(float* y, const float* x, std::int64_t rows, std::int64_t 
   if (active_isa() >= Isa::Avx2) return softmax_rows_avx2(y, x, rows, n);
 #endif
   softmax_rows_ref<float>(y, x, rows, n);
+}
+
+void log_softmax_rows_f32(float* y, const float* x, std::int64_t rows, std::int64_t n) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (active_isa() >= Isa::Avx2) return log_softmax_rows_avx2(y, x, rows, n);
+#endif
+  log_softmax_rows_ref<float>(y, x, rows, n);
+}
+
+void cross_entropy_backward_rows_f32(float* dlogits, const float* logp, const std::int64_t* targets, std::int64_t rows,
+                                     std::int64_t n, double scale, double label_smoothing, std::int64_t ignore_index) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (active_isa() >= Isa::Avx2)
+    return cross_entropy_backward_rows_avx2(dlogits, logp, targets, rows, n, scale, label_smoothing, ignore_index);
+#endif
+  cross_entropy_backward_rows_ref<float>(dlogits, logp, targets, rows, n, scale, label_smoothing, ignore_index);
 }
 
 }  // namespace qkv::kernels

@@ -214,19 +214,23 @@ bool dense(const Tensor& t) {
   return true;
 }
 
-// A new tensor with exactly t's strides (t must be dense).
-Tensor empty_like_layout(const Tensor& t) {
-  std::vector<int> order(static_cast<std::size_t>(t.dim()));
-  for (int i = 0; i < t.dim(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return t.strides()[a] > t.strides()[b]; });
+// A new dense tensor of `shape` whose dims are laid out in the order of `like`'s strides
+// (outermost = largest stride; ties keep dim order).
+Tensor empty_in_order_of(const Tensor& like, const Shape& shape) {
+  std::vector<int> order(static_cast<std::size_t>(like.dim()));
+  for (int i = 0; i < like.dim(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return like.strides()[a] > like.strides()[b]; });
   Shape s;
-  for (int d : order) s.push_back(t.shape()[d]);
-  Tensor base = Tensor::empty(s, t.dtype());
-  Shape st(static_cast<std::size_t>(t.dim()));
+  for (int d : order) s.push_back(shape[d]);
+  Tensor base = Tensor::empty(s, like.dtype());
+  Shape st(static_cast<std::size_t>(like.dim()));
   const Shape cs = contiguous_strides(s);
   for (std::size_t i = 0; i < order.size(); ++i) st[order[i]] = cs[i];
-  return make_view(base, t.shape(), st, 0);
+  return make_view(base, shape, st, 0);
 }
+
+// A new tensor with exactly t's strides (t must be dense).
+Tensor empty_like_layout(const Tensor& t) { return empty_in_order_of(t, t.shape()); }
 
 // As [B, H, L, D] with a dense layout and a unit last-dim stride (views when possible).
 Tensor as_bhld(const Tensor& t) {
@@ -255,7 +259,9 @@ kernels::AttnParams params_for(const Tensor& q, const Tensor& k, const Tensor& v
 Tensor flash_sdpa(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Mask& mask, double scale,
                   const SdpaOptions& opt) {
   Tensor q = as_bhld(q_in), k = as_bhld(k_in), v = as_bhld(v_in);
-  Tensor o = Tensor::empty({q.shape()[0], q.shape()[1], q.shape()[2], v.shape()[3]}, DType::F32);
+  // O takes q's memory order: for heads split from [B, L, H, D] projections (MHA) it is stored
+  // [B, L, H, Dv], so merging the heads back (transpose + reshape) is a view, not a copy.
+  Tensor o = empty_in_order_of(q, {q.shape()[0], q.shape()[1], q.shape()[2], v.shape()[3]});
   Tensor lse = Tensor::empty({q.shape()[0], q.shape()[1], q.shape()[2]}, DType::F32);
   kernels::AttnParams p = params_for(q, k, v, o);
   p.scale = static_cast<float>(scale);
@@ -282,12 +288,19 @@ Tensor flash_sdpa(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, co
                                      v.data<float>(), p);
   Shape os(q_in.shape().begin(), q_in.shape().end() - 1);
   os.push_back(v.shape()[3]);
-  Tensor out = o.view(os).detach();
+  Tensor out = (os == o.shape() ? o : o.reshape(os)).detach();
   autograd::record(out, "scaled_dot_product_attention", {q_in, k_in, v_in},
                    [q, k, v, o, lse, bias, p, qs = q_in.shape(), ks = k_in.shape(), vs = v_in.shape()](const Tensor& g) {
                      // FlashAttention-2 backward: recompute P from LSE; dV = P^T dO, dS = P (dP - rowsum(dO o O)),
                      // dQ = scale dS K, dK = scale dS^T Q.
-                     Tensor dO = g.contiguous().view(o.shape());
+                     // The kernel reads dO with O's strides: g usually arrives in that layout already
+                     // (the transpose of MHA's head merge); otherwise it is copied into it.
+                     Tensor dO = g.dim() == o.dim() ? g : g.reshape(o.shape());
+                     if (dO.strides() != o.strides()) {
+                       Tensor t = empty_like_layout(o);
+                       t.copy_(dO);
+                       dO = t;
+                     }
                      Tensor dq = empty_like_layout(q), dk = empty_like_layout(k), dv = empty_like_layout(v);
                      if (q.numel() > 0 && k.numel() > 0)
                        kernels::flash_attention_backward(dq.data<float>(), dk.data<float>(), dv.data<float>(),

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops_internal.h"
+#include "qkv/kernels/activation.h"
 #include "qkv/ops/reduce.h"
 
 namespace qkv {
@@ -193,46 +194,39 @@ Tensor relu(const Tensor& a) {
   return out;
 }
 
-namespace {
-template <class T>
-T gelu_erf(T x) {
-  return T(0.5) * x * (T(1) + std::erf(x * T(M_SQRT1_2)));
-}
-template <class T>
-T gelu_erf_grad(T x) {
-  // d/dx [x Phi(x)] = Phi(x) + x phi(x)
-  const T cdf = T(0.5) * (T(1) + std::erf(x * T(M_SQRT1_2)));
-  const T pdf = std::exp(T(-0.5) * x * x) * T(0.3989422804014327);
-  return cdf + x * pdf;
-}
-constexpr double kBeta = 0.7978845608028654;  // sqrt(2/pi)
-constexpr double kKappa = 0.044715;
-template <class T>
-T gelu_tanh(T x) {
-  const T inner = T(kBeta) * (x + T(kKappa) * x * x * x);
-  return T(0.5) * x * (T(1) + std::tanh(inner));
-}
-template <class T>
-T gelu_tanh_grad(T x) {
-  // y = 0.5 x (1 + tanh(u)), u = b (x + k x^3)
-  // dy/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) b (1 + 3 k x^2)
-  const T u = T(kBeta) * (x + T(kKappa) * x * x * x);
-  const T t = std::tanh(u);
-  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * T(kBeta) * (T(1) + T(3 * kKappa) * x * x);
-}
-}  // namespace
-
 Tensor gelu(const Tensor& a, GeluApprox approximate) {
   detail::check_float(a, "gelu", "a");
-  const bool tanh_form = approximate == GeluApprox::Tanh;
-  Tensor out = dispatch_float(a.dtype(), "gelu", [&]<class T>() {
-    return tanh_form ? map_unary<T>(a, [](T x) { return gelu_tanh(x); })
-                     : map_unary<T>(a, [](T x) { return gelu_erf(x); });
-  });
-  record(out, "gelu", {a}, [a = a.detach(), tanh_form](const Tensor& g) {
+  const auto form = approximate == GeluApprox::Tanh ? kernels::GeluForm::Tanh : kernels::GeluForm::Erf;
+  // float32 contiguous: the vectorised kernel (kernels/activation.h) over threads; otherwise its
+  // naive twin, the float64 formula, elementwise.
+  Tensor out;
+  if (a.dtype() == DType::F32 && a.is_contiguous()) {
+    out = Tensor::empty(a.shape(), DType::F32);
+    const float* x = a.data<float>();
+    float* y = out.data<float>();
+    parallel_for(0, a.numel(), 1 << 16, [&](std::int64_t b, std::int64_t e) {
+      kernels::gelu_forward_f32(y + b, x + b, e - b, form);
+    });
+  } else {
+    out = dispatch_float(a.dtype(), "gelu", [&]<class T>() {
+      return map_unary<T>(a, [form](T x) { return static_cast<T>(kernels::gelu_ref(x, form)); });
+    });
+  }
+  record(out, "gelu", {a}, [a = a.detach(), form](const Tensor& g) {
+    // out = gelu(a)  ->  da = g * gelu'(a)
+    if (g.dtype() == DType::F32 && a.dtype() == DType::F32) {
+      Tensor gc = g.contiguous(), ac = a.contiguous();
+      Tensor da = Tensor::empty(g.shape(), DType::F32);
+      const float* gp = gc.data<float>();
+      const float* ap = ac.data<float>();
+      float* dp = da.data<float>();
+      parallel_for(0, da.numel(), 1 << 16, [&](std::int64_t b, std::int64_t e) {
+        kernels::gelu_backward_f32(dp + b, gp + b, ap + b, e - b, form);
+      });
+      return std::vector<Tensor>{da};
+    }
     return std::vector<Tensor>{dispatch_float(g.dtype(), "gelu_backward", [&]<class T>() {
-      return tanh_form ? map_unary2<T>(g, a, [](T gv, T x) { return gv * gelu_tanh_grad(x); })
-                       : map_unary2<T>(g, a, [](T gv, T x) { return gv * gelu_erf_grad(x); });
+      return map_unary2<T>(g, a, [form](T gv, T x) { return static_cast<T>(gv * kernels::gelu_grad_ref(x, form)); });
     })};
   });
   return out;

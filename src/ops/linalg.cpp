@@ -1,5 +1,7 @@
 #include "qkv/ops/linalg.h"
 
+#include <cstring>
+
 #include "ops_internal.h"
 #include "qkv/kernels/gemm.h"
 #include "qkv/ops/reduce.h"
@@ -175,9 +177,16 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
     T beta = T(0);
     if (bias.defined()) {
       Tensor bc = bias.detach().contiguous();
-      const T* bp = bc.data<T>();
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t j = 0; j < outf; ++j) y[r * outf + j] = bp[j];
+      // Every row of y starts as the bias: row 0 from it, then the filled rows doubled (a few
+      // large copies instead of one short one per row).
+      if (rows > 0 && outf > 0) {
+        std::memcpy(y, bc.data<T>(), static_cast<std::size_t>(outf) * sizeof(T));
+        for (std::int64_t done = 1; done < rows;) {
+          const std::int64_t n = std::min(done, rows - done);
+          std::memcpy(y + done * outf, y, static_cast<std::size_t>(n * outf) * sizeof(T));
+          done += n;
+        }
+      }
       beta = T(1);
     }
     // y[rows, out] = x[rows, in] @ w[out, in]^T (+ bias)
@@ -204,8 +213,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
       if (gbias) {
         db = Tensor::empty({outf}, g.dtype());
         std::vector<double> acc(static_cast<std::size_t>(outf), 0.0);
+        double* __restrict a = acc.data();
+        const T* __restrict src = gp;
         for (std::int64_t r = 0; r < rows; ++r)
-          for (std::int64_t j = 0; j < outf; ++j) acc[j] += gp[r * outf + j];
+#pragma omp simd
+          for (std::int64_t j = 0; j < outf; ++j) a[j] += static_cast<double>(src[r * outf + j]);
         for (std::int64_t j = 0; j < outf; ++j) db.data<T>()[j] = static_cast<T>(acc[j]);
       }
     });

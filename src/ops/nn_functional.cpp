@@ -7,6 +7,7 @@
 
 #include "ops_internal.h"
 #include "qkv/kernels/dropout.h"
+#include "qkv/kernels/layer_norm.h"
 #include "qkv/kernels/softmax.h"
 #include "qkv/ops/elementwise.h"
 #include "qkv/ops/shape_ops.h"
@@ -48,28 +49,16 @@ void softmax_backward_rows(T* dx, const T* g, const T* y, std::int64_t rows, std
   });
 }
 
-// y = x - max - log(sum(exp(x - max))); fully masked rows: -inf.
+// y = x - max - log(sum(exp(x - max))); NaN rows: NaN; fully masked rows: -inf. Through the
+// kernels (kernels/softmax.h) like softmax_rows: vectorised for float, the naive twin for double.
 template <class T>
 void log_softmax_rows(T* y, const T* x, std::int64_t rows, std::int64_t n) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * n;
-    T* yr = y + r * n;
-    T m = -std::numeric_limits<T>::infinity();
-    bool nan = false;
-    for (std::int64_t i = 0; i < n; ++i) {
-      if (xr[i] > m) m = xr[i];
-      nan |= xr[i] != xr[i];
-    }
-    if (nan || m == -std::numeric_limits<T>::infinity()) {
-      const T fill = nan ? std::numeric_limits<T>::quiet_NaN() : -std::numeric_limits<T>::infinity();
-      for (std::int64_t i = 0; i < n; ++i) yr[i] = fill;
-      continue;
-    }
-    double s = 0;
-    for (std::int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(xr[i] - m));
-    const T lse = static_cast<T>(std::log(s));
-    for (std::int64_t i = 0; i < n; ++i) yr[i] = xr[i] - m - lse;
-  }
+  parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)), [&](std::int64_t b, std::int64_t e) {
+    if constexpr (std::is_same_v<T, float>)
+      kernels::log_softmax_rows_f32(y + b * n, x + b * n, e - b, n);
+    else
+      kernels::log_softmax_rows_ref<T>(y + b * n, x + b * n, e - b, n);
+  });
 }
 
 // Applies a last-dim row op to dim `dim` by moving it last.
@@ -141,17 +130,6 @@ Tensor log_softmax(const Tensor& x, std::int64_t dim) {
 
 // ---------------------------------------------------------------- layer_norm
 
-// sum_{i<n} f(i) in double, vectorised: `omp simd` keeps one partial sum per vector lane
-// and adds the lanes at the end, so the order is fixed for a given build (it never depends
-// on threads or data) and no less accurate than one running sum.
-template <class F>
-double lane_sum(std::int64_t n, F f) {
-  double s = 0;
-#pragma omp simd reduction(+ : s)
-  for (std::int64_t i = 0; i < n; ++i) s += f(i);
-  return s;
-}
-
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
   detail::check_float(x, "layer_norm", "x");
   const std::size_t k = normalized_shape.size();
@@ -180,32 +158,13 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     T* yp = y.data<T>();
     const T* wp = wc.defined() ? wc.data<T>() : nullptr;
     const T* bp = bc.defined() ? bc.data<T>() : nullptr;
+    double* mp = mean->data();
+    double* rp = rstd->data();
     parallel_for(0, rows, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(n, 1)), [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t r = b; r < e; ++r) {
-        const T* xr = xp + r * n;
-        // Two-pass: mean, then the mean of squared deviations (never E[x^2]-E[x]^2).
-        double mu = lane_sum(n, [&](std::int64_t i) { return static_cast<double>(xr[i]); }) / static_cast<double>(n);
-        // Correction pass: for rows far from 0 (e.g. 1e6 + 1e-3 noise) the plain sum
-        // rounds by ~1e-9, which every (x - mu) would inherit; x - mu is exact there.
-        mu += lane_sum(n, [&](std::int64_t i) { return xr[i] - mu; }) / static_cast<double>(n);
-        const double v = lane_sum(n, [&](std::int64_t i) {
-          const double d = xr[i] - mu;
-          return d * d;
-        });
-        const double rs = 1.0 / std::sqrt(v / static_cast<double>(n) + eps);
-        (*mean)[r] = mu;
-        (*rstd)[r] = rs;
-        T* yr = yp + r * n;
-        if (wp && bp) {
-          for (std::int64_t i = 0; i < n; ++i)
-            yr[i] = static_cast<T>((xr[i] - mu) * rs * static_cast<double>(wp[i]) + static_cast<double>(bp[i]));
-        } else {
-          for (std::int64_t i = 0; i < n; ++i) {
-            const double xh = (xr[i] - mu) * rs;
-            yr[i] = static_cast<T>(xh * (wp ? static_cast<double>(wp[i]) : 1.0) + (bp ? static_cast<double>(bp[i]) : 0.0));
-          }
-        }
-      }
+      if constexpr (std::is_same_v<T, float>)
+        kernels::layer_norm_rows_f32(yp + b * n, mp + b, rp + b, xp + b * n, wp, bp, e - b, n, eps);
+      else
+        kernels::layer_norm_rows_ref<T>(yp + b * n, mp + b, rp + b, xp + b * n, wp, bp, e - b, n, eps);
     });
   });
   const bool gw = weight.defined() && weight.requires_grad(), gb = bias.defined() && bias.requires_grad();
@@ -220,39 +179,40 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
       const T* gp = gc.data<T>();
       const T* xp = xc.data<T>();
       const T* wp = wc.defined() ? wc.data<T>() : nullptr;
-      std::vector<double> dwa(gw ? n : 0, 0.0), dba(gb ? n : 0, 0.0);
       if (gx) dx = Tensor::empty(gc.shape(), g.dtype());
       T* dxp = gx ? dx.data<T>() : nullptr;
-      std::vector<double> xh(static_cast<std::size_t>(n)), gwv(static_cast<std::size_t>(n));  // one row
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const T* gr = gp + r * n;
-        const T* xr = xp + r * n;
-        const double mu = (*mean)[r], rs = (*rstd)[r];
-        for (std::int64_t i = 0; i < n; ++i) xh[i] = (xr[i] - mu) * rs;
-        if (wp)
-          for (std::int64_t i = 0; i < n; ++i) gwv[i] = static_cast<double>(gr[i]) * static_cast<double>(wp[i]);
-        else
-          for (std::int64_t i = 0; i < n; ++i) gwv[i] = gr[i];
-        const double s1 = lane_sum(n, [&](std::int64_t i) { return gwv[i]; });
-        const double s2 = lane_sum(n, [&](std::int64_t i) { return gwv[i] * xh[i]; });
-        if (gw)
-          for (std::int64_t i = 0; i < n; ++i) dwa[i] += gr[i] * xh[i];
-        if (gb)
-          for (std::int64_t i = 0; i < n; ++i) dba[i] += gr[i];
-        if (gx) {
-          const double m1 = s1 / static_cast<double>(n), m2 = s2 / static_cast<double>(n);
-          T* dxr = dxp + r * n;
-          for (std::int64_t i = 0; i < n; ++i) dxr[i] = static_cast<T>(rs * (gwv[i] - m1 - xh[i] * m2));
+      // Rows go in chunks of a fixed size (never dependent on the thread count); each chunk
+      // sums its own dw, db partials, added in chunk order below: bitwise reproducible.
+      const std::int64_t chunk = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1));
+      const std::int64_t nchunks = (rows + chunk - 1) / chunk;
+      std::vector<double> pw(gw ? static_cast<std::size_t>(nchunks * n) : 0, 0.0);
+      std::vector<double> pb(gb ? static_cast<std::size_t>(nchunks * n) : 0, 0.0);
+      parallel_for(0, nchunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+        for (std::int64_t c = c0; c < c1; ++c) {
+          const std::int64_t r0 = c * chunk, nr = std::min(rows, r0 + chunk) - r0;
+          double* dwp = gw ? pw.data() + c * n : nullptr;
+          double* dbp = gb ? pb.data() + c * n : nullptr;
+          T* dxr = dxp ? dxp + r0 * n : nullptr;
+          if constexpr (std::is_same_v<T, float>)
+            kernels::layer_norm_backward_rows_f32(dxr, dwp, dbp, gp + r0 * n, xp + r0 * n, wp, mean->data() + r0,
+                                                  rstd->data() + r0, nr, n);
+          else
+            kernels::layer_norm_backward_rows_ref<T>(dxr, dwp, dbp, gp + r0 * n, xp + r0 * n, wp, mean->data() + r0,
+                                                     rstd->data() + r0, nr, n);
         }
-      }
-      if (gw) {
-        dw = Tensor::empty(wc.shape(), g.dtype());
-        for (std::int64_t i = 0; i < n; ++i) dw.data<T>()[i] = static_cast<T>(dwa[i]);
-      }
-      if (gb) {
-        db = Tensor::empty(wc.defined() ? wc.shape() : Shape{n}, g.dtype());
-        for (std::int64_t i = 0; i < n; ++i) db.data<T>()[i] = static_cast<T>(dba[i]);
-      }
+      });
+      auto reduce = [&](const std::vector<double>& part, const Shape& shape) {
+        Tensor t = Tensor::empty(shape, g.dtype());
+        T* tp = t.data<T>();
+        for (std::int64_t i = 0; i < n; ++i) {
+          double s = 0;
+          for (std::int64_t c = 0; c < nchunks; ++c) s += part[static_cast<std::size_t>(c * n + i)];
+          tp[i] = static_cast<T>(s);
+        }
+        return t;
+      };
+      if (gw) dw = reduce(pw, wc.shape());
+      if (gb) db = reduce(pb, wc.defined() ? wc.shape() : Shape{n});
     });
     return std::vector<Tensor>{dx, dw, db};
   });
@@ -268,7 +228,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   Generator& g = gen ? *gen : default_generator();
   const std::int64_t n = x.numel();
   const std::uint64_t seed = g.seed(), base = g.reserve(static_cast<std::uint64_t>(n));
-  // Element i is kept iff uniform_at(seed, base + i) >= p (kernels/dropout.h). The mask is
+  // Element i is dropped iff dropout_dropped(seed, base + i, dropout_threshold(p)) (kernels/dropout.h). The mask is
   // stored as multipliers (1/(1-p) or 0) in x's dtype, so applying it is one vectorised product.
   const double sc = 1.0 / (1.0 - p);
   const std::uint64_t threshold = kernels::dropout_threshold(p);
@@ -377,9 +337,13 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, const Cr
     double total = 0;
     for (std::int64_t i = 0; i < N; ++i) {
       if (tv[i] == opt.ignore_index) continue;
+      // `omp simd` keeps one partial sum per lane: a fixed order for a given build (never
+      // dependent on threads or data), and not one serial chain of double adds.
       double smooth = 0;
-      if (ls > 0)
+      if (ls > 0) {
+#pragma omp simd reduction(+ : smooth)
         for (std::int64_t c = 0; c < C; ++c) smooth += lp[i * C + c];
+      }
       total += -(1.0 - ls) * lp[i * C + tv[i]] - ls / static_cast<double>(C) * smooth;
     }
     const double v = opt.mean ? (count ? total / static_cast<double>(count) : std::nan("")) : total;
@@ -389,20 +353,20 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, const Cr
     // loss_i = -(1-ls) logp[t_i] - ls/C sum_c logp[c]
     //   dlogits_i = (softmax_i - (1-ls) onehot(t_i) - ls/C) * g / count
     Tensor dl = Tensor::empty({N, C}, g.dtype());
+    // Rows through the kernels (kernels/softmax.h), split over threads: vectorised for float,
+    // the naive twin for double.
     dispatch_float(g.dtype(), "cross_entropy_backward", [&]<class T>() {
       const T* lp = logp.data<T>();
       T* d = dl.data<T>();
       const double scale = g.item() / (opt.mean ? static_cast<double>(count) : 1.0);
-      for (std::int64_t i = 0; i < N; ++i) {
-        for (std::int64_t c = 0; c < C; ++c) {
-          if (tv[i] == opt.ignore_index) {
-            d[i * C + c] = T(0);
-            continue;
-          }
-          const double target = (c == tv[i] ? 1.0 - ls : 0.0) + ls / static_cast<double>(C);
-          d[i * C + c] = static_cast<T>((std::exp(static_cast<double>(lp[i * C + c])) - target) * scale);
-        }
-      }
+      parallel_for(0, N, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(C, 1)), [&](std::int64_t b, std::int64_t e) {
+        if constexpr (std::is_same_v<T, float>)
+          kernels::cross_entropy_backward_rows_f32(d + b * C, lp + b * C, tv.data() + b, e - b, C, scale, ls,
+                                                   opt.ignore_index);
+        else
+          kernels::cross_entropy_backward_rows_ref<T>(d + b * C, lp + b * C, tv.data() + b, e - b, C, scale, ls,
+                                                      opt.ignore_index);
+      });
     });
     return std::vector<Tensor>{dl};
   });

@@ -1,8 +1,9 @@
 // Dropout masks (kernels/dropout.h): every ISA path is bitwise the scalar definition
-// uniform_at(seed, c) < p, over awkward lengths, offsets and probabilities; the drop rate
-// is p; p = 0 drops nothing.
+// dropout_bits(seed, c) < ceil(p 2^32), over awkward lengths, offsets (also across the 2^32
+// boundaries where the key changes) and probabilities; the drop rate is p; p = 0 drops nothing.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -20,9 +21,9 @@ struct IsaGuard {
 
 TEST(DropoutMask, EveryPathMatchesTheScalarDefinition) {
   IsaGuard ig;
-  const double ps[] = {0.0, 1e-9, 0.1, 0.5, 0.9, 0.999999};
+  const double ps[] = {0.0, 1e-9, 0.1, 0.5, 0.9, 0.999999, 1 - 0x1.0p-40};
   const std::int64_t lens[] = {0, 1, 3, 4, 5, 7, 8, 9, 31, 100, 1027};
-  const std::uint64_t offsets[] = {0, 1, 3, 0xFFFFFFFFull, 0xFFFFFFFFFFFFFFF0ull, 123456789012345ull};
+  const std::uint64_t offsets[] = {0, 1, 3, 0xFFFFFFFFull, 0xFFFFFFF9ull, 0x1FFFFFFFCull, 0xFFFFFFFFFFFFFFF0ull, 123456789012345ull};
   std::vector<Isa> isas{Isa::Scalar};
   if (qkv::kernels::detected_isa() >= Isa::Avx2) isas.push_back(Isa::Avx2);
   int checked = 0, dropped_any = 0;
@@ -38,7 +39,8 @@ TEST(DropoutMask, EveryPathMatchesTheScalarDefinition) {
             qkv::kernels::dropout_keep_mask(keep.data(), seed, c0, n, thr);
             qkv::kernels::dropout_multipliers(mul.data(), seed, c0, n, thr, 2.5f);
             for (std::int64_t i = 0; i < n; ++i) {
-              const bool want_drop = qkv::uniform_at(seed, c0 + static_cast<std::uint64_t>(i)) < p;
+              const std::uint64_t c = c0 + static_cast<std::uint64_t>(i);
+              const bool want_drop = qkv::kernels::dropout_bits(seed, c) < std::ceil(p * 0x1.0p32);
               ASSERT_EQ(keep[i], want_drop ? 0 : 1) << qkv::kernels::isa_name(isa) << " p " << p << " i " << i;
               ASSERT_EQ(mul[i], want_drop ? 0.f : 2.5f) << qkv::kernels::isa_name(isa) << " p " << p << " i " << i;
               dropped_any += want_drop;
@@ -63,6 +65,29 @@ TEST(DropoutMask, RateIsP) {
     if (p == 0.0) EXPECT_EQ(rate, 0.0);
     else EXPECT_NEAR(rate, p, 4e-3) << p;
   }
+}
+
+// Pairs of elements are independent: at p = 1/2 both of two neighbours (distance 1, 7, 8, 64:
+// within and across vector lanes), or the same counter under two seeds, are dropped a quarter
+// of the time; the mask is not periodic in the counter.
+TEST(DropoutMask, PairsAreIndependent) {
+  const std::int64_t n = 1 << 20;
+  const std::uint64_t thr = qkv::kernels::dropout_threshold(0.5);
+  std::vector<std::uint8_t> a(n), b(n);
+  qkv::kernels::dropout_keep_mask(a.data(), 7, 1000, n, thr);
+  qkv::kernels::dropout_keep_mask(b.data(), 8, 1000, n, thr);
+  for (std::int64_t d : {1, 7, 8, 64, 4096}) {
+    std::int64_t both = 0;
+    for (std::int64_t i = 0; i + d < n; ++i) both += !a[i] && !a[i + d];
+    EXPECT_NEAR(static_cast<double>(both) / static_cast<double>(n - d), 0.25, 3e-3) << "distance " << d;
+  }
+  std::int64_t both = 0, same = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    both += !a[i] && !b[i];
+    same += a[i] == b[i];
+  }
+  EXPECT_NEAR(static_cast<double>(both) / n, 0.25, 3e-3) << "two seeds";
+  EXPECT_NEAR(static_cast<double>(same) / n, 0.5, 3e-3) << "two seeds";
 }
 
 }  // namespace

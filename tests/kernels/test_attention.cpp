@@ -435,6 +435,44 @@ TEST(FastExp, AccuracyAndSpecialValues) {
 #endif
 }
 
+// The vector log behind the LSE of the row kernel's lane layout: [1, 2^24] (softmax row sums);
+// within 2.5 ulp of double log.
+TEST(FastExp, LogOfRowSums) {
+#ifdef QKV_FAST_EXP_X86
+  if (qkv::kernels::detected_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2";
+  std::vector<float> x;
+  for (float v = 1.f; v < 1.02f; v = std::nextafter(v, 5.f)) x.push_back(v);  // every float in [1, 1.02)
+  for (float v = 1.02f; v < 4.f; v = std::nextafter(v, 5.f)) {  // every 61st in [1.02, 4)
+    x.push_back(v);
+    for (int k = 0; k < 60; ++k) v = std::nextafter(v, 5.f);
+  }
+  for (double v = 4; v <= 0x1p24; v *= 1.0007) x.push_back(static_cast<float>(v));
+  x.push_back(0x1p24f);
+  x.push_back(1.41421354f);  // the fold point sqrt(2), both sides
+  x.push_back(1.41421366f);
+  while (x.size() % 8) x.push_back(1.f);
+  std::vector<float> y(x.size());
+  qkv::kernels::fastexp::log_array_avx2(y.data(), x.data(), static_cast<i64>(x.size()));
+  double worst = 0, wx = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double ref = std::log(static_cast<double>(x[i]));
+    if (ref == 0) {
+      ASSERT_EQ(y[i], 0.f);
+      continue;
+    }
+    int e;
+    std::frexp(ref, &e);
+    const double u = std::fabs(y[i] - ref) / std::ldexp(1.0, e - 24);
+    if (u > worst) worst = u, wx = x[i];
+  }
+  // Measured 1.97 ulp, just above 1: s = (m-1)/(m+1) carries two roundings into log m ~ 2s.
+  EXPECT_LE(worst, 2.5) << "avx2 log";
+  std::printf("avx2 log on [1, 2^24]: max %.2f ulp over %zu values (at %.9g)\n", worst, x.size(), wx);
+#else
+  GTEST_SKIP() << "not x86";
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
 // Flash vs reference sweeps
 // ---------------------------------------------------------------------------------------------
@@ -602,6 +640,30 @@ TEST(FlashAttention, Dropout) {
     const auto ra = run_flash(a, true, kernel), rb = run_flash(b, true, kernel);
     EXPECT_TRUE(same_bits(ra.o, rb.o) && same_bits(ra.dq, rb.dq) && same_bits(ra.dk, rb.dk));
   }
+}
+
+// The row kernel's lane layout (query rows in vector lanes; head dims 4, 8, 16 with D == Dv and
+// Lk <= 64): partial lane blocks (Lq around the vector width), causal with Lq != Lk, key lengths
+// with NaN padding, bias with -inf entries, dropout and padded strides, in combination.
+TEST(FlashAttention, QueryLaneLayoutOfTheRowKernel) {
+  const i64 dims[] = {4, 8, 16};
+  const i64 lqs[] = {1, 7, 8, 9, 17, 33};
+  const i64 lks[] = {1, 5, 8, 17, 40, 64};
+  int n = 0;
+  for (i64 D : dims)
+    for (i64 Lq : lqs) {
+      Spec s;
+      s.B = 2, s.H = 2, s.Lq = Lq, s.Lk = lks[n % 6], s.D = D;
+      s.causal = n % 2 == 1;
+      if (n % 3 == 0) s.key_lengths = {s.Lk, std::max<i64>(s.Lk / 2, 1)}, s.nan_padding = true;
+      if (n % 4 == 1) s.bias = BiasKind::Full, s.bias_ninf_frac = 0.3f;
+      if (n % 4 == 2) s.bias = BiasKind::PerRowBroadcastHeads, s.bias_ninf_frac = 0.2f;
+      if (n % 5 != 4) s.dropout = n % 2 ? 0.25f : 0.1f;
+      if (n % 3 == 2) s.layout = Layout::Padded;
+      s.seed = static_cast<std::uint64_t>(300 + n++);
+      check_case(s);
+      if (HasFailure()) return;
+    }
 }
 
 // Rows with no allowed key: output exactly 0, LSE -inf, all gradients exactly 0.

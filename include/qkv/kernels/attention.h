@@ -40,7 +40,8 @@ struct AttnParams {
   const float* bias = nullptr;
   std::int64_t bias_sb = 0, bias_sh = 0, bias_si = 0, bias_sj = 0;
   float dropout_p = 0.f;  // dropout on the attention probabilities, in [0,1)
-  // Element (b,h,i,j) is dropped iff qkv::uniform_at(seed, offset + ((b*H+h)*Lq+i)*Lk+j) < dropout_p;
+  // Element (b,h,i,j) is dropped iff qkv::kernels::dropout_dropped(seed, offset + ((b*H+h)*Lq+i)*Lk+j,
+  //   dropout_threshold(dropout_p)) (kernels/dropout.h);
   // kept ones are scaled by 1/(1-p).
   std::uint64_t seed = 0, offset = 0;
   AttnKernel kernel = AttnKernel::Auto;

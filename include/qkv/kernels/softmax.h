@@ -1,11 +1,14 @@
-// Row softmax over contiguous float rows, vectorised.
+// Row softmax and log-softmax over contiguous float rows, vectorised.
 //
-//   y[r][i] = exp(x[r][i] - m_r) / sum_j exp(x[r][j] - m_r),  m_r = max_j x[r][j]
+//   softmax:      y[r][i] = exp(x[r][i] - m_r) / sum_j exp(x[r][j] - m_r),  m_r = max_j x[r][j]
+//   log_softmax:  y[r][i] = (x[r][i] - m_r) - log(sum_j exp(x[r][j] - m_r))
 //
 // A row containing NaN gives NaN everywhere; a row whose maximum is -inf (fully masked)
-// gives zeros. The AVX2 path computes exp as exp2(x log2 e) with the polynomial of
-// fast_exp.h (max 0.83 ulp) and sums in double; softmax_rows_ref is its naive twin
-// (std::exp, double sums) and the portable fallback.
+// gives zeros (softmax) or -inf (log_softmax); a row with +inf gives NaN (inf - inf). The
+// AVX2 path computes exp as exp2(x log2 e) with the polynomial of fast_exp.h (max 0.83 ulp)
+// and sums in double; the *_ref functions are the naive twins (std::exp, double sums) and
+// the portable fallback. log_softmax forms x - m first and scales it by log2 e, so a large
+// common offset m costs nothing; only the sum, so log(sum), differs from the twin (< 1e-7).
 #pragma once
 #include <cstdint>
 
@@ -16,5 +19,25 @@ void softmax_rows_f32(float* y, const float* x, std::int64_t rows, std::int64_t 
 // The naive twin, T = float or double: std::exp, double sums. qkv::softmax runs it for float64.
 template <class T>
 void softmax_rows_ref(T* y, const T* x, std::int64_t rows, std::int64_t n);
+
+// y, x: rows x n contiguous (y may equal x). Not threaded (callers split rows).
+void log_softmax_rows_f32(float* y, const float* x, std::int64_t rows, std::int64_t n);
+// The naive twin, T = float or double: std::exp of (x - m) in double, double sums.
+template <class T>
+void log_softmax_rows_ref(T* y, const T* x, std::int64_t rows, std::int64_t n);
+
+// Backward of cross-entropy over log-softmax rows, label smoothing ls, the loss gradient and
+// the mean's 1/count folded into scale:
+//   dlogits[r][i] = (exp(logp[r][i]) - (i == t_r ? 1 - ls : 0) - ls / n) * scale,
+//   and 0 for a row whose target t_r is ignore_index.
+// dlogits, logp: rows x n contiguous; targets: rows. The AVX2 path takes exp(logp) from
+// fast_exp.h (logp <= 0, so |logp| 2^-24 relative: < 2.2e-8 absolute on exp) and computes the
+// target entry, where exp(logp) - 1 may cancel, exactly as the twin does, in double.
+void cross_entropy_backward_rows_f32(float* dlogits, const float* logp, const std::int64_t* targets, std::int64_t rows,
+                                     std::int64_t n, double scale, double label_smoothing, std::int64_t ignore_index);
+// The naive twin, T = float or double: std::exp in double.
+template <class T>
+void cross_entropy_backward_rows_ref(T* dlogits, const T* logp, const std::int64_t* targets, std::int64_t rows,
+                                     std::int64_t n, double scale, double label_smoothing, std::int64_t ignore_index);
 
 }  // namespace qkv::kernels
