@@ -239,5 +239,14 @@ TEST(Cli, DemoRunsEverySection) {
   EXPECT_NE(r.out.find("Files written:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find((out_dir / "classifier.safetensors").string()), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(out_dir / "classifier.safetensors"));
+  // Generation: the reverse model trains to its 0.99 held-out target and decodes greedily; its
+  // checkpoint and cross-attention maps are written and listed.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(held-out exact-sequence accuracy: ([0-9.]+))"))) << r.out;
+  EXPECT_GE(std::stod(m[1].str()), 0.99) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\d\s+->\s+[\d ]+\(target [\d ]+\) ok)"))) << r.out;  // a decoding
+  EXPECT_TRUE(fs::exists(out_dir / "seq2seq_reverse.safetensors"));
+  EXPECT_TRUE(fs::exists(out_dir / "seq2seq_heatmaps" / "cross_layer0_head0.png"));
+  EXPECT_NE(r.out.find((out_dir / "seq2seq_heatmaps" / "index.html").string()), std::string::npos) << r.out;
   fs::remove_all(out_dir);
 }
