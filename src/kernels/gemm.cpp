@@ -109,6 +109,8 @@ Workspace& workspace() {
 // often a page apart, where hardware prefetchers stop). 4..24 measured the
 // same within this VM's noise.
 constexpr i64 kPackAhead = 8;
+// Rows of A^T / B the row-walking packers take at a time before moving to the next sliver.
+constexpr i64 kPackRows = 16;
 // Packed A sliver: op(A) rows [r0, r0+m) x k [p0, p0+kc) -> out[k*MR + i], rows i >= m zero.
 // Packed B sliver: op(B) k [p0, p0+kc) x columns [c0, c0+n) -> out[k*NR + j], columns j >= n zero.
 // Both walk the source in its storage order (rows of A or B as stored) so
@@ -148,13 +150,20 @@ void pack_a_block(bool ta, const T* A, i64 lda, i64 r0, i64 mc, i64 p0, i64 kc, 
                   detail::GemmInterleave<T> fast) {
   const i64 mfull = mc / MR * MR;
   if (ta && mfull > 0) {
-    // A stored [K,M]: walk rows of A (sequential), scatter MR-wide pieces to the slivers.
-    for (i64 k = 0; k < kc; ++k) {
-      const T* src = A + (p0 + k) * lda + r0;
-      if (k + kPackAhead < kc)  // rows may be pages apart: fetch a later row now
+    // A stored [K,M]: rows of A hold MR-wide pieces of every sliver. Going row by row would
+    // write to all slivers at once, kc*MR*sizeof(T) bytes apart: a stride that folds onto two
+    // L1 sets, which thrash. So take kPackRows rows at a time (they stay in L1) and fill the
+    // slivers one after another, each with a contiguous run of writes.
+    for (i64 k0 = 0; k0 < kc; k0 += kPackRows) {
+      const i64 kn = std::min<i64>(kPackRows, kc - k0);
+      for (i64 k = k0; k < k0 + kn && k + kPackAhead < kc; ++k)  // rows may be pages apart
         for (i64 j = 0; j < mc; j += 64 / static_cast<i64>(sizeof(T)))
-          __builtin_prefetch(src + kPackAhead * lda + j, 0, 3);
-      for (i64 ir = 0; ir < mfull; ir += MR) std::memcpy(out + ir * kc + k * MR, src + ir, sizeof(T) * MR);
+          __builtin_prefetch(A + (p0 + k + kPackAhead) * lda + r0 + j, 0, 3);
+      for (i64 ir = 0; ir < mfull; ir += MR) {
+        T* dst = out + ir * kc + k0 * MR;
+        const T* src = A + (p0 + k0) * lda + r0 + ir;
+        for (i64 k = 0; k < kn; ++k) std::memcpy(dst + k * MR, src + k * lda, sizeof(T) * MR);
+      }
     }
     if (mfull < mc) pack_a_sliver<T, MR>(ta, A, lda, r0 + mfull, mc - mfull, p0, kc, out + mfull * kc, fast);
     return;
@@ -168,19 +177,25 @@ template <class T, int NR>
 void pack_b_panel(bool tb, const T* B, i64 ldb, i64 p0, i64 kc, i64 c0, i64 nc, T* out,
                   detail::GemmInterleave<T> fast) {
   const i64 nfull = nc / NR * NR;
-  if (!tb) {  // B stored [K,N]: walk rows of B, scatter NR-wide pieces to the slivers
-    for (i64 k = 0; k < kc; ++k) {
-      const T* src = B + (p0 + k) * ldb + c0;
-      if (k + kPackAhead < kc)  // rows may be pages apart: fetch a later row now
+  if (!tb) {  // B stored [K,N]: rows of B hold NR-wide pieces of every sliver; as for A^T
+    // above, kPackRows rows at a time, one sliver after another (sliver starts are
+    // kc*NR*sizeof(T) bytes apart, a multiple of 4 KiB: row-by-row writes all hit one L1 set).
+    for (i64 k0 = 0; k0 < kc; k0 += kPackRows) {
+      const i64 kn = std::min<i64>(kPackRows, kc - k0);
+      for (i64 k = k0; k < k0 + kn && k + kPackAhead < kc; ++k)  // rows may be pages apart
         for (i64 j = 0; j < nc; j += 64 / static_cast<i64>(sizeof(T)))
-          __builtin_prefetch(src + kPackAhead * ldb + j, 0, 3);
+          __builtin_prefetch(B + (p0 + k + kPackAhead) * ldb + c0 + j, 0, 3);
       for (i64 jr = 0; jr < nfull; jr += NR) {
-        T* dst = out + jr * kc + k * NR;
-        for (int j = 0; j < NR; ++j) dst[j] = src[jr + j];
+        T* dst = out + jr * kc + k0 * NR;
+        const T* src = B + (p0 + k0) * ldb + c0 + jr;
+        for (i64 k = 0; k < kn; ++k)
+          for (int j = 0; j < NR; ++j) dst[k * NR + j] = src[k * ldb + j];
       }
       if (nfull < nc) {
-        T* dst = out + nfull * kc + k * NR;
-        for (i64 j = 0; j < NR; ++j) dst[j] = nfull + j < nc ? src[nfull + j] : T(0);
+        T* dst = out + nfull * kc + k0 * NR;
+        const T* src = B + (p0 + k0) * ldb + c0 + nfull;
+        for (i64 k = 0; k < kn; ++k)
+          for (i64 j = 0; j < NR; ++j) dst[k * NR + j] = nfull + j < nc ? src[k * ldb + j] : T(0);
       }
     }
     return;
