@@ -99,7 +99,7 @@ QKV_AVX2 inline double hsum(__m256d v) {
 // one element at a time, in that order, so a row's result never depends on where it sits.
 QKV_AVX2 void layer_norm_rows_avx2(float* y, double* mean, double* rstd, const float* x, const float* w,
                                    const float* b, std::int64_t rows, std::int64_t n, double eps) {
-  const double dn = static_cast<double>(n);
+  const double dn = static_cast<double>(n), inv_n = 1.0 / dn;  // products, not divisions, on each row's chain
   const std::int64_t n4 = n / 4 * 4;
   const __m256d one = _mm256_set1_pd(1.0), zero = _mm256_setzero_pd();
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -114,7 +114,7 @@ QKV_AVX2 void layer_norm_rows_avx2(float* y, double* mean, double* rstd, const f
     if (i < n4) a0 = _mm256_add_pd(a0, load4(xr + i));
     double s = hsum(_mm256_add_pd(a0, a1));
     for (i = n4; i < n; ++i) s += static_cast<double>(xr[i]);
-    const double mu0 = s / dn;
+    const double mu0 = s * inv_n;
     // One pass gives both the correction c = sum(x - mu0) and q = sum((x - mu0)^2); about the
     // corrected mean mu = mu0 + c/n the squared deviations sum to q - c^2/n.
     const __m256d vmu0 = _mm256_set1_pd(mu0);
@@ -137,9 +137,9 @@ QKV_AVX2 void layer_norm_rows_avx2(float* y, double* mean, double* rstd, const f
       c += d;
       q += d * d;
     }
-    const double mu = mu0 + c / dn;
-    const double ssd = q - c * c / dn;  // >= 0 up to rounding
-    const double var = (ssd > 0.0 ? ssd : 0.0) / dn;
+    const double mu = mu0 + c * inv_n;
+    const double ssd = q - c * c * inv_n;  // >= 0 up to rounding
+    const double var = (ssd > 0.0 ? ssd : 0.0) * inv_n;
     const double rs = 1.0 / std::sqrt(var + eps);
     mean[r] = mu;
     rstd[r] = rs;

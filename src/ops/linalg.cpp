@@ -212,13 +212,20 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
       }
       if (gbias) {
         db = Tensor::empty({outf}, g.dtype());
-        std::vector<double> acc(static_cast<std::size_t>(outf), 0.0);
+        // Four interleaved partial sums per column (rows r = 0, 1, 2, 3 mod 4) so consecutive rows do
+        // not wait on each other's additions; combined in a fixed order.
+        std::vector<double> acc(static_cast<std::size_t>(4 * outf), 0.0);
         double* __restrict a = acc.data();
         const T* __restrict src = gp;
-        for (std::int64_t r = 0; r < rows; ++r)
+        std::int64_t r = 0;
+        for (; r + 4 <= rows; r += 4)
+          for (int u = 0; u < 4; ++u)
 #pragma omp simd
+            for (std::int64_t j = 0; j < outf; ++j) a[u * outf + j] += static_cast<double>(src[(r + u) * outf + j]);
+        for (; r < rows; ++r)
           for (std::int64_t j = 0; j < outf; ++j) a[j] += static_cast<double>(src[r * outf + j]);
-        for (std::int64_t j = 0; j < outf; ++j) db.data<T>()[j] = static_cast<T>(acc[j]);
+        for (std::int64_t j = 0; j < outf; ++j)
+          db.data<T>()[j] = static_cast<T>((a[j] + a[outf + j]) + (a[2 * outf + j] + a[3 * outf + j]));
       }
     });
     return std::vector<Tensor>{dx, dw, db};
