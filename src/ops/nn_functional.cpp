@@ -233,16 +233,26 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   const double sc = 1.0 / (1.0 - p);
   const std::uint64_t threshold = kernels::dropout_threshold(p);
   Tensor mask = Tensor::empty(x.shape(), x.dtype());
+  Tensor xc = x.detach().contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  // Mask and output in one pass: each block of the mask is applied while it is in L1.
   dispatch_float(x.dtype(), "dropout", [&]<class T>() {
     T* mp = mask.data<T>();
+    const T* xp = xc.data<T>();
+    T* op = out.data<T>();
+    constexpr std::int64_t kBlock = 2048;
     parallel_for(0, n, 1 << 15, [&](std::int64_t b, std::int64_t e) {
-      if constexpr (std::is_same_v<T, float>) {
-        kernels::dropout_multipliers(mp + b, seed, base + static_cast<std::uint64_t>(b), e - b, threshold,
-                                     static_cast<float>(sc));
-      } else {
-        std::vector<std::uint8_t> keep(static_cast<std::size_t>(e - b));
-        kernels::dropout_keep_mask(keep.data(), seed, base + static_cast<std::uint64_t>(b), e - b, threshold);
-        for (std::int64_t i = b; i < e; ++i) mp[i] = keep[static_cast<std::size_t>(i - b)] ? static_cast<T>(sc) : T(0);
+      for (std::int64_t i0 = b; i0 < e; i0 += kBlock) {
+        const std::int64_t len = std::min(kBlock, e - i0);
+        const std::uint64_t c0 = base + static_cast<std::uint64_t>(i0);
+        if constexpr (std::is_same_v<T, float>) {
+          kernels::dropout_multipliers(mp + i0, seed, c0, len, threshold, static_cast<float>(sc));
+        } else {
+          std::uint8_t keep[kBlock];
+          kernels::dropout_keep_mask(keep, seed, c0, len, threshold);
+          for (std::int64_t i = 0; i < len; ++i) mp[i0 + i] = keep[i] ? static_cast<T>(sc) : T(0);
+        }
+        for (std::int64_t i = i0; i < i0 + len; ++i) op[i] = xp[i] * mp[i];
       }
     });
   });
@@ -253,11 +263,12 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
       const T* tp = tc.data<T>();
       const T* m = mask.data<T>();
       T* op = o.data<T>();
-      for (std::int64_t i = 0, n = o.numel(); i < n; ++i) op[i] = tp[i] * m[i];
+      parallel_for(0, o.numel(), 1 << 15, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) op[i] = tp[i] * m[i];
+      });
       return o;
     });
   };
-  Tensor out = apply(x.detach());
   // out = x * keep / (1 - p)  ->  dx = g * keep / (1 - p)
   record(out, "dropout", {x}, [apply](const Tensor& gr) { return std::vector<Tensor>{apply(gr)}; });
   return out;
