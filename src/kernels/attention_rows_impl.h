@@ -25,6 +25,27 @@ struct Rows {
   using V = typename I::V;
   static constexpr int W = I::W;
 
+  // Head (b, h) of every operand: the forward's inputs and outputs, and the backward's.
+  struct FwdHead {
+    const float *q, *k, *v;
+    float *o, *lse;
+  };
+  static FwdHead fwd_head(float* O, float* LSE, const float* Q, const float* K, const float* Vv, const AttnParams& p,
+                          i64 b, i64 h) {
+    return {Q + b * p.q_sb + h * p.q_sh, K + b * p.k_sb + h * p.k_sh, Vv + b * p.v_sb + h * p.v_sh,
+            O + b * p.o_sb + h * p.o_sh, LSE + (b * p.H + h) * p.Lq};
+  }
+  struct BwdHead {
+    const float *q, *k, *v, *o, *dout, *lse;
+    float *dq, *dk, *dv;
+  };
+  static BwdHead bwd_head(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
+                          const float* Vv, const float* O, const float* LSE, const AttnParams& p, i64 b, i64 h) {
+    return {Q + b * p.q_sb + h * p.q_sh,  K + b * p.k_sb + h * p.k_sh,  Vv + b * p.v_sb + h * p.v_sh,
+            O + b * p.o_sb + h * p.o_sh,  dO + b * p.o_sb + h * p.o_sh, LSE + (b * p.H + h) * p.Lq,
+            dQ + b * p.q_sb + h * p.q_sh, dK + b * p.k_sb + h * p.k_sh, dV + b * p.v_sb + h * p.v_sh};
+  }
+
   // Kt[d*kvp + j] = K[j][d] for j < kv, 0 for kv <= j < kvp. Rows are read whole; small head
   // dims get a compile-time inner loop (a load and a store per element), larger ones a loop.
   template <int Dc>
@@ -110,11 +131,7 @@ struct Rows {
                            const AttnParams& p, const Dropout& drop, ThreadWorkspace& ws, i64 b, i64 h) {
     const i64 kv = valid_keys(p, b), kvp = round_up(std::max<i64>(kv, 1), W);
     const i64 D = DC ? DC : p.D, Dv = DC ? DC : p.Dv;  // compile-time for the common small head dims
-    const float* q = Q + b * p.q_sb + h * p.q_sh;
-    const float* k = K + b * p.k_sb + h * p.k_sh;
-    const float* v = Vv + b * p.v_sb + h * p.v_sh;
-    float* o = O + b * p.o_sb + h * p.o_sh;
-    float* lse = LSE + (b * p.H + h) * p.Lq;
+    const auto [q, k, v, o, lse] = fwd_head(O, LSE, Q, K, Vv, p, b, h);
     // One or two query rows (a classifier's last layer asks only for token 0): transposing K and
     // V would cost as much as using them, so scores are dot products over K's rows in place.
     const bool direct = p.Lq <= 2;
@@ -278,11 +295,7 @@ struct Rows {
   static void forward_head_lanes(float* O, float* LSE, const float* Q, const float* K, const float* Vv,
                                  const AttnParams& p, const Dropout& drop, ThreadWorkspace& ws, i64 b, i64 h) {
     const i64 kv = valid_keys(p, b), kvm = std::max<i64>(kv, 1);
-    const float* q = Q + b * p.q_sb + h * p.q_sh;
-    const float* k = K + b * p.k_sb + h * p.k_sh;
-    const float* v = Vv + b * p.v_sb + h * p.v_sh;
-    float* o = O + b * p.o_sb + h * p.o_sh;
-    float* lse = LSE + (b * p.H + h) * p.Lq;
+    const auto [q, k, v, o, lse] = fwd_head(O, LSE, Q, K, Vv, p, b, h);
     float* qt = ws.buf[kQRows].get(static_cast<std::size_t>(DC * W));
     float* S = ws.buf[kScores].get(static_cast<std::size_t>(kvm * W));
     const bool masked = p.causal || p.bias;
@@ -350,15 +363,7 @@ struct Rows {
                                   const float* Vv, const float* O, const float* LSE, const AttnParams& p,
                                   const Dropout& drop, ThreadWorkspace& ws, i64 b, i64 h) {
     const i64 kv = valid_keys(p, b), kvm = std::max<i64>(kv, 1);
-    const float* q = Q + b * p.q_sb + h * p.q_sh;
-    const float* k = K + b * p.k_sb + h * p.k_sh;
-    const float* v = Vv + b * p.v_sb + h * p.v_sh;
-    const float* o = O + b * p.o_sb + h * p.o_sh;
-    const float* dout = dO + b * p.o_sb + h * p.o_sh;
-    const float* lse = LSE + (b * p.H + h) * p.Lq;
-    float* dq = dQ + b * p.q_sb + h * p.q_sh;
-    float* dk = dK + b * p.k_sb + h * p.k_sh;
-    float* dv = dV + b * p.v_sb + h * p.v_sh;
+    const auto [q, k, v, o, dout, lse, dq, dk, dv] = bwd_head(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, b, h);
     float* qt = ws.buf[kQRows].get(static_cast<std::size_t>(DC * W));
     float* dot = ws.buf[kdORows].get(static_cast<std::size_t>(DC * W));
     const bool masked = p.causal || p.bias;
@@ -529,15 +534,7 @@ struct Rows {
                                    const Dropout& drop, ThreadWorkspace& ws, i64 b, i64 h) {
     const i64 kv = valid_keys(p, b), kvp = round_up(std::max<i64>(kv, 1), W);
     const i64 D = DC ? DC : p.D, Dv = DC ? DC : p.Dv;
-    const float* q = Q + b * p.q_sb + h * p.q_sh;
-    const float* k = K + b * p.k_sb + h * p.k_sh;
-    const float* v = Vv + b * p.v_sb + h * p.v_sh;
-    const float* o = O + b * p.o_sb + h * p.o_sh;
-    const float* dout = dO + b * p.o_sb + h * p.o_sh;
-    const float* lse = LSE + (b * p.H + h) * p.Lq;
-    float* dq = dQ + b * p.q_sb + h * p.q_sh;
-    float* dk = dK + b * p.k_sb + h * p.k_sh;
-    float* dv = dV + b * p.v_sb + h * p.v_sh;
+    const auto [q, k, v, o, dout, lse, dq, dk, dv] = bwd_head(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, b, h);
     float* s = ws.buf[kScores].get(static_cast<std::size_t>(kvp));
     float* dqa = ws.buf[kOAcc].get(static_cast<std::size_t>(D));
     const float* mul = drop.on ? head_multipliers(drop, ws, p, b, h) : nullptr;
@@ -596,15 +593,7 @@ struct Rows {
                             const Dropout& drop, ThreadWorkspace& ws, i64 b, i64 h) {
     const i64 kv = valid_keys(p, b), kvp = round_up(std::max<i64>(kv, 1), W);
     const i64 D = DC ? DC : p.D, Dv = DC ? DC : p.Dv;  // compile-time for the common small head dims
-    const float* q = Q + b * p.q_sb + h * p.q_sh;
-    const float* k = K + b * p.k_sb + h * p.k_sh;
-    const float* v = Vv + b * p.v_sb + h * p.v_sh;
-    const float* o = O + b * p.o_sb + h * p.o_sh;
-    const float* dout = dO + b * p.o_sb + h * p.o_sh;
-    const float* lse = LSE + (b * p.H + h) * p.Lq;
-    float* dq = dQ + b * p.q_sb + h * p.q_sh;
-    float* dk = dK + b * p.k_sb + h * p.k_sh;
-    float* dv = dV + b * p.v_sb + h * p.v_sh;
+    const auto [q, k, v, o, dout, lse, dq, dk, dv] = bwd_head(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, b, h);
     float* Kt = ws.buf[kKPacked].get(static_cast<std::size_t>(D * kvp));
     float* Vt = ws.buf[kVPacked].get(static_cast<std::size_t>(Dv * kvp));
     float* dKt = ws.buf[kdKAcc].get(static_cast<std::size_t>(D * kvp));   // dK^T [D][kvp]

@@ -24,6 +24,20 @@ void fill_degenerate_log_row(T* y, std::int64_t n, bool nan) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = fill;
 }
 
+// Row maximum (-inf for an empty or all -inf row) and whether the row holds a NaN, one pass:
+// the naive twins' scan; row_max_avx2 below is its vector form.
+template <class T>
+T row_max(const T* xr, std::int64_t n, bool* nan_out) {
+  T m = -std::numeric_limits<T>::infinity();
+  bool nan = false;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (xr[i] > m) m = xr[i];
+    nan |= xr[i] != xr[i];
+  }
+  *nan_out = nan;
+  return m;
+}
+
 // Row maximum and whether the row holds a NaN, in one pass (unordered compare flags NaN lanes).
 #if defined(__x86_64__) || defined(__i386__)
 __attribute__((target("avx2,fma"))) float row_max_avx2(const float* xr, std::int64_t n, bool* nan_out) {
@@ -56,12 +70,8 @@ void softmax_rows_ref(T* y, const T* x, std::int64_t rows, std::int64_t n) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * n;
     T* yr = y + r * n;
-    T m = kNegInf;
     bool nan = false;
-    for (std::int64_t i = 0; i < n; ++i) {
-      if (xr[i] > m) m = xr[i];
-      nan |= xr[i] != xr[i];
-    }
+    const T m = row_max(xr, n, &nan);
     if (nan || m == kNegInf) {
       fill_degenerate_row(yr, n, nan);
       continue;
@@ -85,12 +95,8 @@ void log_softmax_rows_ref(T* y, const T* x, std::int64_t rows, std::int64_t n) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * n;
     T* yr = y + r * n;
-    T m = kNegInf;
     bool nan = false;
-    for (std::int64_t i = 0; i < n; ++i) {
-      if (xr[i] > m) m = xr[i];
-      nan |= xr[i] != xr[i];
-    }
+    const T m = row_max(xr, n, &nan);
     if (nan || m == kNegInf) {
       fill_degenerate_log_row(yr, n, nan);
       continue;
