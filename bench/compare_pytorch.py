@@ -3,7 +3,10 @@
 
 For every shape it alternates (interleaves) `qkv bench ... --json` and the
 PyTorch equivalent several times and prints the medians and the ratio
-torch_ms / qkv_ms (> 1 means qkv is faster). Suites:
+torch_ms / qkv_ms (> 1 means qkv is faster), the same ratio of the best single
+runs of each side, and qkv's GFLOP/s as a percentage of the FP32 FMA peak
+measured in the same rounds (`qkv bench peak` before each round: on a shared
+machine the peak moves with the load). Suites:
 
   attention  F.scaled_dot_product_attention  vs `qkv bench attention`
              B=4 H=8 D=64, L 512..8192, causal and not, forward and forward+backward
@@ -67,6 +70,7 @@ def qkv_run(exe, threads, args, repeat):
 
 
 def torch_time(fn, repeat, warmup=1):
+    """(median, min) of `repeat` timed calls in milliseconds."""
     for _ in range(warmup):
         fn()
     ms = []
@@ -74,7 +78,15 @@ def torch_time(fn, repeat, warmup=1):
         t0 = time.perf_counter()
         fn()
         ms.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ms)
+    return statistics.median(ms), min(ms)
+
+
+def peak_gflops(exe, threads, seconds=0.25):
+    """The FP32 FMA peak on `threads` workers right now (`qkv bench peak`)."""
+    cmd = [exe, "--threads", str(threads), "bench", "peak", "--seconds", str(seconds), "--json"]
+    env = dict(os.environ, QKV_NUM_THREADS=str(threads))
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])["gflops"]
 
 
 def repeat_for(flops, lo, hi):
@@ -83,17 +95,29 @@ def repeat_for(flops, lo, hi):
 
 
 def compare(a, kind, shape, flops, qkv_args, torch_step, repeat, causal=False, **extra_fields):
-    """Alternates qkv (a child process) and torch_step (this process) a.rounds
-    times with the same number of timed runs; prints and returns the row of medians."""
-    qs, ts, extra = [], [], []
+    """Alternates qkv (a child process), torch_step (this process) and, unless
+    --no-peak, `qkv bench peak` a.rounds times with the same number of timed
+    runs; prints and returns the row: medians over rounds of each round's median
+    (ratio) and the best single runs of the whole row (ratio_min), plus qkv's
+    throughput as a fraction of the FMA peak measured in the same rounds."""
+    qs, ts, qmins, tmins, peaks, extra = [], [], [], [], [], []
     for _ in range(a.rounds):
+        if not a.no_peak:
+            peaks.append(peak_gflops(a.qkv, a.threads))
         r = qkv_run(a.qkv, a.threads, qkv_args, repeat)
         qs.append(r["median_ms"])
+        qmins.append(r["min_ms"])
         extra.append(r.get("extra_rss_mb", 0.0))
-        ts.append(torch_time(torch_step, repeat))
+        tmed, tmin = torch_time(torch_step, repeat)
+        ts.append(tmed)
+        tmins.append(tmin)
     qm, tm = statistics.median(qs), statistics.median(ts)
     row = dict(kind=kind, shape=shape, causal=causal, qkv_ms=qm, torch_ms=tm, qkv_gflops=flops / qm / 1e6,
-               torch_gflops=flops / tm / 1e6, ratio=tm / qm, qkv_extra_rss_mb=max(extra), **extra_fields)
+               torch_gflops=flops / tm / 1e6, ratio=tm / qm, ratio_min=min(tmins) / min(qmins),
+               qkv_extra_rss_mb=max(extra), **extra_fields)
+    if peaks:
+        row["peak_gflops"] = statistics.median(peaks)
+        row["qkv_pct_peak"] = 100.0 * row["qkv_gflops"] / row["peak_gflops"]
     print_row(row, a.json)
     return row
 
@@ -231,19 +255,22 @@ def print_row(r, as_json):
     if as_json:
         print(json.dumps(r), flush=True)
         return
+    peak = f"  {r['qkv_pct_peak']:3.0f}% of peak {r['peak_gflops']:5.0f}" if "peak_gflops" in r else ""
     print(f"{r['kind']:<15} {r['shape']:<26} causal={str(r['causal']):<5} qkv {r['qkv_ms']:9.2f} ms "
           f"({r['qkv_gflops']:6.1f} GF/s)  torch {r['torch_ms']:9.2f} ms ({r['torch_gflops']:6.1f} GF/s)  "
-          f"ratio {r['ratio']:5.2f}x", flush=True)
+          f"ratio {r['ratio']:5.2f}x (best runs {r['ratio_min']:5.2f}x){peak}", flush=True)
 
 
 def print_markdown(rows, header):
     print(f"\n{header}\n")
-    print("| what | shape | causal | qkv ms (GF/s) | torch ms (GF/s) | torch/qkv | qkv extra MB |")
-    print("|---|---|---|---|---|---|---|")
+    print("| what | shape | causal | qkv ms (GF/s) | torch ms (GF/s) | torch/qkv | best runs | qkv % of peak (peak GF/s) "
+          "| qkv extra MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        peak = f"{r['qkv_pct_peak']:.0f}% ({r['peak_gflops']:.0f})" if "peak_gflops" in r else "—"
         print(f"| {r['kind']} | {r['shape']} | {'yes' if r['causal'] else 'no'} | {r['qkv_ms']:.2f} "
               f"({r['qkv_gflops']:.1f}) | {r['torch_ms']:.2f} ({r['torch_gflops']:.1f}) | {r['ratio']:.2f}x | "
-              f"{r['qkv_extra_rss_mb']:.1f} |")
+              f"{r['ratio_min']:.2f}x | {peak} | {r['qkv_extra_rss_mb']:.1f} |")
 
 
 def main():
@@ -256,6 +283,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer lengths and shapes")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, one round: checks that the script works")
     ap.add_argument("--layers", type=int, default=2, help="encoder layers for the encoder suite")
+    ap.add_argument("--no-peak", action="store_true",
+                    help="skip the FMA peak measured before each round (`qkv bench peak`, 0.25 s)")
     ap.add_argument("--json", action="store_true", help="one JSON object per row")
     ap.add_argument("--markdown", action="store_true", help="also print a Markdown table at the end")
     a = ap.parse_args()

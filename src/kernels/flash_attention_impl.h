@@ -38,6 +38,7 @@ namespace {
 using i64 = std::int64_t;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kLog2e = fastexp::kLog2e;
+constexpr float kLn2 = 0.693147180559945309f;
 
 inline i64 round_up(i64 x, i64 m) { return (x + m - 1) / m * m; }
 
@@ -207,6 +208,20 @@ struct Engine {
       }
     }
   }
+  // dst[(r/MR)][d][r%MR] = src[r*ld + d] * mul for r < n, zero up to round_up(n, MR): row panels of
+  // a forward task's Q block, so the micro-kernel's broadcasts of A are contiguous.
+  static void pack_rows(float* dst, const float* src, i64 ld, i64 n, i64 dim, float mul) {
+    for (i64 r0 = 0; r0 < n; r0 += MR) {
+      const i64 rn = std::min<i64>(MR, n - r0);
+      float* dp = dst + r0 * dim;
+      for (i64 r = 0; r < rn; ++r) {
+        const float* s = src + (r0 + r) * ld;
+        for (i64 d = 0; d < dim; ++d) dp[d * MR + r] = s[d] * mul;
+      }
+      for (i64 r = rn; r < MR; ++r)
+        for (i64 d = 0; d < dim; ++d) dp[d * MR + r] = 0.f;
+    }
+  }
   // Rows of width dim padded with zeros to dimp (only used when dim % W != 0).
   static void copy_rows_padded(float* dst, i64 dimp, const float* src, i64 ld, i64 n, i64 dim) {
     for (i64 r = 0; r < n; ++r) {
@@ -216,15 +231,17 @@ struct Engine {
   }
 
   // Masks one score tile row: columns [lim, ncols) -> -inf, bias added on [0, lim).
-  static void mask_row(float* s, i64 lim, i64 ncols, const AttnParams& p, i64 b, i64 h, i64 i, i64 k0) {
+  // bias_mul converts the bias to the scores' units (log2 e where scores are in base 2).
+  static void mask_row(float* s, i64 lim, i64 ncols, const AttnParams& p, i64 b, i64 h, i64 i, i64 k0,
+                       float bias_mul = 1.f) {
     for (i64 j = std::max<i64>(lim, 0); j < ncols; ++j) s[j] = kNegInf;
     if (p.bias) {
       const float* bp = p.bias + b * p.bias_sb + h * p.bias_sh + i * p.bias_si + k0 * p.bias_sj;
       const i64 n = std::min(lim, ncols);
       if (p.bias_sj == 1)
-        for (i64 j = 0; j < n; ++j) s[j] += bp[j];
+        for (i64 j = 0; j < n; ++j) s[j] += bp[j] * bias_mul;
       else
-        for (i64 j = 0; j < n; ++j) s[j] += bp[j * p.bias_sj];
+        for (i64 j = 0; j < n; ++j) s[j] += bp[j * p.bias_sj] * bias_mul;
     }
   }
 
@@ -241,9 +258,10 @@ struct Engine {
   };
 
   // Online softmax step for the mr rows of one score tile S (row stride BK, ncols columns),
-  // FlashAttention-2 Alg. 1 lines 9-10:
-  //   m_new = max(m_i, rowmax(S));  P = exp(S - m_new)  (written over S)
-  //   l_i   = exp(m_i - m_new) l_i + rowsum(P);  O_i *= exp(m_i - m_new)  (only if the max moved)
+  // FlashAttention-2 Alg. 1 lines 9-10, with S, m_i in base-2 units (scale * log2 e folded into Q,
+  // so exp(s - m) = exp2(s2 - m2) costs no multiply):
+  //   m_new = max(m_i, rowmax(S));  P = exp2(S - m_new)  (written over S)
+  //   l_i   = exp2(m_i - m_new) l_i + rowsum(P);  O_i *= exp2(m_i - m_new)  (only if the max moved)
   // A row with no allowed key so far keeps m_i = -inf, l_i = 0 and gets P = exp(-inf) = 0:
   // its offset is -inf rather than +m_new, so (-inf) - (-inf) is never formed. The phases run
   // over all rows before the next, so the rows' scalar reductions overlap instead of stalling.
@@ -254,21 +272,20 @@ struct Engine {
       V vmax = I::set1(kNegInf);
       for (i64 j = 0; j < ncols; j += W) vmax = I::max(vmax, I::load(s + j));
       m_new[r] = std::max(m[r], I::hmax(vmax));
-      offset[r] = m_new[r] == kNegInf ? kNegInf : -m_new[r] * kLog2e;
+      offset[r] = m_new[r] == kNegInf ? kNegInf : -m_new[r];
     }
-    const V vl2e = I::set1(kLog2e);
     for (i64 r = 0; r < mr; ++r) {
       float* s = S + r * BK;
       const V voff = I::set1(offset[r]);
       V vsum = I::zero();
       for (i64 j = 0; j < ncols; j += W) {
-        const V e = I::exp2(I::fma(I::load(s + j), vl2e, voff));
+        const V e = I::exp2(I::add(I::load(s + j), voff));
         I::store(s + j, e);
         vsum = I::add(vsum, e);
       }
       const float m_old = m[r];
       if (m_new[r] != m_old && m_old != kNegInf) {
-        const float alpha = fastexp::exp2_scalar((m_old - m_new[r]) * kLog2e);
+        const float alpha = fastexp::exp2_scalar(m_old - m_new[r]);
         l[r] *= alpha;
         float* ar = acc + r * Dvp;
         const V va = I::set1(alpha);
@@ -343,6 +360,13 @@ struct Engine {
     float* l = ws.buf[kRowSum].get(BQ);      // l_i: running sum of exp(s_ij - m_i)
     float* acc = ws.buf[kOAcc].get(BQ * Dvp);  // O_i: unnormalised sum_j exp(s_ij - m_i) v_j
     float* S = ws.buf[kScores].get(MR * BK);   // S / P tile of one row panel
+    // Scores in base-2 units: s2 = (scale * log2 e) <q, k>, from a packed, pre-scaled Q block.
+    const float qmul = p.scale * kLog2e;
+    float* qp = nullptr;
+    if (kvs.Kp) {
+      qp = ws.buf[kQPacked].get(static_cast<std::size_t>(round_up(mq, MR) * p.D));
+      pack_rows(qp, q, p.q_st, mq, p.D, qmul);
+    }
     for (i64 r = 0; r < mq; ++r) m[r] = kNegInf, l[r] = 0.f;
     std::memset(acc, 0, static_cast<std::size_t>(mq * Dvp) * sizeof(float));
     i64 lim[MR];
@@ -353,15 +377,15 @@ struct Engine {
         const i64 pend = row_key_end(p, kv, i0 + r0 + mr - 1);
         if (k0 >= pend) continue;  // causal: tile fully masked for this panel
         const i64 kn = std::min(BK, pend - k0), ncols = round_up(kn, KP);
-        // S = scale * Q_panel K_tile^T
+        // S = scale * log2(e) * Q_panel K_tile^T
         if (kvs.Kp)
-          gemm(mr, ncols, p.D, q + r0 * p.q_st, 1, p.q_st, kvs.Kp + k0 * p.D, KP, p.D * KP, S, BK, p.scale, false);
+          gemm(mr, ncols, p.D, qp + r0 * p.D, MR, 1, kvs.Kp + k0 * p.D, KP, p.D * KP, S, BK, 1.f, false);
         else
-          dot_scores(S, q + r0 * p.q_st, p.q_st, mr, kvs.K + k0 * p.k_st, p.k_st, kn, p.D, p.scale);
+          dot_scores(S, q + r0 * p.q_st, p.q_st, mr, kvs.K + k0 * p.k_st, p.k_st, kn, p.D, qmul);
         for (i64 r = 0; r < mr; ++r) {
           const i64 i = i0 + r0 + r;
           lim[r] = row_key_end(p, kv, i) - k0;  // allowed columns of row r: [0, lim)
-          if (lim[r] < ncols || p.bias) mask_row(S + r * BK, lim[r], ncols, p, b, h, i, k0);
+          if (lim[r] < ncols || p.bias) mask_row(S + r * BK, lim[r], ncols, p, b, h, i, k0, kLog2e);
         }
         online_softmax(S, mr, ncols, m + r0, l + r0, acc + r0 * Dvp, Dvp);
         if (x.drop.on) {  // dropout acts on P after the row sums (l_i is undropped)
@@ -380,7 +404,7 @@ struct Engine {
           gemm(mr, Dvp, kn, S, 1, BK, kvs.V + k0 * p.v_st, p.v_st, KP, acc + r0 * Dvp, Dvp, 1.f, true);
       }
     }
-    // O = O_i / l_i;  LSE = L_i = m_i + log l_i
+    // O = O_i / l_i;  LSE = L_i = m_i ln 2 + log l_i  (m_i in base-2 units)
     for (i64 r = 0; r < mq; ++r) {
       float* orow = o + r * p.o_st;
       if (l[r] == 0.f) {
@@ -390,7 +414,7 @@ struct Engine {
       }
       const float inv = 1.f / l[r];
       for (i64 e = 0; e < p.Dv; ++e) orow[e] = acc[r * Dvp + e] * inv;
-      lse[r] = m[r] + std::log(l[r]);
+      lse[r] = m[r] * kLn2 + std::log(l[r]);
     }
   }
 

@@ -32,6 +32,7 @@ enum BufferId {
   kVPacked,   // forward: V of one (b,h) in column panels [Dv/KP][Lk][KP]; backward: V tile in key panels
   kKRows,     // backward: K tile rows padded to Dp (odd D only)
   kQRows,     // backward: Q rows of one (b,h) padded to Dp (odd D only)
+  kQPacked,   // forward: the task's Q block in row panels [BQ/MR][D][MR], scaled to base-2 scores
   kdORows,    // backward: dO rows of one (b,h) padded to Dvp (odd Dv only)
   kScores,    // S / P tile
   kDropMul,   // backward: dropout multipliers of the tile

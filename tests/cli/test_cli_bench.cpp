@@ -89,3 +89,19 @@ TEST(CliBench, IndivisibleHeadsFailsWithOneLine) {
   EXPECT_NE(r.err.find("not divisible by num_heads"), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
+
+TEST(CliBench, PeakOnTwoThreads) {
+  const Result r = run("--threads 2 bench peak --seconds 0.02 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j.value("bench", ""), "peak");
+  EXPECT_EQ(j.value("threads", 0), 2);
+  const double total = j.value("gflops", 0.0), per = j.value("gflops_per_thread", 0.0);
+  EXPECT_GT(total, 0.0) << r.out;
+  EXPECT_DOUBLE_EQ(per * 2, total) << r.out;
+  EXPECT_GT(j.value("fmas_per_thread", 0), 0) << r.out;
+  const Result bad = run("bench peak --seconds 0");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("--seconds"), std::string::npos) << bad.err;
+}

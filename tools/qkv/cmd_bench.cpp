@@ -40,6 +40,7 @@
 #include "format.h"
 #include "qkv/kernels/cpu.h"
 #include "qkv/kernels/gemm.h"
+#include "qkv/kernels/peak.h"
 #include "qkv/qkv.h"
 
 namespace qkv::tool {
@@ -64,6 +65,11 @@ struct GemmOptions {
 struct MhaOptions {
   std::int64_t batch = 4, len = 512, embed = 512, heads = 8;
   bool backward = false;
+};
+
+struct PeakOptions {
+  double seconds = 0.5;
+  bool json = false;
 };
 
 struct EncoderStepOptions {
@@ -143,6 +149,25 @@ nlohmann::json measure(const CommonOptions& c, double flops, int min_repeat, int
 int report(nlohmann::json j, const nlohmann::json& timing, const CommonOptions& c) {
   j.update(timing);
   if (c.json) {
+    std::cout << j.dump() << '\n';
+    return 0;
+  }
+  for (auto it = j.begin(); it != j.end(); ++it) std::cout << "  " << it.key() << ": " << it.value().dump() << '\n';
+  return 0;
+}
+
+// The FP32 FMA throughput now, on --threads workers: what "% of peak" divides by.
+int run_peak(const PeakOptions& o) {
+  const kernels::FmaPeak r = kernels::fma_peak(num_threads(), o.seconds);
+  const nlohmann::json j = {{"bench", "peak"},
+                            {"threads", num_threads()},
+                            {"isa", kernels::isa_name(kernels::active_isa())},
+                            {"gflops", r.gflops},
+                            {"gflops_per_thread", r.gflops / num_threads()},
+                            {"seconds", r.seconds},
+                            {"fmas_per_thread", r.fmas},
+                            {"lanes", r.lanes}};
+  if (o.json) {
     std::cout << j.dump() << '\n';
     return 0;
   }
@@ -298,11 +323,14 @@ QKV_TOOL_COMMAND(bench, {
           "qkv bench gemm --m M --n N --k K\n"
           "qkv bench mha --batch B --len L --embed E --heads H [--backward]\n"
           "qkv bench encoder-step --batch B --len L --d-model E --heads H --d-ff F --layers N\n"
+          "qkv bench peak [--seconds S]\n"
           "Prints the median time over --repeat runs after --warmup runs, the throughput and the peak "
           "resident memory. FLOPs count the matrix products only: attention 4BHL^2D (causal half), "
           "forward+backward 3.5x (FlashAttention's convention); gemm 2MNK; mha 8BLE^2 + 4BL^2E, with "
           "--backward 24BLE^2 + 14BL^2E; encoder-step N(24BLE^2 + 12BLEF + 14BL^2E) - 6BLE^2. "
           "--json prints one JSON object per line (median_ms, gflops, peak_rss_mb, extra_rss_mb, ...). "
+          "peak: the FP32 FMA throughput of a register-only loop on --threads workers, now (a shared "
+          "machine's peak moves with its load; measure it in the same run as what you divide by it). "
           "bench/compare_pytorch.py runs the same shapes in PyTorch side by side; see BENCHMARKS.md.");
       sub.require_subcommand(1);
       auto common = std::make_shared<CommonOptions>();
@@ -354,6 +382,13 @@ QKV_TOOL_COMMAND(bench, {
       s->add_option("--layers", enc->layers, "Encoder layers (default 2)")->check(int_range(1, 1024));
       add_common(s);
       runs.emplace_back(s, [enc, common] { return run_encoder_step(*enc, *common); });
+
+      auto pk = std::make_shared<PeakOptions>();
+      s = sub.add_subcommand("peak", "FP32 fused multiply-add peak of this machine now, on --threads workers");
+      s->add_option("--seconds", pk->seconds, "Length of the timed loop (default 0.5)")
+          ->check(CLI::Range(0.001, 600.0));
+      s->add_flag("--json", pk->json, "One JSON object per line");
+      runs.emplace_back(s, [pk] { return run_peak(*pk); });
 
       return [runs] {
         for (const auto& [app, run] : runs)

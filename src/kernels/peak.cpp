@@ -1,0 +1,125 @@
+// FP32 FMA peak loops (include/qkv/kernels/peak.h): one per ISA, chosen at
+// run time like the other kernels. The multiplier and addend come through
+// volatile reads, so the compiler cannot fold the chains; without -ffast-math
+// it does not reassociate them either.
+#include "qkv/kernels/peak.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "qkv/core/parallel.h"
+#include "qkv/kernels/cpu.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace qkv::kernels {
+namespace {
+
+volatile float g_one = 1.f, g_zero = 0.f;
+
+// n FMAs per accumulator; returns the accumulators' sum (all lanes).
+template <int N>
+float chains_scalar(std::int64_t n) {
+  const float a = g_one, b = g_zero;
+  float acc[N];
+  for (int i = 0; i < N; ++i) acc[i] = 1.f;
+  for (std::int64_t k = 0; k < n; ++k)
+#pragma GCC unroll 32
+    for (int i = 0; i < N; ++i) acc[i] = __builtin_fmaf(acc[i], a, b);
+  float s = 0.f;
+  for (int i = 0; i < N; ++i) s += acc[i];
+  return s;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) float chains_avx2(std::int64_t n) {
+  constexpr int N = 12;
+  const __m256 a = _mm256_set1_ps(g_one), b = _mm256_set1_ps(g_zero);
+  __m256 acc[N];
+  for (int i = 0; i < N; ++i) acc[i] = _mm256_set1_ps(1.f);
+  for (std::int64_t k = 0; k < n; ++k)
+#pragma GCC unroll 32
+    for (int i = 0; i < N; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  alignas(32) float lanes[8];
+  float s = 0.f;
+  for (int i = 0; i < N; ++i) {
+    _mm256_store_ps(lanes, acc[i]);
+    for (float x : lanes) s += x;
+  }
+  return s;
+}
+
+__attribute__((target("avx512f,fma"))) float chains_avx512(std::int64_t n) {
+  constexpr int N = 24;
+  const __m512 a = _mm512_set1_ps(g_one), b = _mm512_set1_ps(g_zero);
+  __m512 acc[N];
+  for (int i = 0; i < N; ++i) acc[i] = _mm512_set1_ps(1.f);
+  for (std::int64_t k = 0; k < n; ++k)
+#pragma GCC unroll 32
+    for (int i = 0; i < N; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  alignas(64) float lanes[16];
+  float s = 0.f;
+  for (int i = 0; i < N; ++i) {
+    _mm512_store_ps(lanes, acc[i]);
+    for (float x : lanes) s += x;
+  }
+  return s;
+}
+#endif
+
+struct Loop {
+  int accumulators, lanes;
+  float (*run)(std::int64_t);
+};
+
+Loop loop_for(Isa isa) {
+#if defined(__x86_64__)
+  if (isa == Isa::Avx512) return {24, 16, chains_avx512};
+  if (isa == Isa::Avx2) return {12, 8, chains_avx2};
+#endif
+  (void)isa;
+  return {12, 1, chains_scalar<12>};
+}
+
+}  // namespace
+
+FmaPeak measure_fma_peak(int threads, std::int64_t fmas_per_thread) {
+  const Loop loop = loop_for(active_isa());
+  threads = std::max(threads, 1);
+  const std::int64_t steps = std::max<std::int64_t>(fmas_per_thread / loop.accumulators, 1);
+  std::vector<float> sums(static_cast<std::size_t>(threads), 0.f);
+  const int saved = num_threads();
+  set_num_threads(threads);
+  const auto t0 = std::chrono::steady_clock::now();
+  parallel_for(0, threads, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t t = b; t < e; ++t) sums[static_cast<std::size_t>(t)] = loop.run(steps);
+  });
+  const auto t1 = std::chrono::steady_clock::now();
+  set_num_threads(saved);
+  FmaPeak r;
+  r.seconds = std::chrono::duration<double>(t1 - t0).count();
+  r.fmas = steps * loop.accumulators;
+  r.lanes = loop.lanes;
+  for (float s : sums) r.checksum += s;
+  r.gflops = 2.0 * static_cast<double>(r.fmas) * loop.lanes * threads / std::max(r.seconds, 1e-9) / 1e9;
+  return r;
+}
+
+FmaPeak fma_peak(int threads, double seconds) {
+  // Calibrate on one thread with ~10 ms of work, then size the timed run.
+  std::int64_t n = 1 << 20;
+  FmaPeak probe = measure_fma_peak(1, n);
+  while (probe.seconds < 0.01 && n < (std::int64_t{1} << 40)) {
+    n *= 4;
+    probe = measure_fma_peak(1, n);
+  }
+  const double rate = static_cast<double>(probe.fmas) / std::max(probe.seconds, 1e-9);
+  return measure_fma_peak(threads, std::max<std::int64_t>(static_cast<std::int64_t>(rate * seconds), 1));
+}
+
+}  // namespace qkv::kernels

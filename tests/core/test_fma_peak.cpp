@@ -1,0 +1,50 @@
+// The FMA peak loop behind `qkv bench peak`: it must issue exactly the FMAs it
+// counts (the checksum of its multiply-by-one chains is exact) on every
+// thread, with every ISA this CPU has, since reports divide by its GFLOP/s.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "qkv/core/parallel.h"
+#include "qkv/kernels/cpu.h"
+#include "qkv/kernels/peak.h"
+
+namespace {
+
+using qkv::kernels::Isa;
+
+struct IsaGuard {
+  ~IsaGuard() { qkv::kernels::set_isa(Isa::Avx512); }
+};
+
+TEST(FmaPeak, CountsAndChecksumForEveryIsaAndThreadCount) {
+  IsaGuard guard;
+  std::vector<std::pair<Isa, int>> isas{{Isa::Scalar, 1}};  // ISA, lanes
+  if (qkv::kernels::detected_isa() >= Isa::Avx2) isas.emplace_back(Isa::Avx2, 8);
+  if (qkv::kernels::detected_isa() >= Isa::Avx512) isas.emplace_back(Isa::Avx512, 16);
+  const int saved = qkv::num_threads();
+  for (const auto& [isa, lanes] : isas) {
+    qkv::kernels::set_isa(isa);
+    const int accumulators = isa == Isa::Avx512 ? 24 : 12;
+    for (int threads : {1, 2, 3}) {
+      SCOPED_TRACE(std::string(qkv::kernels::isa_name(isa)) + " threads " + std::to_string(threads));
+      const qkv::kernels::FmaPeak r = qkv::kernels::measure_fma_peak(threads, 24 * 1000 + 5);
+      EXPECT_EQ(r.lanes, lanes);
+      EXPECT_EQ(r.fmas, (24 * 1000 + 5) / accumulators * accumulators);  // whole steps of all chains
+      EXPECT_EQ(r.checksum, static_cast<float>(accumulators * lanes * threads));
+      EXPECT_GT(r.seconds, 0.0);
+      EXPECT_TRUE(std::isfinite(r.gflops) && r.gflops > 0.0);
+    }
+  }
+  EXPECT_EQ(qkv::num_threads(), saved);  // the thread count is restored
+}
+
+TEST(FmaPeak, CalibratedRunLastsAboutTheTimeAsked) {
+  const qkv::kernels::FmaPeak r = qkv::kernels::fma_peak(1, 0.05);
+  EXPECT_GT(r.seconds, 0.01);
+  EXPECT_LT(r.seconds, 2.0);  // generous: a shared machine may stall a run
+  EXPECT_GT(r.gflops, 0.1);
+}
+
+}  // namespace
