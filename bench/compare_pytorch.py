@@ -127,7 +127,7 @@ def compare(a, kind, shape, flops, qkv_args, torch_step, repeat, causal=False, *
 def attention_cases(a):
     lens = [16, 33] if a.smoke else [512, 1024, 2048] if a.quick else [512, 1024, 2048, 4096, 8192]
     B, H, D = (1, 2, 8) if a.smoke else (4, 8, 64)
-    for backward in (False, True):
+    for backward in ((False,) if a.forward_only else (False, True)):
         for causal in (False, True):
             for L in lens:
                 yield dict(batch=B, heads=H, len=L, dim=D, causal=causal, backward=backward)
@@ -281,6 +281,7 @@ def main():
     ap.add_argument("--only", nargs="+", choices=SUITES, default=None, metavar="SUITE",
                     help=f"run only these suites ({', '.join(SUITES)}); default: all")
     ap.add_argument("--quick", action="store_true", help="fewer lengths and shapes")
+    ap.add_argument("--forward-only", action="store_true", help="attention suite: forward rows only")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, one round: checks that the script works")
     ap.add_argument("--layers", type=int, default=2, help="encoder layers for the encoder suite")
     ap.add_argument("--no-peak", action="store_true",

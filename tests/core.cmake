@@ -1,8 +1,10 @@
 # Tests of the core engine (tensor, autograd, ops, nn, optim).
 qkv_add_test(test_tensor SOURCES core/test_tensor.cpp LIBS qkv)
-# Vectorised core kernels (dropout masks, row softmax and log-softmax, GELU) against their scalar definitions.
+# Vectorised core kernels (dropout masks, row softmax and log-softmax forward and backward, GELU) against their
+# scalar definitions.
 qkv_add_test(test_core_kernels SOURCES core/test_dropout_mask.cpp core/test_softmax_kernel.cpp
-             core/test_log_softmax_kernel.cpp core/test_gelu_kernel.cpp LIBS qkv_core)
+             core/test_log_softmax_kernel.cpp core/test_gelu_kernel.cpp
+             core/test_softmax_backward_kernel.cpp LIBS qkv_core)
 # Layer norm rows (forward, backward) against their naive twin and a float64 formula.
 qkv_add_test(test_layer_norm_kernel SOURCES core/test_layer_norm_kernel.cpp LIBS qkv_core)
 # The FMA peak loop of `qkv bench peak` (exact counts and checksum per ISA and thread count).

@@ -110,6 +110,43 @@ void log_softmax_rows_ref(T* y, const T* x, std::int64_t rows, std::int64_t n) {
 template void log_softmax_rows_ref<float>(float*, const float*, std::int64_t, std::int64_t);
 template void log_softmax_rows_ref<double>(double*, const double*, std::int64_t, std::int64_t);
 
+template <class T>
+void softmax_backward_rows_ref(T* dx, const T* g, const T* y, std::int64_t rows, std::int64_t n) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* gr = g + r * n;
+    const T* yr = y + r * n;
+    T* dr = dx + r * n;
+    double dot = 0;
+    for (std::int64_t i = 0; i < n; ++i) dot += static_cast<double>(gr[i]) * static_cast<double>(yr[i]);
+    const T d = static_cast<T>(dot);
+    for (std::int64_t i = 0; i < n; ++i) dr[i] = yr[i] * (gr[i] - d);
+  }
+}
+template void softmax_backward_rows_ref<float>(float*, const float*, const float*, std::int64_t, std::int64_t);
+template void softmax_backward_rows_ref<double>(double*, const double*, const double*, std::int64_t, std::int64_t);
+
+template <class T>
+void log_softmax_backward_rows_ref(T* dx, const T* g, const T* y, std::int64_t rows, std::int64_t n) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* gr = g + r * n;
+    const T* yr = y + r * n;
+    T* dr = dx + r * n;
+    bool nan = false;
+    if (n > 0 && row_max(yr, n, &nan) == kNegInf && !nan) {  // fully masked row
+      for (std::int64_t i = 0; i < n; ++i) dr[i] = T(0);
+      continue;
+    }
+    double s = 0;
+    for (std::int64_t i = 0; i < n; ++i) s += gr[i];
+    const T st = static_cast<T>(s);
+    for (std::int64_t i = 0; i < n; ++i) dr[i] = gr[i] - std::exp(yr[i]) * st;
+  }
+}
+template void log_softmax_backward_rows_ref<float>(float*, const float*, const float*, std::int64_t, std::int64_t);
+template void log_softmax_backward_rows_ref<double>(double*, const double*, const double*, std::int64_t,
+                                                    std::int64_t);
+
 // loss_r = -(1-ls) logp[t_r] - ls/n sum_i logp[i]  ->  dlogits_r = (exp(logp_r) - (1-ls) onehot(t_r) - ls/n) * scale
 template <class T>
 void cross_entropy_backward_rows_ref(T* dlogits, const T* logp, const std::int64_t* targets, std::int64_t rows,
@@ -231,8 +268,85 @@ __attribute__((target("avx2,fma"))) void cross_entropy_backward_rows_avx2(float*
   }
 }
 
+// dot = sum g y in double with exact products (four double lanes, two chains); dx = y (g - dot)
+// rounded as the twin rounds it (a subtraction, then a product: no fused multiply-add).
+__attribute__((target("avx2,fma"))) void softmax_backward_rows_avx2(float* dx, const float* g, const float* y,
+                                                                  std::int64_t rows, std::int64_t n) {
+  const std::int64_t nv = n / 8 * 8;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* gr = g + r * n;
+    const float* yr = y + r * n;
+    float* dr = dx + r * n;
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    for (std::int64_t i = 0; i < nv; i += 8) {
+      const __m256 gv = _mm256_loadu_ps(gr + i), yv = _mm256_loadu_ps(yr + i);
+      s0 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(gv)), _mm256_cvtps_pd(_mm256_castps256_ps128(yv)), s0);
+      s1 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(gv, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(yv, 1)),
+                           s1);
+    }
+    double part[4];
+    _mm256_storeu_pd(part, _mm256_add_pd(s0, s1));
+    double dot = (part[0] + part[1]) + (part[2] + part[3]);
+    for (std::int64_t i = nv; i < n; ++i) dot += static_cast<double>(gr[i]) * static_cast<double>(yr[i]);
+    const float d = static_cast<float>(dot);
+    const __m256 vd = _mm256_set1_ps(d);
+    for (std::int64_t i = 0; i < nv; i += 8)
+      _mm256_storeu_ps(dr + i, _mm256_mul_ps(_mm256_loadu_ps(yr + i), _mm256_sub_ps(_mm256_loadu_ps(gr + i), vd)));
+    for (std::int64_t i = nv; i < n; ++i) dr[i] = yr[i] * (gr[i] - d);
+  }
+}
+
+// s = sum g in double; dx = g - exp(y) s with exp(y) = exp2(y log2 e) (fast_exp.h); fully masked
+// rows (max -inf, no NaN) give zeros, as in the twin.
+__attribute__((target("avx2,fma"))) void log_softmax_backward_rows_avx2(float* dx, const float* g, const float* y,
+                                                                      std::int64_t rows, std::int64_t n) {
+  const std::int64_t nv = n / 8 * 8;
+  const __m256 l2e = _mm256_set1_ps(fastexp::kLog2e);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* gr = g + r * n;
+    const float* yr = y + r * n;
+    float* dr = dx + r * n;
+    bool nan = false;
+    if (n > 0 && row_max_avx2(yr, n, &nan) == -std::numeric_limits<float>::infinity() && !nan) {
+      for (std::int64_t i = 0; i < n; ++i) dr[i] = 0.f;
+      continue;
+    }
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    for (std::int64_t i = 0; i < nv; i += 8) {
+      const __m256 gv = _mm256_loadu_ps(gr + i);
+      s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(gv)));
+      s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(gv, 1)));
+    }
+    double part[4];
+    _mm256_storeu_pd(part, _mm256_add_pd(s0, s1));
+    double s = (part[0] + part[1]) + (part[2] + part[3]);
+    for (std::int64_t i = nv; i < n; ++i) s += gr[i];
+    const float st = static_cast<float>(s);
+    const __m256 vs = _mm256_set1_ps(st);
+    for (std::int64_t i = 0; i < nv; i += 8) {
+      const __m256 e = fastexp::exp2_avx2(_mm256_mul_ps(_mm256_loadu_ps(yr + i), l2e));
+      _mm256_storeu_ps(dr + i, _mm256_sub_ps(_mm256_loadu_ps(gr + i), _mm256_mul_ps(e, vs)));
+    }
+    for (std::int64_t i = nv; i < n; ++i) dr[i] = gr[i] - fastexp::exp2_scalar(yr[i] * fastexp::kLog2e) * st;
+  }
+}
+
 }  // namespace
 #endif
+
+void softmax_backward_rows_f32(float* dx, const float* g, const float* y, std::int64_t rows, std::int64_t n) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (active_isa() >= Isa::Avx2) return softmax_backward_rows_avx2(dx, g, y, rows, n);
+#endif
+  softmax_backward_rows_ref<float>(dx, g, y, rows, n);
+}
+
+void log_softmax_backward_rows_f32(float* dx, const float* g, const float* y, std::int64_t rows, std::int64_t n) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (active_isa() >= Isa::Avx2) return log_softmax_backward_rows_avx2(dx, g, y, rows, n);
+#endif
+  log_softmax_backward_rows_ref<float>(dx, g, y, rows, n);
+}
 
 void softmax_rows_f32(float* y, const float* x, std::int64_t rows, std::int64_t n) {
 #if defined(__x86_64__) || defined(__i386__)

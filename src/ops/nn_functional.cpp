@@ -33,19 +33,25 @@ void softmax_rows(T* y, const T* x, std::int64_t rows, std::int64_t n) {
   });
 }
 
-// dx = y * (g - sum(g * y))
+// dx = y * (g - sum(g * y)), through the kernels like softmax_rows.
 template <class T>
 void softmax_backward_rows(T* dx, const T* g, const T* y, std::int64_t rows, std::int64_t n) {
   parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)), [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t r = b; r < e; ++r) {
-      const T* gr = g + r * n;
-      const T* yr = y + r * n;
-      T* dr = dx + r * n;
-      double dot = 0;
-      for (std::int64_t i = 0; i < n; ++i) dot += static_cast<double>(gr[i]) * yr[i];
-      const T d = static_cast<T>(dot);
-      for (std::int64_t i = 0; i < n; ++i) dr[i] = yr[i] * (gr[i] - d);
-    }
+    if constexpr (std::is_same_v<T, float>)
+      kernels::softmax_backward_rows_f32(dx + b * n, g + b * n, y + b * n, e - b, n);
+    else
+      kernels::softmax_backward_rows_ref<T>(dx + b * n, g + b * n, y + b * n, e - b, n);
+  });
+}
+
+// dx = g - exp(y) * sum(g); fully masked rows get 0. Through the kernels like softmax_rows.
+template <class T>
+void log_softmax_backward_rows(T* dx, const T* g, const T* y, std::int64_t rows, std::int64_t n) {
+  parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)), [&](std::int64_t b, std::int64_t e) {
+    if constexpr (std::is_same_v<T, float>)
+      kernels::log_softmax_backward_rows_f32(dx + b * n, g + b * n, y + b * n, e - b, n);
+    else
+      kernels::log_softmax_backward_rows_ref<T>(dx + b * n, g + b * n, y + b * n, e - b, n);
   });
 }
 
@@ -106,21 +112,7 @@ Tensor log_softmax(const Tensor& x, std::int64_t dim) {
       Tensor gc = g.contiguous();
       Tensor dx = Tensor::empty(g.shape(), g.dtype());
       dispatch_float(g.dtype(), "log_softmax_backward", [&]<class T>() {
-        const T* gp = gc.data<T>();
-        const T* yp = yd.data<T>();
-        T* dp = dx.data<T>();
-        for (std::int64_t r = 0; r < rows; ++r) {
-          double s = 0;
-          for (std::int64_t i = 0; i < n; ++i) s += gp[r * n + i];
-          const bool masked = n > 0 && yp[r * n] == -std::numeric_limits<T>::infinity() &&
-                              [&] {
-                                for (std::int64_t i = 0; i < n; ++i)
-                                  if (yp[r * n + i] != -std::numeric_limits<T>::infinity()) return false;
-                                return true;
-                              }();
-          for (std::int64_t i = 0; i < n; ++i)
-            dp[r * n + i] = masked ? T(0) : gp[r * n + i] - std::exp(yp[r * n + i]) * static_cast<T>(s);
-        }
+        log_softmax_backward_rows<T>(dx.data<T>(), gc.data<T>(), yd.data<T>(), rows, n);
       });
       return std::vector<Tensor>{dx};
     });
@@ -345,18 +337,24 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, const Cr
   Tensor loss = dispatch_float(lc.dtype(), "cross_entropy", [&]<class T>() {
     log_softmax_rows<T>(logp.data<T>(), lc.data<T>(), N, C);
     const T* lp = logp.data<T>();
-    double total = 0;
-    for (std::int64_t i = 0; i < N; ++i) {
-      if (tv[i] == opt.ignore_index) continue;
-      // `omp simd` keeps one partial sum per lane: a fixed order for a given build (never
-      // dependent on threads or data), and not one serial chain of double adds.
-      double smooth = 0;
-      if (ls > 0) {
+    // Row losses over threads, then summed in row order: the total is the same for any thread count.
+    std::vector<double> row_loss(static_cast<std::size_t>(N), 0.0);
+    parallel_for(0, N, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(C, 1)), [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        if (tv[i] == opt.ignore_index) continue;
+        // `omp simd` keeps one partial sum per lane: a fixed order for a given build (never
+        // dependent on threads or data), and not one serial chain of double adds.
+        double smooth = 0;
+        if (ls > 0) {
 #pragma omp simd reduction(+ : smooth)
-        for (std::int64_t c = 0; c < C; ++c) smooth += lp[i * C + c];
+          for (std::int64_t c = 0; c < C; ++c) smooth += lp[i * C + c];
+        }
+        row_loss[static_cast<std::size_t>(i)] = -(1.0 - ls) * lp[i * C + tv[i]] - ls / static_cast<double>(C) * smooth;
       }
-      total += -(1.0 - ls) * lp[i * C + tv[i]] - ls / static_cast<double>(C) * smooth;
-    }
+    });
+    double total = 0;
+    for (std::int64_t i = 0; i < N; ++i)
+      if (tv[i] != opt.ignore_index) total += row_loss[static_cast<std::size_t>(i)];
     const double v = opt.mean ? (count ? total / static_cast<double>(count) : std::nan("")) : total;
     return Tensor::scalar(v, lc.dtype());
   });

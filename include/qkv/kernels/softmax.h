@@ -26,6 +26,21 @@ void log_softmax_rows_f32(float* y, const float* x, std::int64_t rows, std::int6
 template <class T>
 void log_softmax_rows_ref(T* y, const T* x, std::int64_t rows, std::int64_t n);
 
+// Backward of softmax rows: dx[r][i] = y[r][i] * (g[r][i] - sum_j g[r][j] y[r][j]), the sum in
+// double (exact products). dx, g, y: rows x n contiguous (dx may equal g). Not threaded. The AVX2
+// path rounds every element as the twin does; only the order of the double sum differs.
+void softmax_backward_rows_f32(float* dx, const float* g, const float* y, std::int64_t rows, std::int64_t n);
+template <class T>
+void softmax_backward_rows_ref(T* dx, const T* g, const T* y, std::int64_t rows, std::int64_t n);
+
+// Backward of log-softmax rows: dx[r][i] = g[r][i] - exp(y[r][i]) sum_j g[r][j] (the sum in double),
+// and 0 for a fully masked row (every y -inf). dx, g, y: rows x n contiguous (dx may equal g). Not
+// threaded. The AVX2 path takes exp(y) from fast_exp.h as exp2(y log2 e) (y <= 0: within
+// |y| 2^-24 relative of exp(y), which is tiny where |y| is large).
+void log_softmax_backward_rows_f32(float* dx, const float* g, const float* y, std::int64_t rows, std::int64_t n);
+template <class T>
+void log_softmax_backward_rows_ref(T* dx, const T* g, const T* y, std::int64_t rows, std::int64_t n);
+
 // Backward of cross-entropy over log-softmax rows, label smoothing ls, the loss gradient and
 // the mean's 1/count folded into scale:
 //   dlogits[r][i] = (exp(logp[r][i]) - (i == t_r ? 1 - ls : 0) - ls / n) * scale,
