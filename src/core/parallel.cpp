@@ -8,6 +8,7 @@
 #include <exception>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "qkv/core/error.h"
 
@@ -78,6 +79,119 @@ void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
         {
           if (!failed.exchange(true)) err = std::current_exception();
         }
+      }
+    }
+    t_index = saved_index;
+    t_in_parallel = saved_in;
+  }
+  if (err) std::rethrow_exception(err);
+}
+
+namespace {
+
+// A worker's range of tasks as one atomic word: front in the low 32 bits, back
+// (one past the last) in the high 32 bits, both relative to the call's begin.
+struct alignas(64) ClaimRange {
+  std::atomic<std::uint64_t> fb{0};
+  static std::uint64_t pack(std::uint64_t f, std::uint64_t b) { return f | (b << 32); }
+  // The front task, for the owner.
+  bool take_front(std::int64_t& t) {
+    std::uint64_t cur = fb.load(std::memory_order_relaxed);
+    for (;;) {
+      const std::uint64_t f = cur & 0xffffffffu, b = cur >> 32;
+      if (f >= b) return false;
+      if (fb.compare_exchange_weak(cur, pack(f + 1, b), std::memory_order_relaxed)) {
+        t = static_cast<std::int64_t>(f);
+        return true;
+      }
+    }
+  }
+  // The back task, for a worker whose own range is done.
+  bool take_back(std::int64_t& t) {
+    std::uint64_t cur = fb.load(std::memory_order_relaxed);
+    for (;;) {
+      const std::uint64_t f = cur & 0xffffffffu, b = cur >> 32;
+      if (f >= b) return false;
+      if (fb.compare_exchange_weak(cur, pack(f, b - 1), std::memory_order_relaxed)) {
+        t = static_cast<std::int64_t>(b - 1);
+        return true;
+      }
+    }
+  }
+  std::int64_t left() const {
+    const std::uint64_t cur = fb.load(std::memory_order_relaxed), f = cur & 0xffffffffu, b = cur >> 32;
+    return f < b ? static_cast<std::int64_t>(b - f) : 0;
+  }
+};
+
+}  // namespace
+
+void parallel_claim(std::int64_t begin, std::int64_t end, const std::function<void(const ClaimNext&)>& fn) {
+  if (end <= begin) return;
+  const std::int64_t n = end - begin;
+  const int nt = static_cast<int>(std::min<std::int64_t>(num_threads(), n));
+  if (nt <= 1 || t_in_parallel || n >= (std::int64_t{1} << 31)) {
+    // One worker (or too many tasks for the packed ranges): every task in order, here.
+    std::int64_t i = begin;
+    if (nt <= 1 || t_in_parallel) {
+      fn([&i, end](std::int64_t& t) {
+        if (i >= end) return false;
+        t = i++;
+        return true;
+      });
+      return;
+    }
+    // Static ranges as parallel_for gives them, each pulled in order.
+    parallel_for(begin, end, 1, [&fn](std::int64_t b, std::int64_t e) {
+      std::int64_t j = b;
+      fn([&j, e](std::int64_t& t) {
+        if (j >= e) return false;
+        t = j++;
+        return true;
+      });
+    });
+    return;
+  }
+  std::vector<ClaimRange> ranges(static_cast<std::size_t>(nt));
+  for (int w = 0; w < nt; ++w)
+    ranges[static_cast<std::size_t>(w)].fb.store(
+        ClaimRange::pack(static_cast<std::uint64_t>(n * w / nt), static_cast<std::uint64_t>(n * (w + 1) / nt)));
+  std::exception_ptr err = nullptr;
+  std::atomic<bool> failed{false};
+#pragma omp parallel num_threads(nt)
+  {
+    const int tid = omp_get_thread_num();
+    // The team may be smaller than nt: ranges without an owner are stolen.
+    const int saved_index = t_index;
+    const bool saved_in = t_in_parallel;
+    t_index = tid;
+    t_in_parallel = true;
+    ClaimRange& own = ranges[static_cast<std::size_t>(tid)];
+    const ClaimNext next = [&](std::int64_t& t) {
+      if (own.take_front(t)) {
+        t += begin;
+        return true;
+      }
+      for (;;) {  // steal from the back of the range with the most left
+        int victim = -1;
+        std::int64_t most = 0;
+        for (int w = 0; w < nt; ++w) {
+          const std::int64_t l = ranges[static_cast<std::size_t>(w)].left();
+          if (l > most) most = l, victim = w;
+        }
+        if (victim < 0) return false;
+        if (ranges[static_cast<std::size_t>(victim)].take_back(t)) {
+          t += begin;
+          return true;
+        }
+      }
+    };
+    try {
+      fn(next);
+    } catch (...) {
+#pragma omp critical(qkv_parallel_err)
+      {
+        if (!failed.exchange(true)) err = std::current_exception();
       }
     }
     t_index = saved_index;

@@ -18,9 +18,12 @@
 // (resp. dK, dV) and no two threads write the same output. dQ in backward is
 // accumulated per worker (one slot per (b,h) segment of its static chunk);
 // (b,h) spanning two workers are summed afterwards in thread order, so the
-// result is bitwise reproducible for a fixed thread count. With causal masks
-// the block order inside a (b,h) zig-zags (0, n-1, 1, n-2, ...) so that the
-// static contiguous chunks of parallel_for get equal work.
+// result is bitwise reproducible for a fixed thread count. Forward tasks are
+// handed out by parallel_claim (own range first, then stolen from the back of
+// a slower worker's), which no output depends on; backward keeps parallel_for's
+// static chunks, which the dQ slots need. With causal masks the block order
+// inside a (b,h) zig-zags (0, n-1, 1, n-2, ...) so that the static contiguous
+// chunks get equal work.
 //
 // Inner products are one register-blocked micro-kernel, C[MR x NV*W] (+)=
 // A B, with A broadcast from any strided layout and B streamed as NV vectors
@@ -426,11 +429,14 @@ struct Engine {
     // than the products themselves, so such heads read K and V in place.
     const bool in_place = p.Lq <= kInPlaceMaxRows && x.Dvp == p.Dv;
     const i64 nqb = (p.Lq + BQ - 1) / BQ, ntask = p.B * p.H * nqb;
-    qkv::parallel_for(0, ntask, 1, [&](i64 t0, i64 t1) {
+    // Each task writes its own rows of O and LSE from the same inputs whoever runs it, so the
+    // tasks are balanced at run time (a worker slowed by another process gives its last tasks
+    // away) and the result stays bitwise the same.
+    qkv::parallel_claim(0, ntask, [&](const qkv::ClaimNext& next) {
       ThreadWorkspace& ws = thread_workspace();
       i64 packed = -1;
       KVSource kvs;
-      for (i64 t = t0; t < t1; ++t) {
+      for (i64 t; next(t);) {
         const i64 bh = t / nqb, rank = t % nqb, b = bh / p.H, h = bh % p.H;
         if (in_place) {
           kvs.K = K + b * p.k_sb + h * p.k_sh;

@@ -22,7 +22,24 @@ void set_num_threads(int n);
 void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
                   const std::function<void(std::int64_t, std::int64_t)>& fn);
 
-// Index of the calling worker inside parallel_for (0 outside), in
+// Next-task source handed to each worker by parallel_claim: next(t) stores the
+// worker's next task in t and returns true, or returns false when no task is left.
+using ClaimNext = std::function<bool(std::int64_t&)>;
+
+// Runs the tasks [begin, end) on up to num_threads() workers, each task exactly
+// once, balancing the load at run time: every worker starts on its own
+// contiguous range (the ranges parallel_for would give, tasks in increasing
+// order), and a worker whose range is done takes tasks one at a time from the
+// back of the range with the most tasks left. fn(next) runs once per worker and
+// pulls its tasks with next, so state kept across a worker's tasks (a packed
+// operand, say) lives in fn's locals. On a shared machine a worker slowed by
+// another process then costs only its own share instead of holding up the call.
+// Which worker runs a task depends on timing: use it only where each task's
+// result does not depend on who runs it or on the other tasks of its worker.
+// Serial, inline and exception behaviour as parallel_for.
+void parallel_claim(std::int64_t begin, std::int64_t end, const std::function<void(const ClaimNext&)>& fn);
+
+// Index of the calling worker inside parallel_for or parallel_claim (0 outside), in
 // [0, num_threads()); use it to pick a per-thread workspace.
 int thread_index();
 
