@@ -125,9 +125,10 @@ def compare(a, kind, shape, flops, qkv_args, torch_step, repeat, causal=False, *
 # ---- attention: F.scaled_dot_product_attention ----
 
 def attention_cases(a):
-    lens = [16, 33] if a.smoke else [512, 1024, 2048] if a.quick else [512, 1024, 2048, 4096, 8192]
+    lens = [16, 33] if a.smoke else a.lens or ([512, 1024, 2048] if a.quick else [512, 1024, 2048, 4096, 8192])
     B, H, D = (1, 2, 8) if a.smoke else (4, 8, 64)
-    for backward in ((False,) if a.forward_only else (False, True)):
+    modes = (False,) if a.forward_only else (True,) if a.backward_only else (False, True)
+    for backward in modes:
         for causal in (False, True):
             for L in lens:
                 yield dict(batch=B, heads=H, len=L, dim=D, causal=causal, backward=backward)
@@ -282,6 +283,9 @@ def main():
                     help=f"run only these suites ({', '.join(SUITES)}); default: all")
     ap.add_argument("--quick", action="store_true", help="fewer lengths and shapes")
     ap.add_argument("--forward-only", action="store_true", help="attention suite: forward rows only")
+    ap.add_argument("--backward-only", action="store_true", help="attention suite: forward+backward rows only")
+    ap.add_argument("--lens", type=int, nargs="+", default=None, metavar="L",
+                    help="attention suite: these sequence lengths (default 512..8192, --quick 512..2048)")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, one round: checks that the script works")
     ap.add_argument("--layers", type=int, default=2, help="encoder layers for the encoder suite")
     ap.add_argument("--no-peak", action="store_true",

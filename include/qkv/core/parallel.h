@@ -1,7 +1,11 @@
-// The one threading primitive. Work is split into contiguous chunks by a
-// static rule that depends only on (begin, end, grain, num_threads()), so a
-// kernel that writes disjoint outputs per chunk, or reduces per chunk in a
-// fixed order, gives bitwise-identical results for a given thread count.
+// The one threading primitive: one team of workers (OpenMP), one thread-count
+// knob, two ways to hand out work. parallel_for splits work into contiguous
+// chunks by a static rule that depends only on (begin, end, grain,
+// num_threads()), so a kernel that writes disjoint outputs per chunk, or
+// reduces per chunk in a fixed order, gives bitwise-identical results for a
+// given thread count. parallel_claim starts from the same chunks but moves
+// tasks off a worker that falls behind; it is for tasks whose results do not
+// depend on which worker runs them (then they are bitwise identical too).
 #pragma once
 #include <cstdint>
 #include <functional>
