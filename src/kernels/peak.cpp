@@ -5,7 +5,6 @@
 #include "qkv/kernels/peak.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -88,20 +87,18 @@ Loop loop_for(Isa isa) {
 
 }  // namespace
 
-FmaPeak measure_fma_peak(int threads, std::int64_t fmas_per_thread) {
+FmaPeak measure_fma_peak(std::int64_t fmas_per_thread) {
   const Loop loop = loop_for(active_isa());
-  threads = std::max(threads, 1);
+  const int threads = num_threads();
   const std::int64_t steps = std::max<std::int64_t>(fmas_per_thread / loop.accumulators, 1);
   std::vector<float> sums(static_cast<std::size_t>(threads), 0.f);
-  const int saved = num_threads();
-  set_num_threads(threads);
   const auto t0 = std::chrono::steady_clock::now();
   parallel_for(0, threads, 1, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t t = b; t < e; ++t) sums[static_cast<std::size_t>(t)] = loop.run(steps);
   });
   const auto t1 = std::chrono::steady_clock::now();
-  set_num_threads(saved);
   FmaPeak r;
+  r.threads = threads;
   r.seconds = std::chrono::duration<double>(t1 - t0).count();
   r.fmas = steps * loop.accumulators;
   r.lanes = loop.lanes;
@@ -110,16 +107,16 @@ FmaPeak measure_fma_peak(int threads, std::int64_t fmas_per_thread) {
   return r;
 }
 
-FmaPeak fma_peak(int threads, double seconds) {
-  // Calibrate on one thread with ~10 ms of work, then size the timed run.
+FmaPeak fma_peak(double seconds) {
+  // Calibrate with ~10 ms of work, then size the timed run.
   std::int64_t n = 1 << 20;
-  FmaPeak probe = measure_fma_peak(1, n);
+  FmaPeak probe = measure_fma_peak(n);
   while (probe.seconds < 0.01 && n < (std::int64_t{1} << 40)) {
     n *= 4;
-    probe = measure_fma_peak(1, n);
+    probe = measure_fma_peak(n);
   }
   const double rate = static_cast<double>(probe.fmas) / std::max(probe.seconds, 1e-9);
-  return measure_fma_peak(threads, std::max<std::int64_t>(static_cast<std::int64_t>(rate * seconds), 1));
+  return measure_fma_peak(std::max<std::int64_t>(static_cast<std::int64_t>(rate * seconds), 1));
 }
 
 }  // namespace qkv::kernels

@@ -158,12 +158,12 @@ int report(nlohmann::json j, const nlohmann::json& timing, const CommonOptions& 
 
 // The FP32 FMA throughput now, on --threads workers: what "% of peak" divides by.
 int run_peak(const PeakOptions& o) {
-  const kernels::FmaPeak r = kernels::fma_peak(num_threads(), o.seconds);
+  const kernels::FmaPeak r = kernels::fma_peak(o.seconds);
   const nlohmann::json j = {{"bench", "peak"},
-                            {"threads", num_threads()},
+                            {"threads", r.threads},
                             {"isa", kernels::isa_name(kernels::active_isa())},
                             {"gflops", r.gflops},
-                            {"gflops_per_thread", r.gflops / num_threads()},
+                            {"gflops_per_thread", r.gflops / r.threads},
                             {"seconds", r.seconds},
                             {"fmas_per_thread", r.fmas},
                             {"lanes", r.lanes}};

@@ -10,21 +10,22 @@ namespace qkv::kernels {
 
 struct FmaPeak {
   double gflops = 0.0;     // 2 FLOPs per lane per FMA, summed over the threads
+  int threads = 1;         // workers that ran the loop
   double seconds = 0.0;    // wall time of the timed loop
   std::int64_t fmas = 0;   // vector FMAs issued per thread
   int lanes = 1;           // float lanes per FMA of the ISA used
   float checksum = 0.f;    // the accumulators' sum, so the loop cannot be elided
 };
 
-// Runs `fmas_per_thread` vector FMAs on each of `threads` workers of
+// Runs `fmas_per_thread` vector FMAs on each of num_threads() workers of
 // parallel_for (all started together, timed together), with the active ISA's
 // widest vectors and enough independent accumulators to cover the FMA latency
 // of two pipes (AVX2: 12 of 16 registers; AVX-512: 24 of 32; scalar: 12).
 // Every accumulator starts at 1 and is multiplied by 1 and added 0, so the
 // checksum is exactly (accumulators x lanes x threads) whatever the count.
-FmaPeak measure_fma_peak(int threads, std::int64_t fmas_per_thread);
+FmaPeak measure_fma_peak(std::int64_t fmas_per_thread);
 
 // Calls measure_fma_peak with a count calibrated to run about `seconds`.
-FmaPeak fma_peak(int threads, double seconds);
+FmaPeak fma_peak(double seconds);
 
 }  // namespace qkv::kernels
