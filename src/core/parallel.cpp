@@ -29,6 +29,35 @@ std::atomic<int> g_threads{0};
 thread_local int t_index = 0;
 thread_local bool t_in_parallel = false;
 
+// The first exception any worker of one call throws, rethrown by the caller after the team ends.
+struct WorkerErrors {
+  std::exception_ptr err = nullptr;
+  std::atomic<bool> failed{false};
+  void rethrow() const {
+    if (err) std::rethrow_exception(err);
+  }
+};
+
+// Runs body() as worker tid of a parallel call: thread_index() and the nesting flag set for it
+// and restored after, an exception caught into errs.
+template <class Body>
+void run_as_worker(int tid, WorkerErrors& errs, Body&& body) {
+  const int saved_index = t_index;
+  const bool saved_in = t_in_parallel;
+  t_index = tid;
+  t_in_parallel = true;
+  try {
+    body();
+  } catch (...) {
+#pragma omp critical(qkv_parallel_err)
+    {
+      if (!errs.failed.exchange(true)) errs.err = std::current_exception();
+    }
+  }
+  t_index = saved_index;
+  t_in_parallel = saved_in;
+}
+
 }  // namespace
 
 int num_threads() {
@@ -58,8 +87,7 @@ void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
     fn(begin, end);
     return;
   }
-  std::exception_ptr err = nullptr;
-  std::atomic<bool> failed{false};
+  WorkerErrors errs;
 #pragma omp parallel num_threads(nt)
   {
     const int tid = omp_get_thread_num();
@@ -67,24 +95,9 @@ void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
     // Static, even split: chunk boundaries depend only on n and team size.
     const std::int64_t b = begin + n * tid / team;
     const std::int64_t e = begin + n * (tid + 1) / team;
-    const int saved_index = t_index;
-    const bool saved_in = t_in_parallel;
-    t_index = tid;
-    t_in_parallel = true;
-    if (b < e) {
-      try {
-        fn(b, e);
-      } catch (...) {
-#pragma omp critical(qkv_parallel_err)
-        {
-          if (!failed.exchange(true)) err = std::current_exception();
-        }
-      }
-    }
-    t_index = saved_index;
-    t_in_parallel = saved_in;
+    if (b < e) run_as_worker(tid, errs, [&] { fn(b, e); });
   }
-  if (err) std::rethrow_exception(err);
+  errs.rethrow();
 }
 
 namespace {
@@ -156,16 +169,11 @@ void parallel_claim(std::int64_t begin, std::int64_t end, const std::function<vo
   for (int w = 0; w < nt; ++w)
     ranges[static_cast<std::size_t>(w)].fb.store(
         ClaimRange::pack(static_cast<std::uint64_t>(n * w / nt), static_cast<std::uint64_t>(n * (w + 1) / nt)));
-  std::exception_ptr err = nullptr;
-  std::atomic<bool> failed{false};
+  WorkerErrors errs;
 #pragma omp parallel num_threads(nt)
   {
     const int tid = omp_get_thread_num();
     // The team may be smaller than nt: ranges without an owner are stolen.
-    const int saved_index = t_index;
-    const bool saved_in = t_in_parallel;
-    t_index = tid;
-    t_in_parallel = true;
     ClaimRange& own = ranges[static_cast<std::size_t>(tid)];
     const ClaimNext next = [&](std::int64_t& t) {
       if (own.take_front(t)) {
@@ -186,18 +194,9 @@ void parallel_claim(std::int64_t begin, std::int64_t end, const std::function<vo
         }
       }
     };
-    try {
-      fn(next);
-    } catch (...) {
-#pragma omp critical(qkv_parallel_err)
-      {
-        if (!failed.exchange(true)) err = std::current_exception();
-      }
-    }
-    t_index = saved_index;
-    t_in_parallel = saved_in;
+    run_as_worker(tid, errs, [&] { fn(next); });
   }
-  if (err) std::rethrow_exception(err);
+  errs.rethrow();
 }
 
 }  // namespace qkv

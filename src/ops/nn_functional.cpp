@@ -21,11 +21,17 @@ namespace {
 // ---------------------------------------------------------------- softmax kernels
 // Rows of length n, contiguous. A row whose maximum is -inf (fully masked) gives zeros.
 
+// fn(b, e) over row chunks of at least ~16 K elements, split over threads.
+template <class F>
+void for_row_chunks(std::int64_t rows, std::int64_t n, F&& fn) {
+  parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)), fn);
+}
+
 // Row softmax through the kernels (kernels/softmax.h): the vectorised one for float, the
 // naive twin for double; rows split over threads.
 template <class T>
 void softmax_rows(T* y, const T* x, std::int64_t rows, std::int64_t n) {
-  parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)), [&](std::int64_t b, std::int64_t e) {
+  for_row_chunks(rows, n, [&](std::int64_t b, std::int64_t e) {
     if constexpr (std::is_same_v<T, float>)
       kernels::softmax_rows_f32(y + b * n, x + b * n, e - b, n);
     else
@@ -36,7 +42,7 @@ void softmax_rows(T* y, const T* x, std::int64_t rows, std::int64_t n) {
 // dx = y * (g - sum(g * y)), through the kernels like softmax_rows.
 template <class T>
 void softmax_backward_rows(T* dx, const T* g, const T* y, std::int64_t rows, std::int64_t n) {
-  parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)), [&](std::int64_t b, std::int64_t e) {
+  for_row_chunks(rows, n, [&](std::int64_t b, std::int64_t e) {
     if constexpr (std::is_same_v<T, float>)
       kernels::softmax_backward_rows_f32(dx + b * n, g + b * n, y + b * n, e - b, n);
     else
@@ -47,7 +53,7 @@ void softmax_backward_rows(T* dx, const T* g, const T* y, std::int64_t rows, std
 // dx = g - exp(y) * sum(g); fully masked rows get 0. Through the kernels like softmax_rows.
 template <class T>
 void log_softmax_backward_rows(T* dx, const T* g, const T* y, std::int64_t rows, std::int64_t n) {
-  parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)), [&](std::int64_t b, std::int64_t e) {
+  for_row_chunks(rows, n, [&](std::int64_t b, std::int64_t e) {
     if constexpr (std::is_same_v<T, float>)
       kernels::log_softmax_backward_rows_f32(dx + b * n, g + b * n, y + b * n, e - b, n);
     else
@@ -59,7 +65,7 @@ void log_softmax_backward_rows(T* dx, const T* g, const T* y, std::int64_t rows,
 // kernels (kernels/softmax.h) like softmax_rows: vectorised for float, the naive twin for double.
 template <class T>
 void log_softmax_rows(T* y, const T* x, std::int64_t rows, std::int64_t n) {
-  parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)), [&](std::int64_t b, std::int64_t e) {
+  for_row_chunks(rows, n, [&](std::int64_t b, std::int64_t e) {
     if constexpr (std::is_same_v<T, float>)
       kernels::log_softmax_rows_f32(y + b * n, x + b * n, e - b, n);
     else
@@ -339,7 +345,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, const Cr
     const T* lp = logp.data<T>();
     // Row losses over threads, then summed in row order: the total is the same for any thread count.
     std::vector<double> row_loss(static_cast<std::size_t>(N), 0.0);
-    parallel_for(0, N, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(C, 1)), [&](std::int64_t b, std::int64_t e) {
+    for_row_chunks(N, C, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) {
         if (tv[i] == opt.ignore_index) continue;
         // `omp simd` keeps one partial sum per lane: a fixed order for a given build (never
@@ -368,7 +374,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, const Cr
       const T* lp = logp.data<T>();
       T* d = dl.data<T>();
       const double scale = g.item() / (opt.mean ? static_cast<double>(count) : 1.0);
-      parallel_for(0, N, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(C, 1)), [&](std::int64_t b, std::int64_t e) {
+      for_row_chunks(N, C, [&](std::int64_t b, std::int64_t e) {
         if constexpr (std::is_same_v<T, float>)
           kernels::cross_entropy_backward_rows_f32(d + b * C, lp + b * C, tv.data() + b, e - b, C, scale, ls,
                                                    opt.ignore_index);

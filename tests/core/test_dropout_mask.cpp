@@ -10,14 +10,13 @@
 #include "qkv/core/rng.h"
 #include "qkv/kernels/cpu.h"
 #include "qkv/kernels/dropout.h"
+#include "testing/guards.h"
 
 namespace {
 
 using qkv::kernels::Isa;
 
-struct IsaGuard {
-  ~IsaGuard() { qkv::kernels::set_isa(Isa::Avx512); }
-};
+using qkv::testing::IsaGuard;
 
 TEST(DropoutMask, EveryPathMatchesTheScalarDefinition) {
   IsaGuard ig;

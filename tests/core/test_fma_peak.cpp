@@ -9,18 +9,14 @@
 #include "qkv/core/parallel.h"
 #include "qkv/kernels/cpu.h"
 #include "qkv/kernels/peak.h"
+#include "testing/guards.h"
 
 namespace {
 
 using qkv::kernels::Isa;
 
-struct IsaGuard {
-  ~IsaGuard() { qkv::kernels::set_isa(Isa::Avx512); }
-};
-struct ThreadsGuard {
-  int saved = qkv::num_threads();
-  ~ThreadsGuard() { qkv::set_num_threads(saved); }
-};
+using qkv::testing::IsaGuard;
+using qkv::testing::ThreadsGuard;
 
 TEST(FmaPeak, CountsAndChecksumForEveryIsaAndThreadCount) {
   IsaGuard guard;

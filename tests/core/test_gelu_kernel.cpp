@@ -15,6 +15,7 @@
 #include "qkv/core/rng.h"
 #include "qkv/kernels/activation.h"
 #include "qkv/kernels/cpu.h"
+#include "testing/guards.h"
 
 namespace {
 
@@ -23,15 +24,9 @@ using qkv::kernels::Isa;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-struct IsaGuard {
-  ~IsaGuard() { qkv::kernels::set_isa(Isa::Avx512); }
-};
+using qkv::testing::IsaGuard;
 
-std::vector<Isa> isas() {
-  std::vector<Isa> v{Isa::Scalar};
-  if (qkv::kernels::detected_isa() >= Isa::Avx2) v.push_back(Isa::Avx2);
-  return v;
-}
+std::vector<Isa> isas() { return qkv::testing::isas_up_to(Isa::Avx2); }
 
 const char* name(GeluForm f) { return f == GeluForm::Erf ? "erf" : "tanh"; }
 

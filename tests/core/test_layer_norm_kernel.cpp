@@ -9,20 +9,15 @@
 #include "qkv/core/rng.h"
 #include "qkv/kernels/cpu.h"
 #include "qkv/kernels/layer_norm.h"
+#include "testing/guards.h"
 
 namespace {
 
 using qkv::kernels::Isa;
 
-struct IsaGuard {
-  ~IsaGuard() { qkv::kernels::set_isa(Isa::Avx512); }
-};
+using qkv::testing::IsaGuard;
 
-std::vector<Isa> isas() {
-  std::vector<Isa> v{Isa::Scalar};
-  if (qkv::kernels::detected_isa() >= Isa::Avx2) v.push_back(Isa::Avx2);
-  return v;
-}
+std::vector<Isa> isas() { return qkv::testing::isas_up_to(Isa::Avx2); }
 
 // Row r of the test input: kind 0 = N(0, 1) * 3, 1 = 1e4 + N(0, 1e-2) (far from zero),
 // 2 = constant (variance 0: y = b), 3 = N(0, 1e-3).

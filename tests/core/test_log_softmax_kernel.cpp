@@ -13,15 +13,14 @@
 #include "qkv/core/rng.h"
 #include "qkv/kernels/cpu.h"
 #include "qkv/kernels/softmax.h"
+#include "testing/guards.h"
 
 namespace {
 
 using qkv::kernels::Isa;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-struct IsaGuard {
-  ~IsaGuard() { qkv::kernels::set_isa(Isa::Avx512); }
-};
+using qkv::testing::IsaGuard;
 
 // log_softmax of float inputs, in double (NaN for NaN or +inf rows, -inf for masked rows).
 std::vector<double> log_softmax64(const float* x, std::int64_t n) {

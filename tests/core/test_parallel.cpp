@@ -14,15 +14,13 @@
 #include <vector>
 
 #include "qkv/core/parallel.h"
+#include "testing/guards.h"
 
 namespace {
 
 using i64 = std::int64_t;
 
-struct ThreadsGuard {
-  int saved = qkv::num_threads();
-  ~ThreadsGuard() { qkv::set_num_threads(saved); }
-};
+using qkv::testing::ThreadsGuard;
 
 TEST(Parallel, ForGivesStaticContiguousChunks) {
   ThreadsGuard guard;

@@ -12,6 +12,7 @@
 #include "qkv/core/rng.h"
 #include "qkv/kernels/cpu.h"
 #include "qkv/kernels/softmax.h"
+#include "testing/guards.h"
 
 namespace {
 
@@ -19,15 +20,9 @@ using qkv::kernels::Isa;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr std::int64_t kLengths[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 100, 257, 1000};
 
-struct IsaGuard {
-  ~IsaGuard() { qkv::kernels::set_isa(Isa::Avx512); }
-};
+using qkv::testing::IsaGuard;
 
-std::vector<Isa> isas() {
-  std::vector<Isa> v{Isa::Scalar};
-  if (qkv::kernels::detected_isa() >= Isa::Avx2) v.push_back(Isa::Avx2);
-  return v;
-}
+std::vector<Isa> isas() { return qkv::testing::isas_up_to(Isa::Avx2); }
 
 bool same(float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); }
 

@@ -9,15 +9,14 @@
 #include "qkv/core/rng.h"
 #include "qkv/kernels/cpu.h"
 #include "qkv/kernels/softmax.h"
+#include "testing/guards.h"
 
 namespace {
 
 using qkv::kernels::Isa;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-struct IsaGuard {
-  ~IsaGuard() { qkv::kernels::set_isa(Isa::Avx512); }
-};
+using qkv::testing::IsaGuard;
 
 std::vector<double> softmax64(const float* x, std::int64_t n) {
   double m = -INFINITY;

@@ -19,6 +19,7 @@
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/cpu.h"
 #include "qkv/kernels/fast_exp.h"
+#include "testing/guards.h"
 
 #ifdef QKV_FLASH_AVX512_EMULATED
 // test_attention_avx512_emulated: stand-in for src/kernels/dispatch.cpp reporting an AVX-512 CPU,
@@ -254,20 +255,10 @@ void expect_r1(const char* what, const std::vector<float>& got, const std::vecto
   }
 }
 
-struct ThreadsGuard {
-  int saved = qkv::num_threads();
-  ~ThreadsGuard() { qkv::set_num_threads(saved); }
-};
-struct IsaGuard {
-  ~IsaGuard() { qkv::kernels::set_isa(Isa::Avx512); }  // clamps to the detected ISA
-};
+using qkv::testing::ThreadsGuard;
+using qkv::testing::IsaGuard;
 
-std::vector<Isa> isas_to_test() {
-  std::vector<Isa> v{Isa::Scalar};
-  if (qkv::kernels::detected_isa() >= Isa::Avx2) v.push_back(Isa::Avx2);
-  if (qkv::kernels::detected_isa() >= Isa::Avx512) v.push_back(Isa::Avx512);
-  return v;
-}
+std::vector<Isa> isas_to_test() { return qkv::testing::isas_up_to(Isa::Avx512); }
 
 // Fast kernel vs float64 reference (R1) for every ISA and 1 and 2 threads; each run twice and
 // required to be bitwise identical. bwd_extra_rel loosens dQ/dK/dV by that fraction of their
