@@ -25,6 +25,12 @@
 // inside a (b,h) zig-zags (0, n-1, 1, n-2, ...) so that the static contiguous
 // chunks get equal work.
 //
+// After a row panel's first key tile (where m_i is still -inf) and wherever a tile needs no mask,
+// the online softmax step is fused into S = Q K^T: P = exp2(S - m_i) with the m_i known before
+// the tile, on the products while still in registers, and m_i moves only when the tile's max
+// rises by more than kMaxSlack (FlashAttention-4's conditional rescaling); the other tiles take
+// the two-pass step (S stored, masked, row max, then exp).
+//
 // Inner products are one register-blocked micro-kernel, C[MR x NV*W] (+)=
 // A B, with A broadcast from any strided layout and B streamed as NV vectors
 // per step. Forward: S = Q K^T streams K packed once per head in key panels
@@ -94,6 +100,33 @@ struct Engine {
 
   // ---- micro-kernel: C[r][0..nv*W) (+)= alpha * sum_k A(r,k) * B(k, 0..nv*W), r < M ----
   //   A(r,k) = a[k*a_ks + r*a_rs] (broadcast)   B(k,:) = b + k*b_ks (nv vectors)   C row r = c + r*c_rs
+  // zero_acc, then mac: acc[r][v] += sum_{k < K} A(r,k) B(k, v*W..), with a and b left K steps on.
+  template <int M, int NVc>
+  __attribute__((always_inline)) static inline void zero_acc(V (&acc)[M][NVc]) {
+#pragma GCC unroll 16
+    for (int r = 0; r < M; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NVc; ++v) acc[r][v] = I::zero();
+  }
+  template <int M, int NVc>
+  __attribute__((always_inline)) static inline void mac(V (&acc)[M][NVc], i64 K, const float*& a, i64 a_ks, i64 a_rs,
+                                                        const float*& b, i64 b_ks) {
+#pragma GCC unroll 2
+    for (i64 k = 0; k < K; ++k) {
+      V bv[NVc];
+#pragma GCC unroll 4
+      for (int v = 0; v < NVc; ++v) bv[v] = I::load(b + v * W);
+#pragma GCC unroll 16
+      for (int r = 0; r < M; ++r) {
+        const V x = I::set1(a[r * a_rs]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NVc; ++v) acc[r][v] = I::fma(x, bv[v], acc[r][v]);
+      }
+      a += a_ks;
+      b += b_ks;
+    }
+  }
+
   // Small tiles (M * NVc < 8 accumulators: partial panels, decode) would wait on the FMA latency,
   // so they keep U interleaved copies of the accumulators over k and sum them at the end.
   template <int M, int NVc>
@@ -102,33 +135,15 @@ struct Engine {
     constexpr int U = M * NVc >= 8 ? 1 : M * NVc >= 4 ? 2 : 4;
     V acc[U][M][NVc];
 #pragma GCC unroll 4
-    for (int u = 0; u < U; ++u)
-#pragma GCC unroll 16
-      for (int r = 0; r < M; ++r)
-#pragma GCC unroll 4
-        for (int v = 0; v < NVc; ++v) acc[u][r][v] = I::zero();
-    auto step = [&](int u) __attribute__((always_inline)) {
-      V bv[NVc];
-#pragma GCC unroll 4
-      for (int v = 0; v < NVc; ++v) bv[v] = I::load(b + v * W);
-#pragma GCC unroll 16
-      for (int r = 0; r < M; ++r) {
-        const V x = I::set1(a[r * a_rs]);
-#pragma GCC unroll 4
-        for (int v = 0; v < NVc; ++v) acc[u][r][v] = I::fma(x, bv[v], acc[u][r][v]);
-      }
-      a += a_ks;
-      b += b_ks;
-    };
+    for (int u = 0; u < U; ++u) zero_acc(acc[u]);
     i64 k = 0;
     if constexpr (U == 1) {
-#pragma GCC unroll 2
-      for (; k < K; ++k) step(0);
+      mac(acc[0], K, a, a_ks, a_rs, b, b_ks);
     } else {
       for (; k + U <= K; k += U)
 #pragma GCC unroll 4
-        for (int u = 0; u < U; ++u) step(u);
-      for (; k < K; ++k) step(0);
+        for (int u = 0; u < U; ++u) mac(acc[u], 1, a, a_ks, a_rs, b, b_ks);
+      mac(acc[0], K - k, a, a_ks, a_rs, b, b_ks);
 #pragma GCC unroll 4
       for (int u = 1; u < U; ++u)
 #pragma GCC unroll 16
@@ -299,6 +314,84 @@ struct Engine {
     }
   }
 
+  // How far (base-2 units) a tile's row max may rise above the running max m_i before m_i moves:
+  // below that the tile's P stays under 2^kMaxSlack and m_i, l_i and O_i need no rescaling, the
+  // conditional rescaling of FlashAttention-4. Any value works: O_i / l_i and L_i = m_i ln 2 +
+  // log l_i hold for any m_i that does not overflow P.
+  static constexpr float kMaxSlack = 8.f;
+  // A rise of this much or more would overflow exp2 (P >= 2^126): that tile takes the two-pass path.
+  static constexpr float kMaxRise = 126.f;
+
+  // One MR x KP tile of the fused step: C = A B as in micro<M, NV> (A the packed Q panel [K][MR],
+  // B a key panel [K][KP]), then, still in registers, per row r: rmax[r] = max(rmax[r], C_r),
+  // P_r = exp2(C_r + moff[r]) stored at p + r*BK, rsum[r] += P_r.
+  template <int M>
+  static void micro_exp(i64 K, const float* a, const float* b, float* p, const float* moff, V* rmax, V* rsum) {
+    V acc[M][NV];
+    zero_acc(acc);
+    mac(acc, K, a, MR, 1, b, KP);
+#pragma GCC unroll 16
+    for (int r = 0; r < M; ++r) {
+      const V off = I::set1(moff[r]);
+      V mx = rmax[r], sm = rsum[r];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        mx = I::max(mx, acc[r][v]);
+        const V e = I::exp2(I::add(acc[r][v], off));
+        I::store(p + r * BK + v * W, e);
+        sm = I::add(sm, e);
+      }
+      rmax[r] = mx;
+      rsum[r] = sm;
+    }
+  }
+  template <int M = MR>
+  static void micro_exp_m(int m, i64 K, const float* a, const float* b, float* p, const float* moff, V* rmax,
+                          V* rsum) {
+    if constexpr (M > 1) {
+      if (m < M) return micro_exp_m<M - 1>(m, K, a, b, p, moff, rmax, rsum);
+    }
+    micro_exp<M>(K, a, b, p, moff, rmax, rsum);
+  }
+
+  // The online softmax step of one row panel fused into S = Q K^T, for a tile with no masked
+  // column whose rows all have a finite running max m_i (every tile after a row's first): the
+  // exponentials use the m_i known before the tile, P = exp2(S - m_i), computed on the
+  // products while they are still in registers, and the tile's row max comes out of the same
+  // registers; no pass over S reads it back. Only a row whose max rose by more than kMaxSlack
+  // moves m_i (its P, l_i and O_i are multiplied by exp2(m_i - m_new)). Returns false, with m,
+  // l and acc untouched, when a row's max rose by kMaxRise or more (or is NaN): the caller
+  // then redoes the tile with the two-pass step.
+  static bool fused_scores_softmax(const float* qp, const float* kp, i64 D, float* S, i64 mr, i64 ncols, float* m,
+                                   float* l, float* acc, i64 Dvp) {
+    V rmax[MR], rsum[MR];
+    float moff[MR];
+    for (i64 r = 0; r < mr; ++r) rmax[r] = I::set1(kNegInf), rsum[r] = I::zero(), moff[r] = -m[r];
+    const int mi = static_cast<int>(mr);
+    for (i64 c = 0; c < ncols; c += KP) micro_exp_m(mi, D, qp, kp + c * D, S + c, moff, rmax, rsum);
+    float tmax[MR];
+    for (i64 r = 0; r < mr; ++r) {
+      tmax[r] = I::hmax(rmax[r]);
+      if (!(tmax[r] - m[r] < kMaxRise)) return false;
+    }
+    for (i64 r = 0; r < mr; ++r) {
+      float sum = I::hsum(rsum[r]);
+      if (tmax[r] > m[r] + kMaxSlack) {
+        const float alpha = fastexp::exp2_scalar(m[r] - tmax[r]);
+        const V va = I::set1(alpha);
+        float* pr = S + r * BK;
+        for (i64 j = 0; j < ncols; j += W) I::store(pr + j, I::mul(I::load(pr + j), va));
+        float* ar = acc + r * Dvp;
+        for (i64 e = 0; e < Dvp; e += W) I::store(ar + e, I::mul(I::load(ar + e), va));
+        sum *= alpha;
+        l[r] *= alpha;
+        m[r] = tmax[r];
+      }
+      l[r] += sum;
+    }
+    return true;
+  }
+
   // Where a forward task reads K and V: packed once per head (Kp != null), or, for heads with a
   // handful of query rows (decode), in place, since packing would cost more than the products.
   struct KVSource {
@@ -380,17 +473,23 @@ struct Engine {
         const i64 pend = row_key_end(p, kv, i0 + r0 + mr - 1);
         if (k0 >= pend) continue;  // causal: tile fully masked for this panel
         const i64 kn = std::min(BK, pend - k0), ncols = round_up(kn, KP);
-        // S = scale * log2(e) * Q_panel K_tile^T
-        if (kvs.Kp)
-          gemm(mr, ncols, p.D, qp + r0 * p.D, MR, 1, kvs.Kp + k0 * p.D, KP, p.D * KP, S, BK, 1.f, false);
-        else
-          dot_scores(S, q + r0 * p.q_st, p.q_st, mr, kvs.K + k0 * p.k_st, p.k_st, kn, p.D, qmul);
+        bool fused = kvs.Kp && !p.bias;  // no masked column and a finite running max in every row
         for (i64 r = 0; r < mr; ++r) {
-          const i64 i = i0 + r0 + r;
-          lim[r] = row_key_end(p, kv, i) - k0;  // allowed columns of row r: [0, lim)
-          if (lim[r] < ncols || p.bias) mask_row(S + r * BK, lim[r], ncols, p, b, h, i, k0, kLog2e);
+          lim[r] = row_key_end(p, kv, i0 + r0 + r) - k0;  // allowed columns of row r: [0, lim)
+          fused = fused && lim[r] >= ncols && std::isfinite(m[r0 + r]);
         }
-        online_softmax(S, mr, ncols, m + r0, l + r0, acc + r0 * Dvp, Dvp);
+        if (!fused ||
+            !fused_scores_softmax(qp + r0 * p.D, kvs.Kp + k0 * p.D, p.D, S, mr, ncols, m + r0, l + r0,
+                                  acc + r0 * Dvp, Dvp)) {
+          // S = scale * log2(e) * Q_panel K_tile^T, masked, then the two-pass online softmax step
+          if (kvs.Kp)
+            gemm(mr, ncols, p.D, qp + r0 * p.D, MR, 1, kvs.Kp + k0 * p.D, KP, p.D * KP, S, BK, 1.f, false);
+          else
+            dot_scores(S, q + r0 * p.q_st, p.q_st, mr, kvs.K + k0 * p.k_st, p.k_st, kn, p.D, qmul);
+          for (i64 r = 0; r < mr; ++r)
+            if (lim[r] < ncols || p.bias) mask_row(S + r * BK, lim[r], ncols, p, b, h, i0 + r0 + r, k0, kLog2e);
+          online_softmax(S, mr, ncols, m + r0, l + r0, acc + r0 * Dvp, Dvp);
+        }
         if (x.drop.on) {  // dropout acts on P after the row sums (l_i is undropped)
           float mul[BK];
           for (i64 r = 0; r < mr; ++r) {
