@@ -13,7 +13,8 @@
 //   D_i  = rowsum(dO_i * O_i)  (backward)
 // exp(x) is computed as exp2(x * log2 e) with a polynomial (fast_exp.h).
 //
-// Work split: forward tasks are (b, h, query block of BQ rows); backward
+// Work split: forward tasks are (b, h, query block of BQ rows; for long
+// heads kGroupBlocks blocks that walk the keys in chunks together); backward
 // tasks are (b, h, key block of BKB keys), so each task owns its rows of O
 // (resp. dK, dV) and no two threads write the same output. dQ in backward is
 // accumulated per worker (one slot per (b,h) segment of its static chunk);
@@ -325,8 +326,9 @@ struct Engine {
   // One MR x KP tile of the fused step: C = A B as in micro<M, NV> (A the packed Q panel [K][MR],
   // B a key panel [K][KP]), then, still in registers, per row r: rmax[r] = max(rmax[r], C_r),
   // P_r = exp2(C_r + moff[r]) stored at p + r*BK, rsum[r] += P_r.
+  // Kept out of line: inlined into its caller, GCC 12 spilled the accumulators of the product loop.
   template <int M>
-  static void micro_exp(i64 K, const float* a, const float* b, float* p, const float* moff, V* rmax, V* rsum) {
+  __attribute__((noinline)) static void micro_exp(i64 K, const float* a, const float* b, float* p, const float* moff, V* rmax, V* rsum) {
     V acc[M][NV];
     zero_acc(acc);
     mac(acc, K, a, MR, 1, b, KP);
@@ -437,14 +439,25 @@ struct Engine {
     }
   }
 
-  // One task: query rows [i0, i0+BQ) of head (b,h), keys and values from kvs.
-  static void forward_block(const FwdCtx& x, ThreadWorkspace& ws, i64 b, i64 h, i64 i0, const KVSource& kvs) {
+  // Long key sequences are walked in chunks of kChunkTiles key tiles (KC keys: 256 KiB of K and V
+  // at D = 64 with 128-key tiles, which stays in L2), each chunk by every query block of a task
+  // of kGroupBlocks blocks before the next chunk, so a chunk comes from memory once per task
+  // instead of the head's whole K and V once per block. Used when a head's K and V exceed
+  // kChunkFromBytes: measured on one core (best runs, B=1, L = 2048 / 4096 / 8192, D = 64) the
+  // one-block walk ran 66 / 62 / 63 GFLOP/s, and switching off either product gave the same time
+  // at every length, i.e. the long heads lost to K and V no longer staying in cache.
+  static constexpr i64 kChunkTiles = 4, kGroupBlocks = 4, KC = kChunkTiles * BK;
+  static constexpr i64 kChunkFromBytes = 3 << 19;  // 1.5 MiB
+
+  // One task: query rows [i0, i0+mq) of head (b,h) (mq <= kGroupBlocks * BQ), keys and values
+  // from kvs.
+  static void forward_rows(const FwdCtx& x, ThreadWorkspace& ws, i64 b, i64 h, i64 i0, i64 mq, const KVSource& kvs) {
     const AttnParams& p = x.p;
-    const i64 mq = std::min(BQ, p.Lq - i0), kv = valid_keys(p, b), Dvp = x.Dvp;
+    const i64 kv = valid_keys(p, b), Dvp = x.Dvp;
     const float* q = x.Q + b * p.q_sb + h * p.q_sh + i0 * p.q_st;
     float* o = x.O + b * p.o_sb + h * p.o_sh + i0 * p.o_st;
     float* lse = x.LSE + (b * p.H + h) * p.Lq + i0;
-    const i64 kend = row_key_end(p, kv, i0 + mq - 1);  // keys seen by any row of the block
+    const i64 kend = row_key_end(p, kv, i0 + mq - 1);  // keys seen by any row of the task
     if (kend <= 0) {  // every row fully masked: O = 0, LSE = -inf
       for (i64 r = 0; r < mq; ++r) {
         std::memset(o + r * p.o_st, 0, static_cast<std::size_t>(p.Dv) * sizeof(float));
@@ -452,10 +465,11 @@ struct Engine {
       }
       return;
     }
-    float* m = ws.buf[kRowMax].get(BQ);      // m_i: running max of the scaled scores
-    float* l = ws.buf[kRowSum].get(BQ);      // l_i: running sum of exp(s_ij - m_i)
-    float* acc = ws.buf[kOAcc].get(BQ * Dvp);  // O_i: unnormalised sum_j exp(s_ij - m_i) v_j
-    float* S = ws.buf[kScores].get(MR * BK);   // S / P tile of one row panel
+    const auto rows = static_cast<std::size_t>(mq);
+    float* m = ws.buf[kRowMax].get(rows);          // m_i: running max of the scaled scores
+    float* l = ws.buf[kRowSum].get(rows);          // l_i: running sum of exp(s_ij - m_i)
+    float* acc = ws.buf[kOAcc].get(rows * static_cast<std::size_t>(Dvp));  // O_i: sum_j exp(s_ij - m_i) v_j
+    float* S = ws.buf[kScores].get(MR * BK);       // S / P tile of one row panel
     // Scores in base-2 units: s2 = (scale * log2 e) <q, k>, from a packed, pre-scaled Q block.
     const float qmul = p.scale * kLog2e;
     float* qp = nullptr;
@@ -467,45 +481,49 @@ struct Engine {
     std::memset(acc, 0, static_cast<std::size_t>(mq * Dvp) * sizeof(float));
     i64 lim[MR];
 
-    for (i64 k0 = 0; k0 < kend; k0 += BK) {
-      for (i64 r0 = 0; r0 < mq; r0 += MR) {
-        const i64 mr = std::min<i64>(MR, mq - r0);
-        const i64 pend = row_key_end(p, kv, i0 + r0 + mr - 1);
-        if (k0 >= pend) continue;  // causal: tile fully masked for this panel
-        const i64 kn = std::min(BK, pend - k0), ncols = round_up(kn, KP);
-        bool fused = kvs.Kp && !p.bias;  // no masked column and a finite running max in every row
-        for (i64 r = 0; r < mr; ++r) {
-          lim[r] = row_key_end(p, kv, i0 + r0 + r) - k0;  // allowed columns of row r: [0, lim)
-          fused = fused && lim[r] >= ncols && std::isfinite(m[r0 + r]);
-        }
-        if (!fused ||
-            !fused_scores_softmax(qp + r0 * p.D, kvs.Kp + k0 * p.D, p.D, S, mr, ncols, m + r0, l + r0,
-                                  acc + r0 * Dvp, Dvp)) {
-          // S = scale * log2(e) * Q_panel K_tile^T, masked, then the two-pass online softmax step
-          if (kvs.Kp)
-            gemm(mr, ncols, p.D, qp + r0 * p.D, MR, 1, kvs.Kp + k0 * p.D, KP, p.D * KP, S, BK, 1.f, false);
-          else
-            dot_scores(S, q + r0 * p.q_st, p.q_st, mr, kvs.K + k0 * p.k_st, p.k_st, kn, p.D, qmul);
-          for (i64 r = 0; r < mr; ++r)
-            if (lim[r] < ncols || p.bias) mask_row(S + r * BK, lim[r], ncols, p, b, h, i0 + r0 + r, k0, kLog2e);
-          online_softmax(S, mr, ncols, m + r0, l + r0, acc + r0 * Dvp, Dvp);
-        }
-        if (x.drop.on) {  // dropout acts on P after the row sums (l_i is undropped)
-          float mul[BK];
-          for (i64 r = 0; r < mr; ++r) {
-            const i64 n = std::min(lim[r], kn);
-            if (n <= 0) continue;
-            x.drop.row(mul, b, h, i0 + r0 + r, k0, n);
-            for (i64 j = 0; j < n; ++j) S[r * BK + j] *= mul[j];
+    for (i64 c0 = 0; c0 < kend; c0 += KC)
+      for (i64 s0 = 0; s0 < mq; s0 += BQ) {  // query block [s0, s1) over key chunk [c0, c0 + KC)
+        const i64 s1 = std::min(mq, s0 + BQ);
+        const i64 send = std::min(c0 + KC, row_key_end(p, kv, i0 + s1 - 1));
+        for (i64 k0 = c0; k0 < send; k0 += BK)
+          for (i64 r0 = s0; r0 < s1; r0 += MR) {
+            const i64 mr = std::min<i64>(MR, s1 - r0);
+            const i64 pend = row_key_end(p, kv, i0 + r0 + mr - 1);
+            if (k0 >= pend) continue;  // causal: tile fully masked for this panel
+            const i64 kn = std::min(BK, pend - k0), ncols = round_up(kn, KP);
+            bool fused = kvs.Kp && !p.bias;  // no masked column and a finite running max in every row
+            for (i64 r = 0; r < mr; ++r) {
+              lim[r] = row_key_end(p, kv, i0 + r0 + r) - k0;  // allowed columns of row r: [0, lim)
+              fused = fused && lim[r] >= ncols && std::isfinite(m[r0 + r]);
+            }
+            if (!fused ||
+                !fused_scores_softmax(qp + r0 * p.D, kvs.Kp + k0 * p.D, p.D, S, mr, ncols, m + r0, l + r0,
+                                      acc + r0 * Dvp, Dvp)) {
+              // S = scale * log2(e) * Q_panel K_tile^T, masked, then the two-pass online softmax step
+              if (kvs.Kp)
+                gemm(mr, ncols, p.D, qp + r0 * p.D, MR, 1, kvs.Kp + k0 * p.D, KP, p.D * KP, S, BK, 1.f, false);
+              else
+                dot_scores(S, q + r0 * p.q_st, p.q_st, mr, kvs.K + k0 * p.k_st, p.k_st, kn, p.D, qmul);
+              for (i64 r = 0; r < mr; ++r)
+                if (lim[r] < ncols || p.bias) mask_row(S + r * BK, lim[r], ncols, p, b, h, i0 + r0 + r, k0, kLog2e);
+              online_softmax(S, mr, ncols, m + r0, l + r0, acc + r0 * Dvp, Dvp);
+            }
+            if (x.drop.on) {  // dropout acts on P after the row sums (l_i is undropped)
+              float mul[BK];
+              for (i64 r = 0; r < mr; ++r) {
+                const i64 n = std::min(lim[r], kn);
+                if (n <= 0) continue;
+                x.drop.row(mul, b, h, i0 + r0 + r, k0, n);
+                for (i64 j = 0; j < n; ++j) S[r * BK + j] *= mul[j];
+              }
+            }
+            // O_i += P V_tile (only the kn valid keys are read)
+            if (kvs.Vp)
+              gemm(mr, Dvp, kn, S, 1, BK, kvs.Vp + k0 * KP, KP, kvs.vpanel, acc + r0 * Dvp, Dvp, 1.f, true);
+            else
+              gemm(mr, Dvp, kn, S, 1, BK, kvs.V + k0 * p.v_st, p.v_st, KP, acc + r0 * Dvp, Dvp, 1.f, true);
           }
-        }
-        // O_i += P V_tile (only the kn valid keys are read)
-        if (kvs.Vp)
-          gemm(mr, Dvp, kn, S, 1, BK, kvs.Vp + k0 * KP, KP, kvs.vpanel, acc + r0 * Dvp, Dvp, 1.f, true);
-        else
-          gemm(mr, Dvp, kn, S, 1, BK, kvs.V + k0 * p.v_st, p.v_st, KP, acc + r0 * Dvp, Dvp, 1.f, true);
       }
-    }
     // O = O_i / l_i;  LSE = L_i = m_i ln 2 + log l_i  (m_i in base-2 units)
     for (i64 r = 0; r < mq; ++r) {
       float* orow = o + r * p.o_st;
@@ -527,7 +545,10 @@ struct Engine {
     // Packing K and V costs O(Lk (D + Dv)) per head and worker; with few query rows that is more
     // than the products themselves, so such heads read K and V in place.
     const bool in_place = p.Lq <= kInPlaceMaxRows && x.Dvp == p.Dv;
-    const i64 nqb = (p.Lq + BQ - 1) / BQ, ntask = p.B * p.H * nqb;
+    // Tasks of kGroupBlocks query blocks for heads whose K and V outgrow the cache, else of one.
+    const bool grouped = !in_place && p.Lk * (p.D + p.Dv) * static_cast<i64>(sizeof(float)) > kChunkFromBytes;
+    const i64 G = grouped ? kGroupBlocks : 1;
+    const i64 nqb = (p.Lq + BQ - 1) / BQ, ngr = (nqb + G - 1) / G, ntask = p.B * p.H * ngr;
     // Each task writes its own rows of O and LSE from the same inputs whoever runs it, so the
     // tasks are balanced at run time (a worker slowed by another process gives its last tasks
     // away) and the result stays bitwise the same.
@@ -536,7 +557,7 @@ struct Engine {
       i64 packed = -1;
       KVSource kvs;
       for (i64 t; next(t);) {
-        const i64 bh = t / nqb, rank = t % nqb, b = bh / p.H, h = bh % p.H;
+        const i64 bh = t / ngr, rank = t % ngr, b = bh / p.H, h = bh % p.H;
         if (in_place) {
           kvs.K = K + b * p.k_sb + h * p.k_sh;
           kvs.V = V_ + b * p.v_sb + h * p.v_sh;
@@ -549,8 +570,8 @@ struct Engine {
           pack_cols(vp, V_ + b * p.v_sb + h * p.v_sh, p.v_st, kv, p.Dv);
           kvs.Kp = kp, kvs.Vp = vp, kvs.vpanel = kv * KP;
         }
-        const i64 qb = p.causal ? zigzag(rank, nqb) : rank;
-        forward_block(x, ws, b, h, qb * BQ, kvs);
+        const i64 i0 = (p.causal ? zigzag(rank, ngr) : rank) * G * BQ;
+        forward_rows(x, ws, b, h, i0, std::min(G * BQ, p.Lq - i0), kvs);
       }
     });
   }

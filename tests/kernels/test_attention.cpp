@@ -789,6 +789,21 @@ TEST(FlashAttention, RunningMaxRisesAcrossKeyTiles) {
   }
 }
 
+// Heads whose K and V outgrow the cache (Lk (D + Dv) 4 bytes > 1.5 MiB) are run by tasks of four
+// query blocks that walk the keys in chunks together: partial chunks, partial tiles, a partial
+// group of blocks, causal (where the blocks of a group see different key ranges) and key
+// lengths that end inside a chunk.
+TEST(FlashAttention, LongHeadsWalkKeyChunksPerGroupOfBlocks) {
+  for (bool causal : {false, true})
+    for (bool lengths : {false, true}) {
+      Spec s;
+      s.B = 2, s.H = 1, s.Lq = 230, s.Lk = 3001, s.D = 128, s.causal = causal, s.seed = 40 + causal + 2 * lengths;
+      if (lengths) s.key_lengths = {2999, 1700};
+      check_case(s, false, 0, {1, 2});
+      if (HasFailure()) return;
+    }
+}
+
 // Heads split between workers (B*H odd; 3 threads give a worker two partial heads; odd D takes
 // the dQ scratch slot) must be correct and bitwise stable, and the empty cases must not crash.
 TEST(FlashAttention, DeterministicSplitHeadsAndEmptyShapes) {
