@@ -328,7 +328,8 @@ struct Engine {
   // P_r = exp2(C_r + moff[r]) stored at p + r*BK, rsum[r] += P_r.
   // Kept out of line: inlined into its caller, GCC 12 spilled the accumulators of the product loop.
   template <int M>
-  __attribute__((noinline)) static void micro_exp(i64 K, const float* a, const float* b, float* p, const float* moff, V* rmax, V* rsum) {
+  __attribute__((noinline)) static void micro_exp(i64 K, const float* a, const float* b, float* p, const float* moff,
+                                                  V* rmax, V* rsum) {
     V acc[M][NV];
     zero_acc(acc);
     mac(acc, K, a, MR, 1, b, KP);
