@@ -276,6 +276,12 @@ struct Engine {
     Dropout drop;
   };
 
+  // x[0..n) *= a (n a multiple of W): a row of P or O_i when m_i moves.
+  static void scale_vec(float* x, i64 n, float a) {
+    const V va = I::set1(a);
+    for (i64 j = 0; j < n; j += W) I::store(x + j, I::mul(I::load(x + j), va));
+  }
+
   // Online softmax step for the mr rows of one score tile S (row stride BK, ncols columns),
   // FlashAttention-2 Alg. 1 lines 9-10, with S, m_i in base-2 units (scale * log2 e folded into Q,
   // so exp(s - m) = exp2(s2 - m2) costs no multiply):
@@ -306,9 +312,7 @@ struct Engine {
       if (m_new[r] != m_old && m_old != kNegInf) {
         const float alpha = fastexp::exp2_scalar(m_old - m_new[r]);
         l[r] *= alpha;
-        float* ar = acc + r * Dvp;
-        const V va = I::set1(alpha);
-        for (i64 e = 0; e < Dvp; e += W) I::store(ar + e, I::mul(I::load(ar + e), va));
+        scale_vec(acc + r * Dvp, Dvp, alpha);
       }
       l[r] += I::hsum(vsum);
       m[r] = m_new[r];
@@ -381,11 +385,8 @@ struct Engine {
       float sum = I::hsum(rsum[r]);
       if (tmax[r] > m[r] + kMaxSlack) {
         const float alpha = fastexp::exp2_scalar(m[r] - tmax[r]);
-        const V va = I::set1(alpha);
-        float* pr = S + r * BK;
-        for (i64 j = 0; j < ncols; j += W) I::store(pr + j, I::mul(I::load(pr + j), va));
-        float* ar = acc + r * Dvp;
-        for (i64 e = 0; e < Dvp; e += W) I::store(ar + e, I::mul(I::load(ar + e), va));
+        scale_vec(S + r * BK, ncols, alpha);
+        scale_vec(acc + r * Dvp, Dvp, alpha);
         sum *= alpha;
         l[r] *= alpha;
         m[r] = tmax[r];
