@@ -16,13 +16,18 @@ set(QKV_SOURCES
   optim/optimizer.cpp
   io/tensors.cpp
   io/checkpoint.cpp
+  io/files.cpp
+  infer/kv_cache.cpp
+  models/gpt2.cpp
+  models/gpt2_io.cpp
+  infer/sampling.cpp
+  infer/generate.cpp
   models/attention_maps.cpp
   models/classifier.cpp
   models/seq2seq.cpp
   viz/heatmap.cpp
   viz/font.cpp
   viz/explorer.cpp
-  viz/write_file.cpp
 )
 
 # The functional ops and the optimisers are elementwise loops and reductions that only

@@ -9,4 +9,5 @@ set(QKV_ATTENTION_SOURCES
   kernels/flash_attention_scalar.cpp
   kernels/flash_attention_avx2.cpp
   kernels/flash_attention_avx512.cpp
+  kernels/decode_attention.cpp
 )

@@ -8,4 +8,5 @@ set(QKV_GEMM_SOURCES
   kernels/gemm_scalar.cpp
   kernels/gemm_avx2.cpp
   kernels/gemm_avx512.cpp
+  kernels/gemm_skinny.cpp
 )

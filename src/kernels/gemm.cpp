@@ -10,7 +10,8 @@
 // Transposes are absorbed by the packing routines. Small and skinny products
 // skip packing: A is read in place when N is small (packing it would cost as
 // much as using it), B (not transposed) when M is small or a K block of B is
-// small enough to stay in L2.
+// small enough to stay in L2. A few rows of A against B stored as rows (the
+// Linear layers of generation) skip the blocking altogether (gemm_skinny.cpp).
 // Threads split C into a tm x tn grid of MR/NR-aligned tiles, one independent
 // sub-GEMM per thread with its own thread_local workspace; K is never split.
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "gemm_internal.h"
 #include "qkv/core/parallel.h"
@@ -383,6 +385,13 @@ void gemm_impl(const char* op, bool ta, bool tb, i64 M, i64 N, i64 K, T alpha, c
   if (K == 0 || alpha == T(0)) {
     scale_c(M, N, beta, C, ldc);
     return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    // A few rows against B stored as rows (a Linear layer during generation): stream B once.
+    if (!ta && tb && M <= detail::kSkinnyMaxM && active_isa() >= Isa::Avx2 && detail::sgemm_skinny_nt_available()) {
+      detail::sgemm_skinny_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threaded);
+      return;
+    }
   }
   const GemmKernelSet<T>& ks = kernels<T>();
   const i64 kcb = k_block(K, ks.kc);

@@ -24,6 +24,14 @@ inline void check_gemm_args(const char* op, bool trans_a, bool trans_b, std::int
   if (ldc < N) fail("ldc must be >= N");
 }
 
+// Skinny products with B stored as rows (gemm_skinny.cpp): C = alpha * A @ B^T + beta * C
+// for M <= kSkinnyMaxM, each element a dot product whose bits depend only on K and its two
+// rows. Available when the compiler can emit AVX2 (used only when active_isa() >= Avx2).
+inline constexpr std::int64_t kSkinnyMaxM = 8;
+bool sgemm_skinny_nt_available();
+void sgemm_skinny_nt(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A, std::int64_t lda,
+                     const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc, bool threaded);
+
 // Micro-kernel: one full mr x nr tile of C over kc steps of k,
 //   C[i*ldc + j] = alpha * sum_k a(i,k) * b(k,j) + beta * C[i*ldc + j]   (beta == 0: C not read)
 //   b(k,j) = b[k*rs_b + j], j < nr contiguous (a packed B sliver has rs_b = nr)

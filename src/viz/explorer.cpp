@@ -12,7 +12,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/viz/heatmap.h"
-#include "write_file.h"
+#include "qkv/io/files.h"
 
 namespace qkv::viz {
 
@@ -141,7 +141,7 @@ void write_explorer_html(const std::string& path, const std::vector<models::Atte
 
   const std::string page =
       fill(kPage, {{"@TITLE@", html_escape(title)}, {"@VIRIDIS@", hex}, {"@DATA@", script_safe_json(data)}});
-  detail::write_file_atomic(path, page, "write_explorer_html");
+  io::write_file_atomic(path, page, "write_explorer_html");
 }
 
 }  // namespace qkv::viz

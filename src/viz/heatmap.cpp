@@ -15,7 +15,7 @@
 
 #include "font.h"
 #include "qkv/core/error.h"
-#include "write_file.h"
+#include "qkv/io/files.h"
 
 namespace qkv::viz {
 
@@ -233,7 +233,7 @@ void write_heatmap_png(const std::string& path, const Tensor& weights, const std
   if (!png_image_write_to_memory(&img, bytes.data(), &size, 0, cv.rgb().data(), stride, nullptr))
     throw IOError("write_heatmap_png: cannot encode '" + path + "': " + img.message);
   bytes.resize(size);
-  detail::write_file_atomic(path, bytes, "write_heatmap_png");
+  io::write_file_atomic(path, bytes, "write_heatmap_png");
 }
 
 namespace {

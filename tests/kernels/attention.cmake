@@ -7,3 +7,6 @@ qkv_add_avx512_emulated_test(test_attention_avx512_emulated
   DEFINE QKV_FLASH_AVX512_EMULATED
   WHAT "the AVX-512 flash kernels"
   SOURCES kernels/test_attention.cpp)
+
+# Decode attention over a KV cache (split-K, per-sequence lengths) vs its naive twin.
+qkv_add_test(test_decode_attention SOURCES kernels/test_decode_attention.cpp LIBS qkv_attention_kernels)

@@ -274,6 +274,48 @@ TEST_P(GemmIsa, SkinnyModelShapes) {
   }
 }
 
+TEST_P(GemmIsa, SkinnyRowsOfBGenerationShapes) {
+  // A few rows against B stored as rows, as a Linear layer runs during generation
+  // (gemm_skinny.cpp on AVX2+): every M up to the skinny limit and one past it, K around
+  // the 8-lane width, N around the 4- and 8-row groups and the 64-column thread blocks,
+  // GPT-2's widths, alpha/beta, NaN in C (beta 0) and in the padding.
+  const i64 Ks[] = {1, 7, 8, 9, 63, 64, 65, 768, 1001};
+  const i64 Ns[] = {1, 3, 4, 5, 8, 9, 63, 64, 65, 129, 300};
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    std::uint32_t seed = 40;
+    for (i64 M = 1; M <= 9; ++M)
+      for (i64 N : Ns)
+        for (i64 K : Ks) {
+          const i64 pad = (seed % 3 == 0) ? 3 : 0;
+          expect_matches_ref<float>(false, true, M, N, K, seed % 2 ? 1.0f : -0.5f, seed % 4 < 2 ? 0.0f : 1.0f, pad, seed);
+          ++seed;
+        }
+    expect_matches_ref<float>(false, true, 1, 2304, 768, 1.0f, 1.0f, 0, 7);
+    expect_matches_ref<float>(false, true, 8, 768, 3072, 1.0f, 0.0f, 0, 8);
+  }
+}
+
+TEST_P(GemmIsa, SkinnyRowResultDoesNotDependOnOtherRowsOrThreads) {
+  // Batched generation must give each sequence the bits it gets alone: row m of a skinny
+  // product equals the one-row product of that row, for every M and thread count.
+  const i64 N = 197, K = 333;
+  const Problem<float> p = make_problem<float>(false, true, 8, N, K, 1.0f, 0.0f, 0, 77);
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (i64 M = 1; M <= 8; ++M) {
+      std::vector<float> c(static_cast<std::size_t>(M * N));
+      sgemm(false, true, M, N, K, 1.0f, p.A.data(), p.lda, p.B.data(), p.ldb, 0.0f, c.data(), N);
+      for (i64 m = 0; m < M; ++m) {
+        std::vector<float> one(static_cast<std::size_t>(N));
+        sgemm(false, true, 1, N, K, 1.0f, p.A.data() + m * p.lda, p.lda, p.B.data(), p.ldb, 0.0f, one.data(), N);
+        EXPECT_EQ(0, std::memcmp(one.data(), c.data() + m * N, N * sizeof(float)))
+            << "row " << m << " of M=" << M << ", " << threads << " threads";
+      }
+    }
+  }
+}
+
 TEST_P(GemmIsa, DoublePrecision) {
   set_num_threads(2);
   const i64 sizes[] = {1, 3, 8, 17, 65, 130};

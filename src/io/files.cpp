@@ -1,6 +1,8 @@
 // Atomic whole-file writes: temp file next to the target -> write -> fsync ->
 // rename over the target -> fsync(directory). A reader never sees half a file.
-#include "write_file.h"
+#include "qkv/io/files.h"
+
+#include <sys/stat.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,7 +13,7 @@
 
 #include "qkv/core/error.h"
 
-namespace qkv::viz::detail {
+namespace qkv::io {
 
 namespace {
 
@@ -67,4 +69,31 @@ void write_file_atomic(const std::string& path, std::string_view bytes, const ch
   }
 }
 
-}  // namespace qkv::viz::detail
+std::string read_file(const std::string& path, const char* who) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw IOError(std::string(who) + ": cannot open '" + path + "': " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw IOError(std::string(who) + ": '" + path + "' is not a regular file");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IOError(std::string(who) + ": cannot open '" + path + "': " + std::strerror(errno));
+  std::string out;
+  out.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t got = 0;
+  while (true) {
+    if (got == out.size()) out.resize(out.size() + 4096);  // the file may have grown
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      throw IOError(std::string(who) + ": cannot read '" + path + "': " + std::strerror(err));
+    }
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  out.resize(got);
+  return out;
+}
+
+}  // namespace qkv::io

@@ -1,0 +1,54 @@
+// Autoregressive generation through a KV cache: the prompts are prefilled in one
+// forward pass, then every step feeds each unfinished sequence's last token. A
+// batch of prompts of different lengths shares one cache (each sequence in its own
+// slot, at its own positions), so each prompt's tokens are those it gets alone.
+//
+//   auto results = infer::generate(model, {{464, 3290}, {40}}, {.max_new_tokens = 32, .eos_id = 50256});
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qkv/infer/causal_lm.h"
+#include "qkv/infer/sampling.h"
+
+namespace qkv::infer {
+
+// Called once per new token (in generation order) with the sequence index and the
+// token; return false to stop that sequence after this token (a stop string, say).
+using TokenCallback = std::function<bool(std::int64_t seq, std::int64_t token)>;
+
+struct GenerationOptions {
+  std::int64_t max_new_tokens = 32;   // >= 1
+  SamplingOptions sampling;           // greedy by default
+  std::optional<std::int64_t> eos_id; // stop after generating it (it is kept in the output)
+  bool use_cache = true;              // false: recompute the whole sequence every step (same tokens)
+};
+
+enum class StopReason { Length, Eos, Callback };
+const char* stop_reason_name(StopReason r);  // "length" | "eos" | "stop"
+
+struct GenerationResult {
+  std::vector<std::int64_t> new_ids;  // generated tokens only
+  StopReason reason = StopReason::Length;
+};
+
+struct GenerationStats {
+  double prefill_seconds = 0;  // the prompts' forward pass (first token's logits)
+  double decode_seconds = 0;   // every later step
+  std::int64_t new_tokens = 0; // over all sequences
+};
+
+// Checks everything before any forward pass (ValueError / IndexError naming the prompt and
+// value): at least one prompt, each non-empty, ids in [0, vocab), max_new_tokens >= 1,
+// prompt length + max_new_tokens <= model.max_positions(), the sampling options.
+void check_generation(const CausalLM& model, const std::vector<std::vector<std::int64_t>>& prompts,
+                      const GenerationOptions& o);
+
+std::vector<GenerationResult> generate(const CausalLM& model, const std::vector<std::vector<std::int64_t>>& prompts,
+                                       const GenerationOptions& o, const TokenCallback& on_token = {},
+                                       GenerationStats* stats = nullptr);
+
+}  // namespace qkv::infer

@@ -1,0 +1,74 @@
+// KV cache for autoregressive decoding: the keys and values of every layer,
+// preallocated once as [B, H, T_max, D] (from the engine's block cache), with a
+// length per sequence. Sequence b keeps its keys at positions [0, length(b)) of
+// its slot: a batch of prompts of different lengths needs no padding in the
+// cache, and new entries are written in place after the old ones (which are
+// never moved or copied).
+//
+//   KVCache cache({.num_layers = 12, .batch = 4, .num_heads = 12, .max_len = 1024, .head_dim = 64});
+//   cache.check_room(n_new);                  // ValueError before any write if a sequence would pass max_len
+//   for each layer l: cache.write(l, k, v, n_new); o = cache.attend(l, q, n_new, scale);
+//   cache.advance(n_new);                     // lengths += n_new
+//
+// Letters (docs/shapes.md): B batch (sequence slots), H heads, T_max capacity,
+// Tn new tokens per step (the longest of the batch), D head dim.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "qkv/core/tensor.h"
+
+namespace qkv::infer {
+
+struct KVCacheOptions {
+  std::int64_t num_layers = 0;
+  std::int64_t batch = 1;
+  std::int64_t num_heads = 1;
+  std::int64_t max_len = 0;   // T_max: positions per sequence
+  std::int64_t head_dim = 0;
+};
+
+class KVCache {
+ public:
+  // Allocates 2 * num_layers tensors [B, H, T_max, D] (float32). Sizes must be >= 1; the
+  // total is checked for overflow and named in the error (AllocError) before anything is allocated.
+  explicit KVCache(const KVCacheOptions& o);
+
+  const KVCacheOptions& options() const { return opt_; }
+  std::int64_t length(std::int64_t b) const;
+  const std::vector<std::int64_t>& lengths() const { return len_; }
+  std::int64_t bytes() const;  // of keys and values of every layer
+
+  // ValueError naming the sequence, its length, n_new and max_len if any
+  // length(b) + n_new[b] > max_len (or n_new has the wrong size or a negative entry).
+  void check_room(const std::vector<std::int64_t>& n_new) const;
+  // Copies the new keys and values of `layer` into place: k_new, v_new [B, H, Tn, D] (any
+  // strides); rows t < n_new[b] go to positions length(b) + t, rows t >= n_new[b] are ignored.
+  // Bitwise copies. Checks room first (nothing is written on error).
+  void write(std::int64_t layer, const Tensor& k_new, const Tensor& v_new, const std::vector<std::int64_t>& n_new);
+  // Attention of the new queries q [B, H, Tn, D] (after write() of this layer, before advance()):
+  // query t < n_new[b] of sequence b sees its keys [0, length(b) + t] (bottom-right causal).
+  // Returns [B, Tn, H, D] (rows t >= n_new[b] are zero). Few new queries run the decode kernel
+  // (split-K over threads for long contexts); longer ones the tiled FlashAttention kernel.
+  Tensor attend(std::int64_t layer, const Tensor& q, const std::vector<std::int64_t>& n_new, double scale) const;
+  // Once every layer was written: length(b) += n_new[b].
+  void advance(const std::vector<std::int64_t>& n_new);
+
+  void reset(std::int64_t b);  // empties slot b for reuse
+  void reset();                // every slot
+
+  // The whole buffers [B, H, T_max, D] (entries at or past length(b) are unspecified).
+  const Tensor& keys(std::int64_t layer) const;
+  const Tensor& values(std::int64_t layer) const;
+
+ private:
+  void check_slot(std::int64_t b, const char* what) const;
+  KVCacheOptions opt_;
+  std::vector<Tensor> k_, v_;
+  std::vector<std::int64_t> len_;
+};
+
+// New queries per step up to which KVCache::attend uses the decode kernel.
+inline constexpr std::int64_t kDecodeKernelMaxQueries = 4;
+
+}  // namespace qkv::infer

@@ -1,0 +1,194 @@
+// KV cache (see kv_cache.h): preallocated [B, H, T_max, D] keys and values per
+// layer, written in place; attention of new queries over a sequence's cached keys.
+#include "qkv/infer/kv_cache.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "qkv/core/error.h"
+#include "qkv/core/parallel.h"
+#include "qkv/kernels/attention.h"
+#include "qkv/kernels/decode_attention.h"
+
+namespace qkv::infer {
+namespace {
+
+using i64 = std::int64_t;
+
+void check_positive(i64 v, const char* name) {
+  if (v < 1) throw ValueError(std::string("KVCache: ") + name + " must be >= 1, got " + std::to_string(v));
+}
+
+}  // namespace
+
+KVCache::KVCache(const KVCacheOptions& o) : opt_(o) {
+  check_positive(o.num_layers, "num_layers");
+  check_positive(o.batch, "batch");
+  check_positive(o.num_heads, "num_heads");
+  check_positive(o.max_len, "max_len");
+  check_positive(o.head_dim, "head_dim");
+  const Shape s{o.batch, o.num_heads, o.max_len, o.head_dim};
+  i64 per = 0;
+  try {
+    per = checked_numel(s, "KVCache");
+    if (per > (INT64_MAX / 8) / o.num_layers) throw ShapeError("overflow");
+  } catch (const ShapeError&) {
+    throw AllocError("KVCache: " + std::to_string(o.num_layers) + " layers x 2 x " + shape_str(s) +
+                     " floats overflow 64-bit sizes");
+  }
+  k_.reserve(static_cast<std::size_t>(o.num_layers));
+  v_.reserve(static_cast<std::size_t>(o.num_layers));
+  for (i64 l = 0; l < o.num_layers; ++l) {
+    k_.push_back(Tensor::empty(s));
+    v_.push_back(Tensor::empty(s));
+  }
+  len_.assign(static_cast<std::size_t>(o.batch), 0);
+}
+
+i64 KVCache::length(i64 b) const {
+  check_slot(b, "length");
+  return len_[static_cast<std::size_t>(b)];
+}
+
+i64 KVCache::bytes() const {
+  return 2 * opt_.num_layers * opt_.batch * opt_.num_heads * opt_.max_len * opt_.head_dim * static_cast<i64>(sizeof(float));
+}
+
+void KVCache::check_slot(i64 b, const char* what) const {
+  if (b < 0 || b >= opt_.batch)
+    throw IndexError(std::string("KVCache::") + what + ": sequence " + std::to_string(b) + " out of range [0, " +
+                     std::to_string(opt_.batch) + ")");
+}
+
+void KVCache::check_room(const std::vector<i64>& n_new) const {
+  if (static_cast<i64>(n_new.size()) != opt_.batch)
+    throw ValueError("KVCache: n_new has " + std::to_string(n_new.size()) + " entries for a batch of " +
+                     std::to_string(opt_.batch));
+  for (std::size_t b = 0; b < n_new.size(); ++b) {
+    if (n_new[b] < 0)
+      throw ValueError("KVCache: n_new[" + std::to_string(b) + "] = " + std::to_string(n_new[b]) + " is negative");
+    if (len_[b] + n_new[b] > opt_.max_len)
+      throw ValueError("KVCache: sequence " + std::to_string(b) + " holds " + std::to_string(len_[b]) +
+                       " positions; " + std::to_string(n_new[b]) + " more would pass the cache's max_len " +
+                       std::to_string(opt_.max_len));
+  }
+}
+
+void KVCache::write(i64 layer, const Tensor& k_new, const Tensor& v_new, const std::vector<i64>& n_new) {
+  if (layer < 0 || layer >= opt_.num_layers)
+    throw IndexError("KVCache::write: layer " + std::to_string(layer) + " out of range [0, " +
+                     std::to_string(opt_.num_layers) + ")");
+  check_room(n_new);
+  for (const Tensor* t : {&k_new, &v_new}) {
+    if (t->dtype() != DType::F32 || t->dim() != 4 || t->shape()[0] != opt_.batch || t->shape()[1] != opt_.num_heads ||
+        t->shape()[3] != opt_.head_dim || t->stride(3) != 1)
+      throw ShapeError("KVCache::write: new keys/values must be float32 [" + std::to_string(opt_.batch) + ", " +
+                       std::to_string(opt_.num_heads) + ", Tn, " + std::to_string(opt_.head_dim) +
+                       "] with a contiguous last dim, got " + t->shape_str() + " " + dtype_name(t->dtype()));
+    for (std::size_t b = 0; b < n_new.size(); ++b)
+      if (n_new[b] > t->shape()[2])
+        throw ShapeError("KVCache::write: n_new[" + std::to_string(b) + "] = " + std::to_string(n_new[b]) +
+                         " exceeds the " + std::to_string(t->shape()[2]) + " rows given");
+  }
+  const i64 H = opt_.num_heads, D = opt_.head_dim, T = opt_.max_len;
+  const std::size_t row = static_cast<std::size_t>(D) * sizeof(float);
+  for (int which = 0; which < 2; ++which) {
+    const Tensor& src = which == 0 ? k_new : v_new;
+    float* dst = (which == 0 ? k_ : v_)[static_cast<std::size_t>(layer)].data<float>();
+    const float* s = src.data<float>();
+    const i64 sb = src.stride(0), sh = src.stride(1), st = src.stride(2);
+    for (i64 b = 0; b < opt_.batch; ++b)
+      for (i64 h = 0; h < H; ++h)
+        for (i64 t = 0; t < n_new[static_cast<std::size_t>(b)]; ++t)
+          std::memcpy(dst + ((b * H + h) * T + len_[static_cast<std::size_t>(b)] + t) * D, s + b * sb + h * sh + t * st,
+                      row);
+  }
+}
+
+Tensor KVCache::attend(i64 layer, const Tensor& q, const std::vector<i64>& n_new, double scale) const {
+  if (layer < 0 || layer >= opt_.num_layers)
+    throw IndexError("KVCache::attend: layer " + std::to_string(layer) + " out of range");
+  check_room(n_new);
+  const i64 B = opt_.batch, H = opt_.num_heads, D = opt_.head_dim, T = opt_.max_len;
+  if (q.dtype() != DType::F32 || q.dim() != 4 || q.shape()[0] != B || q.shape()[1] != H || q.shape()[3] != D ||
+      q.stride(3) != 1)
+    throw ShapeError("KVCache::attend: q must be float32 [" + std::to_string(B) + ", " + std::to_string(H) +
+                     ", Tn, " + std::to_string(D) + "] with a contiguous last dim, got " + q.shape_str());
+  const i64 Tn = q.shape()[2];
+  std::vector<i64> k_len(static_cast<std::size_t>(B));
+  i64 most = 0;
+  for (i64 b = 0; b < B; ++b) {
+    const i64 n = n_new[static_cast<std::size_t>(b)];
+    if (n > Tn)
+      throw ShapeError("KVCache::attend: n_new[" + std::to_string(b) + "] = " + std::to_string(n) + " exceeds the " +
+                       std::to_string(Tn) + " queries given");
+    k_len[static_cast<std::size_t>(b)] = len_[static_cast<std::size_t>(b)] + n;
+    most = std::max(most, n);
+  }
+  // Output [B, Tn, H, D]: merging the heads back to [B, Tn, H*D] is then a view.
+  Tensor out = Tensor::zeros({B, Tn, H, D});
+  if (Tn == 0 || most == 0) return out;
+  const Tensor& K = k_[static_cast<std::size_t>(layer)];
+  const Tensor& V = v_[static_cast<std::size_t>(layer)];
+  float* O = out.data<float>();
+  const i64 o_sb = Tn * H * D, o_sh = D, o_st = H * D;
+  if (most <= kDecodeKernelMaxQueries) {
+    kernels::DecodeParams p;
+    p.B = B, p.H = H, p.Lq = Tn, p.D = D;
+    p.q_sb = q.stride(0), p.q_sh = q.stride(1), p.q_st = q.stride(2);
+    p.o_sb = o_sb, p.o_sh = o_sh, p.o_st = o_st;
+    p.k_sb = H * T * D, p.k_sh = T * D, p.k_st = D;
+    p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
+    p.q_len = n_new.data();
+    p.k_len = k_len.data();
+    p.scale = static_cast<float>(scale);
+    kernels::decode_attention_forward(O, q.data<float>(), K.data<float>(), V.data<float>(), p);
+    return out;
+  }
+  // Prefill: one tiled FlashAttention call per sequence over its own key range (causal,
+  // bottom-right aligned: its n new queries are the last n of its k_len keys).
+  thread_local std::vector<float> lse;
+  for (i64 b = 0; b < B; ++b) {
+    const i64 n = n_new[static_cast<std::size_t>(b)];
+    if (n == 0) continue;
+    kernels::AttnParams p;
+    p.B = 1, p.H = H, p.Lq = n, p.Lk = k_len[static_cast<std::size_t>(b)], p.D = D, p.Dv = D;
+    p.q_sb = q.stride(0), p.q_sh = q.stride(1), p.q_st = q.stride(2);
+    p.k_sb = H * T * D, p.k_sh = T * D, p.k_st = D;
+    p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
+    p.o_sb = o_sb, p.o_sh = o_sh, p.o_st = o_st;
+    p.scale = static_cast<float>(scale);
+    p.causal = true;
+    lse.resize(static_cast<std::size_t>(H * n));
+    const std::size_t kv_off = static_cast<std::size_t>(b * H * T * D);
+    kernels::flash_attention_forward(O + b * o_sb, lse.data(), q.data<float>() + b * q.stride(0),
+                                     K.data<float>() + kv_off, V.data<float>() + kv_off, p);
+  }
+  return out;
+}
+
+void KVCache::advance(const std::vector<i64>& n_new) {
+  check_room(n_new);
+  for (std::size_t b = 0; b < n_new.size(); ++b) len_[b] += n_new[b];
+}
+
+void KVCache::reset(i64 b) {
+  check_slot(b, "reset");
+  len_[static_cast<std::size_t>(b)] = 0;
+}
+
+void KVCache::reset() { std::fill(len_.begin(), len_.end(), 0); }
+
+const Tensor& KVCache::keys(i64 layer) const {
+  if (layer < 0 || layer >= opt_.num_layers) throw IndexError("KVCache::keys: layer " + std::to_string(layer) + " out of range");
+  return k_[static_cast<std::size_t>(layer)];
+}
+
+const Tensor& KVCache::values(i64 layer) const {
+  if (layer < 0 || layer >= opt_.num_layers)
+    throw IndexError("KVCache::values: layer " + std::to_string(layer) + " out of range");
+  return v_[static_cast<std::size_t>(layer)];
+}
+
+}  // namespace qkv::infer

@@ -1,0 +1,88 @@
+// Greedy and sampled next tokens (see sampling.h). The filters follow
+// transformers' TemperatureLogitsWarper, TopKLogitsWarper and TopPLogitsWarper.
+#include "qkv/infer/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "qkv/core/error.h"
+
+namespace qkv::infer {
+
+void check_sampling(const SamplingOptions& o) {
+  if (!(o.temperature >= 0.0) || std::isinf(o.temperature))
+    throw ValueError("sampling: temperature must be a finite number >= 0 (0 = greedy), got " +
+                     std::to_string(o.temperature));
+  if (o.top_k < 0) throw ValueError("sampling: top_k must be >= 0 (0 = off), got " + std::to_string(o.top_k));
+  if (!(o.top_p > 0.0 && o.top_p <= 1.0))
+    throw ValueError("sampling: top_p must be in (0, 1], got " + std::to_string(o.top_p));
+}
+
+std::int64_t argmax(const float* logits, std::int64_t V) {
+  std::int64_t best = 0;
+  float bv = -std::numeric_limits<float>::infinity();
+  bool any = false;
+  for (std::int64_t i = 0; i < V; ++i)
+    if (logits[i] > bv || (!any && logits[i] == bv)) {
+      bv = logits[i];
+      best = i;
+      any = true;
+    }
+  return best;
+}
+
+Sampler::Sampler(const SamplingOptions& o) : opt_(o), gen_(o.seed) { check_sampling(o); }
+
+std::int64_t Sampler::next(const float* logits, std::int64_t V) {
+  if (opt_.temperature == 0.0 || V <= 1) return argmax(logits, V);
+  // Candidates sorted by logit, largest first (ties by id); NaN and -inf dropped.
+  scratch_.clear();
+  for (std::int64_t i = 0; i < V; ++i)
+    if (logits[i] > -std::numeric_limits<float>::infinity()) scratch_.emplace_back(logits[i], i);
+  if (scratch_.empty()) return 0;
+  std::size_t keep = scratch_.size();
+  if (opt_.top_k > 0) keep = std::min<std::size_t>(keep, static_cast<std::size_t>(opt_.top_k));
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  if (keep < scratch_.size()) {
+    // top-k keeps every token tied with the k-th (transformers filters logits < the k-th value).
+    std::nth_element(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(keep - 1), scratch_.end(), by_logit);
+    const float kth = scratch_[keep - 1].first;
+    auto end = std::partition(scratch_.begin(), scratch_.end(), [kth](const auto& a) { return a.first >= kth; });
+    scratch_.erase(end, scratch_.end());
+  }
+  std::sort(scratch_.begin(), scratch_.end(), by_logit);
+  // Softmax of logit / temperature in double.
+  const double t = opt_.temperature, top = scratch_[0].first / t;
+  std::vector<double> p(scratch_.size());
+  double sum = 0;
+  for (std::size_t i = 0; i < scratch_.size(); ++i) sum += (p[i] = std::exp(scratch_[i].first / t - top));
+  for (double& x : p) x /= sum;
+  std::size_t n = p.size();
+  if (opt_.top_p < 1.0) {
+    // Keep the most likely tokens until their cumulative probability exceeds 1 - (1 - top_p) from below:
+    // transformers removes tokens whose ascending cumulative mass is <= 1 - top_p (always keeps one).
+    double below = 0;  // probability of the tokens after position i (less likely ones)
+    std::vector<double> tail(p.size() + 1, 0.0);
+    for (std::size_t i = p.size(); i-- > 0;) tail[i] = tail[i + 1] + p[i];
+    n = 1;
+    for (std::size_t i = 1; i < p.size(); ++i) {
+      below = tail[i];  // mass of tokens i.. (the ascending cumulative sum up to and including i)
+      if (below <= 1.0 - opt_.top_p) break;
+      n = i + 1;
+    }
+    double kept = 0;
+    for (std::size_t i = 0; i < n; ++i) kept += p[i];
+    for (std::size_t i = 0; i < n; ++i) p[i] /= kept;
+  }
+  const double u = gen_.uniform();
+  double acc = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    acc += p[i];
+    if (u < acc) return scratch_[i].second;
+  }
+  return scratch_[n - 1].second;
+}
+
+}  // namespace qkv::infer

@@ -1,0 +1,278 @@
+// GPT-2 files: Hugging Face config.json and model.safetensors (Conv1D [in, out]
+// weights, fused c_attn) read into and written from qkv's modules ([out, in] Linear
+// weights, separate w_q / w_k / w_v). See the name table in gpt2.h.
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/autograd/autograd.h"
+#include "qkv/core/error.h"
+#include "qkv/io/files.h"
+#include "qkv/io/tensors.h"
+#include "qkv/models/gpt2.h"
+#include "qkv/ops/ops.h"
+
+namespace qkv::models {
+namespace {
+
+using i64 = std::int64_t;
+using json = nlohmann::json;
+
+[[noreturn]] void bad(const std::string& source, const std::string& what) {
+  throw FormatError(source + ": " + what);
+}
+
+i64 get_int(const json& j, const char* key, const std::string& src, std::optional<i64> dflt = std::nullopt) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (dflt) return *dflt;
+    bad(src, std::string("field '") + key + "' is missing");
+  }
+  if (!it->is_number_integer()) bad(src, std::string("field '") + key + "' must be an integer, got " + it->dump());
+  const i64 v = it->get<i64>();
+  if (v < 1) bad(src, std::string("field '") + key + "' must be >= 1, got " + std::to_string(v));
+  return v;
+}
+
+double get_double(const json& j, const char* key, const std::string& src, double dflt) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return dflt;
+  if (!it->is_number()) bad(src, std::string("field '") + key + "' must be a number, got " + it->dump());
+  return it->get<double>();
+}
+
+bool get_bool(const json& j, const char* key, const std::string& src, bool dflt) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return dflt;
+  if (!it->is_boolean()) bad(src, std::string("field '") + key + "' must be true or false, got " + it->dump());
+  return it->get<bool>();
+}
+
+std::optional<i64> get_token_id(const json& j, const char* key, const std::string& src) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer() || it->get<i64>() < 0)
+    bad(src, std::string("field '") + key + "' must be a non-negative integer, got " + it->dump());
+  return it->get<i64>();
+}
+
+// One tensor of the Hugging Face file: its expected shape and where its values go.
+struct Slot {
+  Shape shape;
+  std::function<void(const Tensor&)> load;  // receives the file tensor (float32)
+};
+
+// Hugging Face name (without "transformer.") -> slot, for every tensor the model needs.
+std::map<std::string, Slot> hf_slots(GPT2LMHeadModel& m) {
+  const GPT2Config& c = m.config();
+  const i64 C = c.n_embd, F = c.d_ff();
+  std::map<std::string, Slot> s;
+  auto direct = [](const Tensor& p) { return [p](const Tensor& t) { p.copy_(t); }; };
+  // Conv1D [in, out] into a Linear weight [out, in].
+  auto conv = [](const Tensor& p) { return [p](const Tensor& t) { p.copy_(t.transpose(0, 1)); }; };
+  s["wte.weight"] = {{c.vocab_size, C}, direct(m.wte->weight)};
+  s["wpe.weight"] = {{c.n_positions, C}, direct(m.wpe->weight)};
+  for (i64 i = 0; i < c.n_layer; ++i) {
+    const nn::TransformerEncoderBlock& b = *m.h[static_cast<std::size_t>(i)];
+    const nn::MultiHeadAttention& a = *b.self_attn;
+    const std::string p = "h." + std::to_string(i) + ".";
+    s[p + "ln_1.weight"] = {{C}, direct(b.norm1->weight)};
+    s[p + "ln_1.bias"] = {{C}, direct(b.norm1->bias)};
+    s[p + "attn.c_attn.weight"] = {{C, 3 * C}, [&a, C](const Tensor& t) {
+                                     a.w_q->weight.copy_(t.narrow(1, 0, C).transpose(0, 1));
+                                     a.w_k->weight.copy_(t.narrow(1, C, C).transpose(0, 1));
+                                     a.w_v->weight.copy_(t.narrow(1, 2 * C, C).transpose(0, 1));
+                                   }};
+    s[p + "attn.c_attn.bias"] = {{3 * C}, [&a, C](const Tensor& t) {
+                                   a.w_q->bias.copy_(t.narrow(0, 0, C));
+                                   a.w_k->bias.copy_(t.narrow(0, C, C));
+                                   a.w_v->bias.copy_(t.narrow(0, 2 * C, C));
+                                 }};
+    s[p + "attn.c_proj.weight"] = {{C, C}, conv(a.w_o->weight)};
+    s[p + "attn.c_proj.bias"] = {{C}, direct(a.w_o->bias)};
+    s[p + "ln_2.weight"] = {{C}, direct(b.norm2->weight)};
+    s[p + "ln_2.bias"] = {{C}, direct(b.norm2->bias)};
+    s[p + "mlp.c_fc.weight"] = {{C, F}, conv(b.ffn->linear1->weight)};
+    s[p + "mlp.c_fc.bias"] = {{F}, direct(b.ffn->linear1->bias)};
+    s[p + "mlp.c_proj.weight"] = {{F, C}, conv(b.ffn->linear2->weight)};
+    s[p + "mlp.c_proj.bias"] = {{C}, direct(b.ffn->linear2->bias)};
+  }
+  s["ln_f.weight"] = {{C}, direct(m.ln_f->weight)};
+  s["ln_f.bias"] = {{C}, direct(m.ln_f->bias)};
+  if (m.lm_head) s["lm_head.weight"] = {{c.vocab_size, C}, direct(m.lm_head->weight)};
+  return s;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string list(const std::vector<std::string>& v) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size() && i < 12; ++i) out += (i ? ", " : "") + v[i];
+  if (v.size() > 12) out += ", ... (" + std::to_string(v.size() - 12) + " more)";
+  return out;
+}
+
+}  // namespace
+
+GPT2Config gpt2_config_from_json(const std::string& text, const std::string& src) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    bad(src, std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad(src, "config must be a JSON object");
+  if (auto it = j.find("model_type"); it != j.end() && !(it->is_string() && it->get<std::string>() == "gpt2"))
+    bad(src, "model_type " + it->dump() + " is not supported (only \"gpt2\")");
+  GPT2Config c;
+  c.vocab_size = get_int(j, "vocab_size", src);
+  c.n_positions = j.contains("n_positions") ? get_int(j, "n_positions", src) : get_int(j, "n_ctx", src);
+  c.n_embd = get_int(j, "n_embd", src);
+  c.n_layer = get_int(j, "n_layer", src);
+  c.n_head = get_int(j, "n_head", src);
+  c.n_inner = j.contains("n_inner") && !j["n_inner"].is_null() ? get_int(j, "n_inner", src) : 0;
+  if (c.n_embd % c.n_head)
+    bad(src, "n_embd " + std::to_string(c.n_embd) + " is not divisible by n_head " + std::to_string(c.n_head));
+  c.layer_norm_epsilon = get_double(j, "layer_norm_epsilon", src, 1e-5);
+  if (!(c.layer_norm_epsilon > 0)) bad(src, "field 'layer_norm_epsilon' must be > 0");
+  if (auto it = j.find("activation_function"); it != j.end()) {
+    if (!it->is_string()) bad(src, "field 'activation_function' must be a string, got " + it->dump());
+    c.activation_function = it->get<std::string>();
+    if (c.activation_function != "gelu_new" && c.activation_function != "gelu_pytorch_tanh" &&
+        c.activation_function != "gelu_fast" && c.activation_function != "gelu")
+      bad(src, "activation_function \"" + c.activation_function +
+                   "\" is not supported (gelu_new, gelu_pytorch_tanh, gelu_fast, gelu)");
+  }
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", src, true);
+  if (!get_bool(j, "scale_attn_weights", src, true)) bad(src, "scale_attn_weights false is not supported");
+  if (get_bool(j, "scale_attn_by_inverse_layer_idx", src, false))
+    bad(src, "scale_attn_by_inverse_layer_idx true is not supported");
+  if (get_bool(j, "add_cross_attention", src, false)) bad(src, "add_cross_attention true is not supported");
+  c.dropout = get_double(j, "resid_pdrop", src, 0.0);
+  c.bos_token_id = get_token_id(j, "bos_token_id", src);
+  c.eos_token_id = get_token_id(j, "eos_token_id", src);
+  return c;
+}
+
+std::string gpt2_config_to_json(const GPT2Config& c) {
+  nlohmann::ordered_json j;
+  j["activation_function"] = c.activation_function;
+  j["architectures"] = {"GPT2LMHeadModel"};
+  j["attn_pdrop"] = c.dropout;
+  j["bos_token_id"] = c.bos_token_id ? json(*c.bos_token_id) : json(nullptr);
+  j["embd_pdrop"] = c.dropout;
+  j["eos_token_id"] = c.eos_token_id ? json(*c.eos_token_id) : json(nullptr);
+  j["initializer_range"] = 0.02;
+  j["layer_norm_epsilon"] = c.layer_norm_epsilon;
+  j["model_type"] = "gpt2";
+  j["n_ctx"] = c.n_positions;
+  j["n_embd"] = c.n_embd;
+  j["n_head"] = c.n_head;
+  j["n_inner"] = c.n_inner > 0 ? json(c.n_inner) : json(nullptr);
+  j["n_layer"] = c.n_layer;
+  j["n_positions"] = c.n_positions;
+  j["reorder_and_upcast_attn"] = false;
+  j["resid_pdrop"] = c.dropout;
+  j["scale_attn_by_inverse_layer_idx"] = false;
+  j["scale_attn_weights"] = true;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["torch_dtype"] = "float32";
+  j["use_cache"] = true;
+  j["vocab_size"] = c.vocab_size;
+  return j.dump(2) + "\n";
+}
+
+void load_gpt2_weights(GPT2LMHeadModel& model, const std::string& path) {
+  const io::SafetensorsFile f = io::SafetensorsFile::open(path);
+  std::map<std::string, Slot> slots = hf_slots(model);
+  std::vector<std::string> missing, unexpected, wrong;
+  std::map<std::string, const io::StTensorInfo*> found;
+  for (const io::StTensorInfo& t : f.tensors()) {
+    std::string name = t.name;
+    if (name.rfind("transformer.", 0) == 0) name = name.substr(12);
+    if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;  // old causal-mask buffers
+    auto it = slots.find(name);
+    if (it == slots.end()) {
+      if (name == "lm_head.weight" && !model.lm_head) continue;  // a tied head saved anyway: it is wte
+      unexpected.push_back(t.name);
+      continue;
+    }
+    if (found.count(name)) {
+      unexpected.push_back(t.name + " (a second copy of " + name + ")");
+      continue;
+    }
+    if (t.shape != it->second.shape)
+      wrong.push_back(t.name + " is " + shape_str(t.shape) + ", the config needs " + shape_str(it->second.shape));
+    else if (t.dtype != io::StDType::F32 && t.dtype != io::StDType::F16 && t.dtype != io::StDType::BF16 &&
+             t.dtype != io::StDType::F64)
+      wrong.push_back(t.name + " has dtype " + io::st_dtype_name(t.dtype) + " (need a float dtype)");
+    found[name] = &t;
+  }
+  for (const auto& [name, slot] : slots)
+    if (!found.count(name)) missing.push_back(name);
+  if (!missing.empty() || !unexpected.empty() || !wrong.empty()) {
+    std::string msg = path + ": does not match the GPT-2 config:";
+    if (!missing.empty()) msg += " missing " + std::to_string(missing.size()) + " tensors: " + list(missing) + ";";
+    if (!unexpected.empty())
+      msg += " unexpected " + std::to_string(unexpected.size()) + " tensors: " + list(unexpected) + ";";
+    if (!wrong.empty()) msg += " wrong shape or dtype: " + list(wrong) + ";";
+    msg.pop_back();
+    throw FormatError(msg);
+  }
+  autograd::NoGradGuard no_grad;
+  for (const auto& [name, info] : found) slots[name].load(io::to_tensor(f, *info));
+}
+
+std::shared_ptr<GPT2LMHeadModel> load_gpt2(const std::string& dir) {
+  const std::string cfg_path = (std::filesystem::path(dir) / "config.json").string();
+  const std::string st_path = (std::filesystem::path(dir) / "model.safetensors").string();
+  const GPT2Config cfg = gpt2_config_from_json(io::read_file(cfg_path, "load_gpt2"), cfg_path);
+  if (!std::filesystem::exists(st_path)) throw IOError("load_gpt2: '" + st_path + "' does not exist");
+  auto model = std::make_shared<GPT2LMHeadModel>(cfg);
+  load_gpt2_weights(*model, st_path);
+  model->eval();
+  return model;
+}
+
+void save_gpt2(const GPT2LMHeadModel& m, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw IOError("save_gpt2: cannot create '" + dir + "': " + ec.message());
+  autograd::NoGradGuard no_grad;
+  const GPT2Config& c = m.config();
+  std::vector<std::pair<std::string, Tensor>> t;
+  auto conv = [](const Tensor& w) { return w.transpose(0, 1); };  // Linear [out, in] -> Conv1D [in, out]
+  t.emplace_back("transformer.wte.weight", m.wte->weight);
+  t.emplace_back("transformer.wpe.weight", m.wpe->weight);
+  for (i64 i = 0; i < c.n_layer; ++i) {
+    const nn::TransformerEncoderBlock& b = *m.h[static_cast<std::size_t>(i)];
+    const nn::MultiHeadAttention& a = *b.self_attn;
+    const std::string p = "transformer.h." + std::to_string(i) + ".";
+    t.emplace_back(p + "ln_1.weight", b.norm1->weight);
+    t.emplace_back(p + "ln_1.bias", b.norm1->bias);
+    t.emplace_back(p + "attn.c_attn.weight", concat({conv(a.w_q->weight), conv(a.w_k->weight), conv(a.w_v->weight)}, 1));
+    t.emplace_back(p + "attn.c_attn.bias", concat({a.w_q->bias, a.w_k->bias, a.w_v->bias}, 0));
+    t.emplace_back(p + "attn.c_proj.weight", conv(a.w_o->weight));
+    t.emplace_back(p + "attn.c_proj.bias", a.w_o->bias);
+    t.emplace_back(p + "ln_2.weight", b.norm2->weight);
+    t.emplace_back(p + "ln_2.bias", b.norm2->bias);
+    t.emplace_back(p + "mlp.c_fc.weight", conv(b.ffn->linear1->weight));
+    t.emplace_back(p + "mlp.c_fc.bias", b.ffn->linear1->bias);
+    t.emplace_back(p + "mlp.c_proj.weight", conv(b.ffn->linear2->weight));
+    t.emplace_back(p + "mlp.c_proj.bias", b.ffn->linear2->bias);
+  }
+  t.emplace_back("transformer.ln_f.weight", m.ln_f->weight);
+  t.emplace_back("transformer.ln_f.bias", m.ln_f->bias);
+  if (m.lm_head) t.emplace_back("lm_head.weight", m.lm_head->weight);
+  for (auto& [name, x] : t) x = x.to(DType::F32);
+  io::save_safetensors((std::filesystem::path(dir) / "model.safetensors").string(), t, {{"format", "pt"}});
+  io::write_file_atomic((std::filesystem::path(dir) / "config.json").string(), gpt2_config_to_json(c), "save_gpt2");
+}
+
+}  // namespace qkv::models

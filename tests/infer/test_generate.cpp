@@ -1,0 +1,172 @@
+// Generation loop and sampling: cache vs no cache, batched vs alone, stopping,
+// seeds, the filters' distributions, and every bad input named before any work.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gpt2_test_util.h"
+#include "qkv/core/error.h"
+#include "qkv/infer/generate.h"
+#include "qkv/infer/sampling.h"
+#include "testing/guards.h"
+
+namespace {
+
+using namespace qkv::infer;
+using qkv::Tensor;
+using i64 = std::int64_t;
+
+const std::vector<std::vector<i64>> kPrompts = {{1, 2, 3}, {9, 8, 7, 6, 5, 4, 3}, {11}, {20, 21, 22, 23, 24}};
+
+std::vector<std::vector<i64>> tokens(const std::vector<GenerationResult>& r) {
+  std::vector<std::vector<i64>> out;
+  for (const auto& x : r) out.push_back(x.new_ids);
+  return out;
+}
+
+TEST(Generate, GreedySameTokensWithAndWithoutCache) {
+  auto m = qkv::testing::tiny_gpt2(1);
+  GenerationOptions o{.max_new_tokens = 20};
+  const auto cached = tokens(generate(*m, kPrompts, o));
+  o.use_cache = false;
+  const auto recomputed = tokens(generate(*m, kPrompts, o));
+  EXPECT_EQ(cached, recomputed);
+  for (const auto& t : cached) EXPECT_EQ(t.size(), 20u);
+}
+
+TEST(Generate, BatchedPaddedEqualsEachPromptAlone) {
+  qkv::testing::ThreadsGuard tg;
+  auto m = qkv::testing::tiny_gpt2(2);
+  for (int threads : {1, 2}) {
+    qkv::set_num_threads(threads);
+    for (double temperature : {0.0, 0.8}) {
+      GenerationOptions o{.max_new_tokens = 16, .sampling = {.temperature = temperature, .top_k = 20, .seed = 7}};
+      const auto batched = tokens(generate(*m, kPrompts, o));
+      for (std::size_t b = 0; b < kPrompts.size(); ++b)
+        EXPECT_EQ(batched[b], tokens(generate(*m, {kPrompts[b]}, o))[0])
+            << "prompt " << b << ", temperature " << temperature << ", " << threads << " threads";
+    }
+  }
+}
+
+TEST(Generate, GreedyTokensAreTheFullForwardsArgmax) {
+  auto m = qkv::testing::tiny_gpt2(3);
+  const auto r = generate(*m, {{4, 5, 6}}, {.max_new_tokens = 8});
+  std::vector<i64> seq = {4, 5, 6};
+  for (i64 tok : r[0].new_ids) {
+    const Tensor ids = Tensor::from_vector(seq, {1, static_cast<i64>(seq.size())});
+    const std::vector<float> l = m->forward(ids).select(1, static_cast<i64>(seq.size()) - 1).select(0, 0).to_vector<float>();
+    EXPECT_EQ(tok, std::max_element(l.begin(), l.end()) - l.begin());
+    seq.push_back(tok);
+  }
+}
+
+TEST(Generate, StopsAtEosAndAtTheCallback) {
+  auto m = qkv::testing::tiny_gpt2(1);
+  const auto free_run = generate(*m, {kPrompts[1]}, {.max_new_tokens = 10})[0].new_ids;
+  GenerationOptions o{.max_new_tokens = 10, .eos_id = free_run[2]};
+  const auto r = generate(*m, {kPrompts[1]}, o)[0];
+  EXPECT_EQ(r.reason, StopReason::Eos);
+  EXPECT_EQ(r.new_ids.back(), free_run[2]);
+  EXPECT_LE(r.new_ids.size(), 3u);
+  std::vector<std::pair<i64, i64>> seen;
+  const auto s = generate(*m, kPrompts, {.max_new_tokens = 10}, [&](i64 seq, i64 tok) {
+    seen.emplace_back(seq, tok);
+    return !(seq == 2 && seen.size() > 5);
+  });
+  EXPECT_EQ(s[2].reason, StopReason::Callback);
+  EXPECT_LT(s[2].new_ids.size(), 10u);
+  EXPECT_EQ(s[0].new_ids.size(), 10u);
+  EXPECT_EQ(s[0].reason, StopReason::Length);
+  std::size_t total = 0;
+  for (const auto& x : s) total += x.new_ids.size();
+  EXPECT_EQ(seen.size(), total) << "one callback per token";
+  EXPECT_STREQ(stop_reason_name(StopReason::Callback), "stop");
+}
+
+TEST(Generate, SameSeedSameTokensOtherSeedOtherTokens) {
+  auto m = qkv::testing::tiny_gpt2(1);
+  GenerationOptions o{.max_new_tokens = 24, .sampling = {.temperature = 1.5, .seed = 11}};
+  const auto a = tokens(generate(*m, {kPrompts[0]}, o)), b = tokens(generate(*m, {kPrompts[0]}, o));
+  EXPECT_EQ(a, b);
+  o.sampling.seed = 12;
+  EXPECT_NE(a, tokens(generate(*m, {kPrompts[0]}, o)));
+  // top_k = 1 and a tiny top_p are greedy whatever the temperature.
+  const auto greedy = tokens(generate(*m, {kPrompts[0]}, {.max_new_tokens = 24}));
+  EXPECT_EQ(greedy, tokens(generate(*m, {kPrompts[0]}, {.max_new_tokens = 24, .sampling = {.temperature = 2, .top_k = 1}})));
+  EXPECT_EQ(greedy, tokens(generate(*m, {kPrompts[0]}, {.max_new_tokens = 24, .sampling = {.temperature = 1, .top_p = 1e-6}})));
+}
+
+TEST(Sampling, FrequenciesFollowTheFilteredSoftmax) {
+  const float logits[4] = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  auto freq = [&](SamplingOptions o) {
+    Sampler s(o);
+    std::vector<double> f(4, 0);
+    const int n = 40000;
+    for (int i = 0; i < n; ++i) f[static_cast<std::size_t>(s.next(logits, 4))] += 1.0 / n;
+    return f;
+  };
+  auto near = [](const std::vector<double>& f, const std::vector<double>& p) {
+    for (std::size_t i = 0; i < p.size(); ++i) EXPECT_NEAR(f[i], p[i], 0.01) << "token " << i;
+  };
+  near(freq({.temperature = 1, .seed = 1}), {0.5, 0.3, 0.15, 0.05});
+  near(freq({.temperature = 1, .top_k = 2, .seed = 2}), {0.625, 0.375, 0, 0});
+  // top_p 0.75: 0.5 + 0.3 reaches it, so tokens 0 and 1 stay (transformers' rule).
+  near(freq({.temperature = 1, .top_p = 0.75, .seed = 3}), {0.625, 0.375, 0, 0});
+  near(freq({.temperature = 1, .top_p = 0.9, .seed = 4}), {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0});
+  // Temperature 2: p ~ sqrt(p).
+  const double z = std::sqrt(0.5) + std::sqrt(0.3) + std::sqrt(0.15) + std::sqrt(0.05);
+  near(freq({.temperature = 2, .seed = 5}), {std::sqrt(0.5) / z, std::sqrt(0.3) / z, std::sqrt(0.15) / z, std::sqrt(0.05) / z});
+}
+
+TEST(Sampling, ArgmaxTakesTheFirstMaxAndSkipsNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float a[5] = {1, 3, nan, 3, 2};
+  EXPECT_EQ(argmax(a, 5), 1);
+  const float b[3] = {nan, nan, -1};
+  EXPECT_EQ(argmax(b, 3), 2);
+  Sampler s({.temperature = 1, .seed = 0});
+  const float c[3] = {nan, -std::numeric_limits<float>::infinity(), 0};
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(s.next(c, 3), 2);
+}
+
+template <class E>
+void expect_error(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error containing '" << needle << "'";
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(Generate, BadInputsAreNamedBeforeAnyWork) {
+  auto m = qkv::testing::tiny_gpt2(1);
+  int calls = 0;
+  auto gen = [&](std::vector<std::vector<i64>> p, GenerationOptions o) {
+    return [&, p, o] { generate(*m, p, o, [&](i64, i64) { ++calls; return true; }); };
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  expect_error<qkv::IndexError>(gen({{1, 61}}, {}), "token id 61 at position 1, out of range [0, 61)");
+  expect_error<qkv::IndexError>(gen({{1}, {-3}}, {}), "prompt 1 has token id -3");
+  expect_error<qkv::ValueError>(gen({{}}, {}), "the prompt is empty");
+  expect_error<qkv::ValueError>(gen({}, {}), "no prompts");
+  expect_error<qkv::ValueError>(gen({std::vector<i64>(60, 1)}, {.max_new_tokens = 5}),
+                                "60 tokens; with max_new_tokens 5 that is 65 positions, more than the model's 64");
+  expect_error<qkv::ValueError>(gen({{1}}, {.max_new_tokens = 0}), "max_new_tokens must be >= 1");
+  expect_error<qkv::ValueError>(gen({{1}}, {.sampling = {.temperature = -1}}), "temperature must be");
+  expect_error<qkv::ValueError>(gen({{1}}, {.sampling = {.temperature = nan}}), "temperature must be");
+  expect_error<qkv::ValueError>(gen({{1}}, {.sampling = {.top_k = -2}}), "top_k must be >= 0");
+  expect_error<qkv::ValueError>(gen({{1}}, {.sampling = {.top_p = 0}}), "top_p must be in (0, 1]");
+  expect_error<qkv::ValueError>(gen({{1}}, {.sampling = {.top_p = 1.5}}), "top_p must be in (0, 1]");
+  expect_error<qkv::ValueError>(gen({{1}}, {.sampling = {.top_p = nan}}), "top_p must be in (0, 1]");
+  expect_error<qkv::IndexError>(gen({{1}}, {.eos_id = 99}), "eos id 99 out of range");
+  EXPECT_EQ(calls, 0);
+}
+
+}  // namespace

@@ -1,0 +1,155 @@
+// Decode attention (kernels/decode_attention.h) against its float64 naive twin:
+// awkward head dims, new-query counts and per-sequence cache lengths, NaN in the
+// unused cache slots, split-K heads, and bitwise reproducibility over thread counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "qkv/kernels/decode_attention.h"
+#include "testing/guards.h"
+
+namespace {
+
+using qkv::kernels::DecodeParams;
+using i64 = std::int64_t;
+
+struct Case {
+  i64 B, H, Lq, D, T;
+  std::vector<i64> q_len, k_len;
+};
+
+struct Buffers {
+  std::vector<float> q, k, v;
+  DecodeParams p;
+};
+
+// Q/O [B,H,Lq,D] contiguous; K/V [B,H,T,D] with slots at or past k_len[b] set to NaN.
+Buffers make(const Case& c, std::uint32_t seed, float spread = 1.f) {
+  Buffers x;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.f, spread);
+  x.q.resize(static_cast<std::size_t>(c.B * c.H * c.Lq * c.D));
+  x.k.resize(static_cast<std::size_t>(c.B * c.H * c.T * c.D));
+  x.v.resize(x.k.size());
+  for (float& f : x.q) f = n(rng);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (i64 b = 0; b < c.B; ++b)
+    for (i64 h = 0; h < c.H; ++h)
+      for (i64 t = 0; t < c.T; ++t)
+        for (i64 d = 0; d < c.D; ++d) {
+          const std::size_t i = static_cast<std::size_t>(((b * c.H + h) * c.T + t) * c.D + d);
+          const bool used = t < c.k_len[b];
+          x.k[i] = used ? n(rng) : nan;
+          x.v[i] = used ? n(rng) : nan;
+        }
+  DecodeParams& p = x.p;
+  p.B = c.B, p.H = c.H, p.Lq = c.Lq, p.D = c.D;
+  p.q_sb = c.H * c.Lq * c.D, p.q_sh = c.Lq * c.D, p.q_st = c.D;
+  p.o_sb = p.q_sb, p.o_sh = p.q_sh, p.o_st = p.q_st;
+  p.k_sb = c.H * c.T * c.D, p.k_sh = c.T * c.D, p.k_st = c.D;
+  p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
+  p.scale = 1.f / std::sqrt(static_cast<float>(c.D));
+  return x;
+}
+
+template <class T>
+std::vector<T> ref(const Buffers& x, const Case& c) {
+  std::vector<T> q(x.q.begin(), x.q.end()), k(x.k.begin(), x.k.end()), v(x.v.begin(), x.v.end());
+  std::vector<T> o(q.size(), T(0));
+  DecodeParams p = x.p;
+  p.q_len = c.q_len.data();
+  p.k_len = c.k_len.data();
+  qkv::kernels::decode_attention_ref<T>(o.data(), q.data(), k.data(), v.data(), p);
+  return o;
+}
+
+std::vector<float> fast(const Buffers& x, const Case& c) {
+  std::vector<float> o(x.q.size(), -7.f);  // rows past q_len must stay untouched
+  DecodeParams p = x.p;
+  p.q_len = c.q_len.data();
+  p.k_len = c.k_len.data();
+  qkv::kernels::decode_attention_forward(o.data(), x.q.data(), x.k.data(), x.v.data(), p);
+  return o;
+}
+
+// R1 (REFERENCES.md): |fast - ref64| <= 2 |ref32 - ref64| + 1e-5, rows past q_len untouched.
+void expect_r1(const Case& c, std::uint32_t seed, float spread = 1.f) {
+  const Buffers x = make(c, seed, spread);
+  const std::vector<float> got = fast(x, c), lp = ref<float>(x, c);
+  const std::vector<double> hp = ref<double>(x, c);
+  double err_lp = 0, err = 0;
+  for (i64 b = 0; b < c.B; ++b)
+    for (i64 h = 0; h < c.H; ++h)
+      for (i64 i = 0; i < c.Lq; ++i)
+        for (i64 d = 0; d < c.D; ++d) {
+          const std::size_t at = static_cast<std::size_t>(((b * c.H + h) * c.Lq + i) * c.D + d);
+          if (i >= c.q_len[b]) {
+            ASSERT_EQ(got[at], -7.f) << "row " << i << " of sequence " << b << " past q_len was written";
+            continue;
+          }
+          ASSERT_TRUE(std::isfinite(got[at])) << "b " << b << " h " << h << " i " << i << " d " << d;
+          err_lp = std::max(err_lp, std::fabs(lp[at] - hp[at]));
+          err = std::max(err, std::fabs(got[at] - hp[at]));
+        }
+  EXPECT_LE(err, 2 * err_lp + 1e-5) << "B " << c.B << " H " << c.H << " Lq " << c.Lq << " D " << c.D << " T " << c.T;
+}
+
+TEST(DecodeAttention, AwkwardShapesMatchTheFloat64Reference) {
+  qkv::testing::ThreadsGuard tg;
+  std::uint32_t seed = 1;
+  for (int threads : {1, 2}) {
+    qkv::set_num_threads(threads);
+    for (i64 D : {1, 3, 8, 16, 21, 32, 59, 64, 96, 128})
+      for (i64 Lq : {1, 2, 3, 4})
+        for (i64 T : {4, 17, 113, 300}) {
+          // Mixed per-sequence lengths: the shortest holds exactly its new queries.
+          Case c{3, 2, Lq, D, T, {Lq, std::max<i64>(Lq - 1, 0), 1}, {Lq, T, std::min<i64>(T, Lq + 5)}};
+          expect_r1(c, seed++);
+        }
+  }
+}
+
+TEST(DecodeAttention, LongContextSplitAcrossThreadsMatchesAndIsBitwiseStable) {
+  // One sequence, few heads, long cache: the keys of a head are split into chunks merged by LSE.
+  qkv::testing::ThreadsGuard tg;
+  Case c{1, 2, 2, 64, 3001, {2}, {2999}};
+  ASSERT_GT(qkv::kernels::decode_attention_splits(c.B, c.H, c.k_len[0]), 1) << "this case must exercise split-K";
+  qkv::set_num_threads(1);
+  expect_r1(c, 5);
+  expect_r1(c, 6, 4.f);  // peaked softmax: chunk maxima differ a lot
+  const Buffers x = make(c, 7);
+  const std::vector<float> one = fast(x, c);
+  for (int threads : {2, 3}) {
+    qkv::set_num_threads(threads);
+    const std::vector<float> again = fast(x, c);
+    EXPECT_EQ(0, std::memcmp(one.data(), again.data(), one.size() * sizeof(float))) << threads << " threads";
+  }
+}
+
+TEST(DecodeAttention, SplitsDependOnlyOnSizes) {
+  using qkv::kernels::decode_attention_splits;
+  EXPECT_EQ(decode_attention_splits(1, 12, 100), 1);      // short: never split
+  EXPECT_EQ(decode_attention_splits(1, 12, 2048), 2);     // GPT-2 small at 2048 keys
+  EXPECT_EQ(decode_attention_splits(8, 12, 2048), 1);     // enough heads already
+  EXPECT_EQ(decode_attention_splits(1, 1, 100000), 16);
+}
+
+TEST(DecodeAttention, HugeLogitsStayFinite) {
+  qkv::testing::ThreadsGuard tg;
+  qkv::set_num_threads(2);
+  Case c{2, 3, 1, 16, 700, {1, 1}, {700, 650}};
+  expect_r1(c, 9, 60.f);  // |q.k| ~ 1e4
+}
+
+TEST(DecodeAttention, ZeroNewQueriesWriteNothing) {
+  Case c{2, 1, 2, 8, 10, {0, 0}, {5, 0}};
+  const Buffers x = make(c, 3);
+  const std::vector<float> got = fast(x, c);
+  for (float f : got) EXPECT_EQ(f, -7.f);
+}
+
+}  // namespace
