@@ -25,6 +25,7 @@ set(QKV_SOURCES
   models/attention_maps.cpp
   models/classifier.cpp
   models/seq2seq.cpp
+  models/seq2seq_decode.cpp
   viz/heatmap.cpp
   viz/font.cpp
   viz/explorer.cpp

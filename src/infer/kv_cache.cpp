@@ -3,6 +3,7 @@
 #include "qkv/infer/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include "qkv/core/parallel.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/decode_attention.h"
+#include "qkv/nn/attention.h"
 
 namespace qkv::infer {
 namespace {
@@ -23,7 +25,7 @@ void check_positive(i64 v, const char* name) {
 }  // namespace
 
 KVCache::KVCache(const KVCacheOptions& o) : opt_(o) {
-  check_positive(o.num_layers, "num_layers");
+  if (o.num_layers < 0) throw ValueError("KVCache: num_layers must be >= 0, got " + std::to_string(o.num_layers));
   check_positive(o.batch, "batch");
   check_positive(o.num_heads, "num_heads");
   check_positive(o.max_len, "max_len");
@@ -32,7 +34,7 @@ KVCache::KVCache(const KVCacheOptions& o) : opt_(o) {
   i64 per = 0;
   try {
     per = checked_numel(s, "KVCache");
-    if (per > (INT64_MAX / 8) / o.num_layers) throw ShapeError("overflow");
+    if (o.num_layers > 0 && per > (INT64_MAX / 8) / o.num_layers) throw ShapeError("overflow");
   } catch (const ShapeError&) {
     throw AllocError("KVCache: " + std::to_string(o.num_layers) + " layers x 2 x " + shape_str(s) +
                      " floats overflow 64-bit sizes");
@@ -189,6 +191,16 @@ const Tensor& KVCache::values(i64 layer) const {
   if (layer < 0 || layer >= opt_.num_layers)
     throw IndexError("KVCache::values: layer " + std::to_string(layer) + " out of range");
   return v_[static_cast<std::size_t>(layer)];
+}
+
+Tensor cached_self_attention(const nn::MultiHeadAttention& mha, const Tensor& x, i64 layer, const std::vector<i64>& n_new,
+                             KVCache& cache) {
+  const i64 B = x.size(0), Tn = x.size(1), E = mha.options().embed_dim, H = mha.options().num_heads, D = E / H;
+  auto heads = [&](const nn::Linear& w) { return w.forward(x).view({B, Tn, H, D}).transpose(1, 2); };
+  const Tensor q = heads(*mha.w_q), k = heads(*mha.w_k), v = heads(*mha.w_v);  // [B, H, Tn, D] views
+  cache.write(layer, k, v, n_new);
+  const Tensor o = cache.attend(layer, q, n_new, 1.0 / std::sqrt(static_cast<double>(D)));  // [B, Tn, H, D]
+  return mha.w_o->forward(o.view({B, Tn, E}));
 }
 
 }  // namespace qkv::infer

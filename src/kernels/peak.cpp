@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "qkv/core/parallel.h"
+#include "qkv/core/storage.h"
 #include "qkv/kernels/cpu.h"
 
 #if defined(__x86_64__)
@@ -117,6 +118,39 @@ FmaPeak fma_peak(double seconds) {
   }
   const double rate = static_cast<double>(probe.fmas) / std::max(probe.seconds, 1e-9);
   return measure_fma_peak(std::max<std::int64_t>(static_cast<std::int64_t>(rate * seconds), 1));
+}
+
+ReadBandwidth measure_read_bandwidth(std::int64_t bytes, int passes) {
+  const std::int64_t n = std::max<std::int64_t>(bytes / 4 / 64 * 64, 64);
+  float* buf = static_cast<float*>(aligned_alloc_bytes(static_cast<std::size_t>(n) * 4, "read bandwidth buffer"));
+  ReadBandwidth r;
+  r.threads = num_threads();
+  r.bytes = n * 4;
+  // First touch by the workers that read it later (their own pages, their own node).
+  parallel_for(0, n / 64, 1, [&](std::int64_t b, std::int64_t e) { std::fill(buf + b * 64, buf + e * 64, 1.0f); });
+  double best = 0;
+  for (int p = 0; p < std::max(passes, 1); ++p) {
+    std::vector<double> part(static_cast<std::size_t>(r.threads), 0.0);
+    const auto t0 = std::chrono::steady_clock::now();
+    parallel_for(0, n / 64, 1, [&](std::int64_t b, std::int64_t e) {
+      // 8 independent sums of 8 lanes: loads, not the adds' latency, limit the loop.
+      float acc[64] = {};
+      for (std::int64_t i = b * 64; i < e * 64; i += 64)
+#pragma omp simd
+        for (int j = 0; j < 64; ++j) acc[j] += buf[i + j];
+      double s = 0;
+      for (float a : acc) s += a;
+      part[static_cast<std::size_t>(thread_index())] += s;
+    });
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double sum = 0;
+    for (double x : part) sum += x;
+    r.sum = sum;
+    best = std::max(best, static_cast<double>(r.bytes) / sec / 1e9);
+  }
+  r.gbs = best;
+  aligned_free(buf);
+  return r;
 }
 
 }  // namespace qkv::kernels

@@ -91,7 +91,7 @@ Tensor GPT2LMHeadModel::forward_cached(const Tensor& ids, const std::vector<i64>
   if (co.num_layers != cfg_.n_layer || co.num_heads != cfg_.n_head || co.head_dim != cfg_.n_embd / cfg_.n_head)
     throw ShapeError("GPT2LMHeadModel::forward_cached: the cache is shaped for another model");
   cache.check_room(n_new);
-  const i64 B = co.batch, Tn = ids.shape()[1], C = cfg_.n_embd, H = cfg_.n_head, D = C / H;
+  const i64 B = co.batch, Tn = ids.shape()[1], C = cfg_.n_embd;
   // Positions continue each sequence; padding rows (t >= n_new[b]) get token 0 at position 0
   // so they index valid rows, and never reach the cache.
   Tensor tok = Tensor::zeros({B, Tn}, DType::I64), pos = Tensor::zeros({B, Tn}, DType::I64);
@@ -118,17 +118,10 @@ Tensor GPT2LMHeadModel::forward_cached(const Tensor& ids, const std::vector<i64>
       }
     }
   }
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   Tensor x = embed(tok, pos);  // [B, Tn, C]
   for (i64 l = 0; l < cfg_.n_layer; ++l) {
     const nn::TransformerEncoderBlock& blk = *h[static_cast<std::size_t>(l)];
-    const nn::MultiHeadAttention& at = *blk.self_attn;
-    const Tensor n = blk.norm1->forward(x);
-    auto heads = [&](const nn::Linear& w) { return w.forward(n).view({B, Tn, H, D}).transpose(1, 2); };
-    const Tensor q = heads(*at.w_q), k = heads(*at.w_k), v = heads(*at.w_v);  // [B, H, Tn, D] views
-    cache.write(l, k, v, n_new);
-    const Tensor o = cache.attend(l, q, n_new, scale);  // [B, Tn, H, D]
-    x = add(x, at.w_o->forward(o.view({B, Tn, C})));
+    x = add(x, infer::cached_self_attention(*blk.self_attn, blk.norm1->forward(x), l, n_new, cache));
     x = add(x, blk.ffn->forward(blk.norm2->forward(x)));
   }
   cache.advance(n_new);

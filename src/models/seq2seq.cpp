@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/autograd/autograd.h"
+#include "qkv/infer/generate.h"
 #include "qkv/models/attention_maps.h"
 #include "qkv/ops/ops.h"
 #include "qkv/optim/optimizer.h"
@@ -349,34 +350,17 @@ Tensor Seq2Seq::loss(const Seq2SeqBatch& b) const {
 
 std::vector<std::vector<std::int64_t>> Seq2Seq::greedy_decode(const Tensor& src, std::int64_t max_new_tokens) const {
   autograd::NoGradGuard no_grad;
-  const std::int64_t B = src.size(0);
-  const Tensor memory = encode(src);
-  std::vector<std::vector<std::int64_t>> out(static_cast<std::size_t>(B));
-  std::vector<bool> done(static_cast<std::size_t>(B), false);
-  std::vector<std::int64_t> prefix(static_cast<std::size_t>(B), kSeq2SeqBos);  // [B, t] row-major
-  std::int64_t t = 1;
-  for (std::int64_t step = 0; step < max_new_tokens; ++step) {
-    const Tensor logits = decode(Tensor::from_vector(prefix, {B, t}), memory, src);  // [B, t, V]
-    const std::vector<std::int64_t> next = argmax(logits.select(1, t - 1), -1).to_vector<std::int64_t>();
-    std::vector<std::int64_t> grown(static_cast<std::size_t>(B * (t + 1)));
-    bool all_done = true;
-    for (std::int64_t b = 0; b < B; ++b) {
-      std::copy_n(prefix.begin() + b * t, t, grown.begin() + b * (t + 1));
-      std::int64_t tok = done[b] ? kSeq2SeqPad : next[b];
-      if (!done[b]) {
-        if (tok == kSeq2SeqEos) done[b] = true;
-        else out[b].push_back(tok);
-      }
-      grown[b * (t + 1) + t] = tok;
-      all_done = all_done && done[b];
-    }
-    prefix.swap(grown);
-    ++t;
-    if (all_done) break;
+  const Seq2SeqDecoderLM lm(*this, src);
+  const std::vector<std::vector<std::int64_t>> bos(static_cast<std::size_t>(src.size(0)), {kSeq2SeqBos});
+  const auto results = infer::generate(lm, bos, {.max_new_tokens = max_new_tokens, .eos_id = kSeq2SeqEos});
+  std::vector<std::vector<std::int64_t>> out;
+  for (const auto& r : results) {
+    out.push_back(r.new_ids);
+    if (r.reason == infer::StopReason::Eos)
+      out.back().pop_back();  // the final <eos>
+    else
+      out.back().push_back(-1);  // never produced <eos>: marked so callers can tell
   }
-  // Rows that never produced <eos> are marked by a trailing -1 so callers can tell.
-  for (std::int64_t b = 0; b < B; ++b)
-    if (!done[b]) out[b].push_back(-1);
   return out;
 }
 

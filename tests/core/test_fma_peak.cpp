@@ -48,4 +48,17 @@ TEST(FmaPeak, CalibratedRunLastsAboutTheTimeAsked) {
   EXPECT_GT(r.gflops, 0.1);
 }
 
+
+TEST(ReadBandwidth, ReadsEveryFloatOncePerPassOnEveryThreadCount) {
+  qkv::testing::ThreadsGuard tg;
+  for (int threads : {1, 2, 3}) {
+    qkv::set_num_threads(threads);
+    const qkv::kernels::ReadBandwidth r = qkv::kernels::measure_read_bandwidth(4 * 1000 * 1000 + 13, 2);
+    EXPECT_EQ(r.threads, threads);
+    EXPECT_EQ(r.bytes % 256, 0);
+    EXPECT_EQ(r.sum, static_cast<double>(r.bytes / 4)) << "every float (all 1) summed once";
+    EXPECT_GT(r.gbs, 0.0);
+  }
+}
+
 }  // namespace

@@ -36,6 +36,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
+#include "cmd_bench_generate.h"
 #include "command.h"
 #include "format.h"
 #include "qkv/kernels/cpu.h"
@@ -76,40 +78,8 @@ struct EncoderStepOptions {
   std::int64_t batch = 8, len = 128, d_model = 256, heads = 4, d_ff = 1024, layers = 2;
 };
 
-double rss_mb_now() {
-  std::ifstream f("/proc/self/statm");
-  long pages_total = 0, pages_rss = 0;
-  f >> pages_total >> pages_rss;
-  return static_cast<double>(pages_rss) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
-}
-
-// The resident-set high-water mark of this process image (VmHWM). Not
-// getrusage's ru_maxrss: Linux carries that across fork + exec, so under
-// bench/compare_pytorch.py it would report the Python parent's ~500 MB.
-double peak_rss_mb() {
-  std::ifstream f("/proc/self/status");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // "VmHWM:  1234 kB"
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;  // KiB on Linux
-}
-
-// Resets VmHWM to the current resident set (Linux >= 4.0); false if not allowed.
-bool reset_peak_rss() {
-  std::ofstream f("/proc/self/clear_refs");
-  f << "5";
-  f.flush();
-  return static_cast<bool>(f);
-}
-
 double float_mb(std::int64_t floats) { return 4.0 * static_cast<double>(floats) / (1024.0 * 1024.0); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Runs `step` c.warmup times untimed, then `repeat` times timed (c.repeat, or
 // enough runs for ~20 GFLOP clamped to [min_repeat, max_repeat]), and returns
@@ -324,6 +294,8 @@ QKV_TOOL_COMMAND(bench, {
           "qkv bench mha --batch B --len L --embed E --heads H [--backward]\n"
           "qkv bench encoder-step --batch B --len L --d-model E --heads H --d-ff F --layers N\n"
           "qkv bench peak [--seconds S]\n"
+          "qkv bench generate (--model DIR | --layers L --d-model D --heads H --vocab V) [--batch B] "
+          "[--prompt-len P] [--new N] [--no-cache]\n"
           "Prints the median time over --repeat runs after --warmup runs, the throughput and the peak "
           "resident memory. FLOPs count the matrix products only: attention 4BHL^2D (causal half), "
           "forward+backward 3.5x (FlashAttention's convention); gemm 2MNK; mha 8BLE^2 + 4BL^2E, with "
@@ -389,6 +361,26 @@ QKV_TOOL_COMMAND(bench, {
           ->check(CLI::Range(0.001, 600.0));
       s->add_flag("--json", pk->json, "One JSON object per line");
       runs.emplace_back(s, [pk] { return run_peak(*pk); });
+
+      auto gen = std::make_shared<BenchGenerateOptions>();
+      s = sub.add_subcommand("generate",
+                             "Greedy generation through the KV cache: tokens/s, ms per token, the read bandwidth "
+                             "measured now and the bound it sets (weight bytes read per token)");
+      s->add_option("--model", gen->model, "GPT-2 folder (default: random weights of the sizes below)")
+          ->check(CLI::ExistingDirectory);
+      s->add_option("--layers", gen->layers, "L (default 12)")->check(int_range(1, 1024));
+      s->add_option("--d-model", gen->d_model, "C (default 768)")->check(int_range(1, 1 << 16));
+      s->add_option("--heads", gen->heads, "H, must divide C (default 12)")->check(int_range(1, 1 << 16));
+      s->add_option("--vocab", gen->vocab, "V (default 50257)")->check(int_range(1, 1 << 24));
+      s->add_option("--positions", gen->positions, "n_positions (default 1024, raised to fit)")->check(int_range(1, 1 << 20));
+      s->add_option("--batch", gen->batch, "Prompts generated together (default 1)")->check(int_range(1, 4096));
+      s->add_option("--prompt-len", gen->prompt_len, "Tokens per prompt (default 16)")->check(int_range(1, 1 << 20));
+      s->add_option("--new", gen->new_tokens, "Tokens generated per prompt (default 256)")->check(int_range(1, 1 << 20));
+      s->add_option("--seed", gen->seed, "Seed of the random prompts (default 0)");
+      s->add_option("--repeat", gen->repeat, "Timed runs (median; default 3)")->check(int_range(1, 1000));
+      s->add_flag("--no-cache", gen->no_cache, "Recompute the whole sequence every step");
+      s->add_flag("--json", gen->json, "One JSON object");
+      runs.emplace_back(s, [gen] { return run_bench_generate(*gen); });
 
       return [runs] {
         for (const auto& [app, run] : runs)

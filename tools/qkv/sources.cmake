@@ -10,7 +10,12 @@ set(QKV_TOOL_SOURCES
   cmd_trace.cpp
   cmd_variance.cpp
   cmd_inspect.cpp
+  bench_util.cpp
   cmd_bench.cpp
+  cmd_bench_generate.cpp
+  cmd_generate.cpp
+  cmd_tokenize.cpp
+  model_dir.cpp
   cmd_demo.cpp
   cmd_heatmap.cpp
   cmd_train.cpp

@@ -18,6 +18,10 @@
 
 #include "qkv/core/tensor.h"
 
+namespace qkv::nn {
+class MultiHeadAttention;
+}
+
 namespace qkv::infer {
 
 struct KVCacheOptions {
@@ -30,7 +34,7 @@ struct KVCacheOptions {
 
 class KVCache {
  public:
-  // Allocates 2 * num_layers tensors [B, H, T_max, D] (float32). Sizes must be >= 1; the
+  // Allocates 2 * num_layers tensors [B, H, T_max, D] (float32). Sizes must be >= 1 (layers >= 0); the
   // total is checked for overflow and named in the error (AllocError) before anything is allocated.
   explicit KVCache(const KVCacheOptions& o);
 
@@ -67,6 +71,13 @@ class KVCache {
   std::vector<Tensor> k_, v_;
   std::vector<std::int64_t> len_;
 };
+
+// Causal self-attention of a MultiHeadAttention module through the cache: projects
+// x [B, Tn, E] with w_q, w_k, w_v, appends the new keys and values of `layer` (rows t <
+// n_new[b]), attends (KVCache::attend, scale 1/sqrt(D)) and projects with w_o -> [B, Tn, E].
+// Rows t >= n_new[b] of the result are w_o's bias. Does not advance the cache.
+Tensor cached_self_attention(const nn::MultiHeadAttention& mha, const Tensor& x, std::int64_t layer,
+                             const std::vector<std::int64_t>& n_new, KVCache& cache);
 
 // New queries per step up to which KVCache::attend uses the decode kernel.
 inline constexpr std::int64_t kDecodeKernelMaxQueries = 4;

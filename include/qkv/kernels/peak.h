@@ -28,4 +28,16 @@ FmaPeak measure_fma_peak(std::int64_t fmas_per_thread);
 // Calls measure_fma_peak with a count calibrated to run about `seconds`.
 FmaPeak fma_peak(double seconds);
 
+// Memory read bandwidth now: num_threads() workers each stream their share of a
+// `bytes`-long buffer (much larger than the caches) with vector loads, `passes`
+// times; the best pass counts. What generation at batch 1 is bounded by: every
+// weight is read once per token.
+struct ReadBandwidth {
+  double gbs = 0.0;      // 1e9 bytes per second, best pass
+  int threads = 1;
+  std::int64_t bytes = 0;
+  double sum = 0.0;      // of the buffer's floats (all 1), so the loop cannot be elided: bytes / 4 per pass
+};
+ReadBandwidth measure_read_bandwidth(std::int64_t bytes, int passes);
+
 }  // namespace qkv::kernels

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "qkv/core/rng.h"
+#include "qkv/infer/causal_lm.h"
 #include "qkv/io/checkpoint.h"
 #include "qkv/nn/positional.h"
 #include "qkv/nn/transformer.h"
@@ -118,7 +119,9 @@ class Seq2Seq : public nn::Module {
   // Greedy decoding (no gradient; uses the current train/eval mode, so call
   // eval() first): starts from <bos>, appends the argmax token, stops a row at
   // <eos> or after max_new_tokens. Returns each row's token ids without <bos>
-  // and without the final <eos>. Re-runs the decoder over the whole prefix.
+  // and without the final <eos> (a row that never produced <eos> ends with -1).
+  // Runs infer::generate over Seq2SeqDecoderLM: one decoder step per token
+  // through the KV cache.
   std::vector<std::vector<std::int64_t>> greedy_decode(const Tensor& src, std::int64_t max_new_tokens) const;
 
   const Seq2SeqOptions& options() const { return opt_; }
@@ -133,6 +136,26 @@ class Seq2Seq : public nn::Module {
  private:
   Tensor add_positions(const Tensor& x) const;
   Seq2SeqOptions opt_;
+};
+
+// The decoder of a Seq2Seq over one batch of sources as generation sees it
+// (infer::CausalLM): the memory is encoded once at construction; each step runs the
+// decoder's self-attention through the KV cache (new positions continue each
+// sequence) and cross-attention over the memory with the sources' padding masked.
+// Logits are the generator's. Keeps references: `model` and `src` must outlive it.
+class Seq2SeqDecoderLM : public infer::CausalLM {
+ public:
+  // src I64 [B, S]
+  Seq2SeqDecoderLM(const Seq2Seq& model, const Tensor& src);
+  std::int64_t vocab_size() const override;
+  std::int64_t max_positions() const override;
+  infer::KVCacheOptions cache_options(std::int64_t batch, std::int64_t max_len) const override;
+  Tensor forward_cached(const Tensor& ids, const std::vector<std::int64_t>& n_new, infer::KVCache& cache,
+                        bool all_logits = false) const override;
+
+ private:
+  const Seq2Seq& m_;
+  Tensor src_, memory_;
 };
 
 // Greedy-decodes every example (in batches of `batch`, model in eval mode for

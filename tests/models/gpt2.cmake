@@ -1,0 +1,3 @@
+# GPT-2: Hugging Face config.json / model.safetensors read and written, errors, and
+# parity with transformers on the committed tiny model (tests/fixtures/gpt2_tiny).
+qkv_add_test(test_gpt2 SOURCES models/test_gpt2.cpp LIBS qkv)

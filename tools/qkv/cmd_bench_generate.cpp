@@ -1,0 +1,96 @@
+// qkv bench generate: tokens/s of greedy generation through the KV cache (or with
+// --no-cache), next to the memory-bandwidth bound measured in the same run:
+// at batch 1 every weight is read once per token, so the bound is
+// read bandwidth / weight bytes.
+#include "cmd_bench_generate.h"
+
+#include <algorithm>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "bench_util.h"
+#include "qkv/core/error.h"
+#include "qkv/core/parallel.h"
+#include "qkv/core/rng.h"
+#include "qkv/infer/generate.h"
+#include "qkv/kernels/cpu.h"
+#include "qkv/kernels/peak.h"
+#include "qkv/models/gpt2.h"
+
+namespace qkv::tool {
+
+int run_bench_generate(const BenchGenerateOptions& o) {
+  std::shared_ptr<models::GPT2LMHeadModel> model;
+  if (!o.model.empty()) {
+    model = models::load_gpt2(o.model);
+  } else {
+    models::GPT2Config c;
+    c.n_layer = o.layers, c.n_embd = o.d_model, c.n_head = o.heads, c.vocab_size = o.vocab;
+    c.n_positions = std::max<std::int64_t>(o.positions, o.prompt_len + o.new_tokens);
+    if (c.n_embd % c.n_head) throw ValueError("--d-model must be divisible by --heads");
+    manual_seed(0);
+    model = std::make_shared<models::GPT2LMHeadModel>(c);
+    model->eval();
+  }
+  const models::GPT2Config& c = model->config();
+  if (o.prompt_len + o.new_tokens > c.n_positions)
+    throw ValueError("--prompt-len " + std::to_string(o.prompt_len) + " + --new " + std::to_string(o.new_tokens) +
+                     " exceeds the model's n_positions " + std::to_string(c.n_positions));
+  // Seeded random prompts, the same for every engine that uses the same seed.
+  Generator g(o.seed);
+  std::vector<std::vector<std::int64_t>> prompts(static_cast<std::size_t>(o.batch));
+  for (auto& p : prompts)
+    for (std::int64_t i = 0; i < o.prompt_len; ++i) p.push_back(g.randint(0, c.vocab_size));
+  infer::GenerationOptions go{.max_new_tokens = o.new_tokens, .use_cache = !o.no_cache};  // no eos: exactly N tokens
+  // Warm-up: the block cache, the thread team, first-touch of the workspaces.
+  infer::generate(*model, prompts, {.max_new_tokens = std::min<std::int64_t>(4, o.new_tokens), .use_cache = go.use_cache});
+  reset_peak_rss();
+  std::vector<double> tps, step_ms, prefill_ms;
+  std::vector<std::int64_t> first_ids;
+  for (int r = 0; r < o.repeat; ++r) {
+    infer::GenerationStats st;
+    const auto res = infer::generate(*model, prompts, go, {}, &st);
+    if (r == 0) first_ids = res[0].new_ids;
+    tps.push_back(static_cast<double>(st.new_tokens) / (st.prefill_seconds + st.decode_seconds));
+    step_ms.push_back(1e3 * st.decode_seconds / static_cast<double>(std::max<std::int64_t>(o.new_tokens - 1, 1)));
+    prefill_ms.push_back(1e3 * st.prefill_seconds);
+  }
+  const double rss = peak_rss_mb();
+  // Bytes read per decode step: every parameter except the position table, of which one row is read.
+  std::int64_t weight_floats = model->num_parameters() - model->wpe->weight.numel();
+  const double weight_bytes = 4.0 * static_cast<double>(weight_floats);
+  const kernels::ReadBandwidth bw = kernels::measure_read_bandwidth(std::int64_t{1} << 29, 3);
+  const double bound = bw.gbs * 1e9 / weight_bytes * static_cast<double>(o.batch);  // tokens/s at the bound
+  const double decode_tps = static_cast<double>(o.batch) * 1e3 / median(step_ms);
+  nlohmann::ordered_json j;
+  j["bench"] = "generate";
+  j["model"] = o.model.empty() ? "random" : o.model;
+  j["layers"] = c.n_layer, j["d_model"] = c.n_embd, j["heads"] = c.n_head, j["vocab"] = c.vocab_size;
+  j["batch"] = o.batch, j["prompt_len"] = o.prompt_len, j["new"] = o.new_tokens;
+  j["cache"] = !o.no_cache;
+  j["threads"] = num_threads();
+  j["isa"] = kernels::isa_name(kernels::active_isa());
+  j["repeat"] = o.repeat;
+  j["tokens_per_s"] = median(tps);
+  j["decode_tokens_per_s"] = decode_tps;
+  j["ms_per_token"] = median(step_ms);
+  j["prefill_ms"] = median(prefill_ms);
+  j["weight_bytes"] = weight_bytes;
+  j["read_gbs"] = bw.gbs;
+  j["bandwidth_bound_tokens_per_s"] = bound;
+  j["fraction_of_bound"] = decode_tps / bound;
+  j["weights_mb"] = weight_bytes / (1 << 20);
+  j["cache_mb"] = 4.0 * 2 * static_cast<double>(c.n_layer * o.batch * (o.prompt_len + o.new_tokens) * c.n_embd) / (1 << 20);
+  j["peak_rss_mb"] = rss;
+  j["first_ids"] = std::vector<std::int64_t>(first_ids.begin(), first_ids.begin() + std::min<std::size_t>(32, first_ids.size()));
+  if (o.json) {
+    std::cout << j.dump() << "\n";
+  } else {
+    for (auto it = j.begin(); it != j.end(); ++it) std::cout << "  " << it.key() << ": " << it.value().dump() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace qkv::tool

@@ -1,0 +1,19 @@
+// qkv bench generate (registered by cmd_bench.cpp): see cmd_bench_generate.cpp.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace qkv::tool {
+
+struct BenchGenerateOptions {
+  std::string model;  // a GPT-2 folder, or empty: random weights of the sizes below
+  std::int64_t layers = 12, d_model = 768, heads = 12, vocab = 50257, positions = 1024;
+  std::int64_t batch = 1, prompt_len = 16, new_tokens = 256;
+  std::uint64_t seed = 0;
+  int repeat = 3;
+  bool no_cache = false, json = false;
+};
+
+int run_bench_generate(const BenchGenerateOptions& o);
+
+}  // namespace qkv::tool
