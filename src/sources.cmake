@@ -23,6 +23,10 @@ set(QKV_SOURCES
   viz/font.cpp
   viz/explorer.cpp
   viz/write_file.cpp
+  tokenize/utf8.cpp
+  tokenize/pretokenize.cpp
+  tokenize/bpe_load.cpp
+  tokenize/bpe.cpp
 )
 
 # The functional ops and the optimisers are elementwise loops and reductions that only
