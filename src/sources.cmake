@@ -29,6 +29,10 @@ set(QKV_SOURCES
   viz/heatmap.cpp
   viz/font.cpp
   viz/explorer.cpp
+  tokenize/utf8.cpp
+  tokenize/pretokenize.cpp
+  tokenize/bpe_load.cpp
+  tokenize/bpe.cpp
 )
 
 # The functional ops and the optimisers are elementwise loops and reductions that only
