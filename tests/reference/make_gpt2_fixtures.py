@@ -49,6 +49,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -400,8 +401,12 @@ def write_outputs(ref: dict, tensors: dict[str, torch.Tensor], losses: list[floa
     os.replace(tmp, LOGITS_ST)
     back = load_file(str(LOGITS_ST))
     assert set(back) == set(tensors) and all(torch.equal(back[k], tensors[k]) for k in tensors)
-    REF_JSON.write_text(json.dumps(ref, indent=1, ensure_ascii=False, sort_keys=False) + "\n",
-                        encoding="utf-8")
+    text = json.dumps(ref, indent=1, ensure_ascii=False, sort_keys=False)
+    # Number lists on one line each (ids, margins, masks), the rest indented.
+    text = re.sub(r"\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]",
+                  lambda m: "[" + ", ".join(v.strip() for v in m.group(1).split(",")) + "]", text)
+    assert json.loads(text) == ref
+    REF_JSON.write_text(text + "\n", encoding="utf-8")
     write_index(ref, tensors, losses)
 
 
@@ -423,7 +428,8 @@ def write_index(ref: dict, tensors: dict[str, torch.Tensor], losses: list[float]
     for f in files:
         L.append(f"| `{rel(f)}` | {f.stat().st_size} | `{sha16(f)}` |")
     L.append("")
-    L.append("- `gpt2_tiny/`: a Hugging Face folder (`save_pretrained`): `config.json`, "
+    L.append("- `gpt2_tiny/`: a Hugging Face folder (`save_pretrained`): `config.json` (note "
+             "`\"n_inner\": null` = 4 * n_embd, `\"pad_token_id\": null`, dropouts 0), "
              "`model.safetensors` (float32, HF names `transformer.*`, no `lm_head.weight`: tied to "
              "`transformer.wte.weight`), `vocab.json` + `merges.txt` (byte-level BPE).")
     L.append("- `gpt2_tiny_reference.json`: `prompts[i]` = {`name`, `text`, `ids` (GPT2TokenizerFast), "
