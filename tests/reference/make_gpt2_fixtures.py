@@ -228,8 +228,9 @@ def train(tok: GPT2TokenizerFast) -> None:
     gen_cfg = MODEL_DIR / "generation_config.json"
     if gen_cfg.exists():
         gen_cfg.unlink()  # bos/eos are in config.json; nothing else in it is used
-    for extra in sorted(MODEL_DIR.iterdir()):
-        assert extra.name in ("config.json", "model.safetensors", "vocab.json", "merges.txt"), extra
+    for extra in sorted(MODEL_DIR.iterdir()):  # nothing else save_pretrained might add
+        assert extra.name in ("config.json", "model.safetensors", "vocab.json", "merges.txt",
+                              "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"), extra
     return losses
 
 
