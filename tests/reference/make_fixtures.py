@@ -37,6 +37,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import sys
 from decimal import Decimal, getcontext
 from pathlib import Path
@@ -1063,6 +1064,11 @@ def write_index():
                          + "; ".join(f"`{n}` {v[0]}" for n, v in sorted(params.items())))
         lines.append("")
     lines.append(f"Total: {len(INDEX)} files, {total} bytes.\n")
+    # Keep the blocks other generators own (`<!-- BEGIN name -->...<!-- END name -->`,
+    # e.g. make_gpt2_fixtures.py's), in their order, after this script's part.
+    old = INDEX_PATH.read_text(encoding="utf-8") if INDEX_PATH.exists() else ""
+    for m in re.finditer(r"<!-- BEGIN (\S+) -->\n.*?<!-- END \1 -->\n", old, re.S):
+        lines.append(m.group(0))
     INDEX_PATH.write_text("\n".join(lines), encoding="utf-8")
 
 
