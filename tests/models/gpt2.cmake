@@ -1,3 +1,3 @@
 # GPT-2: Hugging Face config.json / model.safetensors read and written, errors, and
 # parity with transformers on the committed tiny model (tests/fixtures/gpt2_tiny).
-qkv_add_test(test_gpt2 SOURCES models/test_gpt2.cpp LIBS qkv)
+qkv_add_test(test_gpt2 SOURCES models/test_gpt2.cpp models/test_gpt2_parity.cpp LIBS qkv nlohmann_json::nlohmann_json)

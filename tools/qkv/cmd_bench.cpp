@@ -377,8 +377,12 @@ QKV_TOOL_COMMAND(bench, {
       s->add_option("--prompt-len", gen->prompt_len, "Tokens per prompt (default 16)")->check(int_range(1, 1 << 20));
       s->add_option("--new", gen->new_tokens, "Tokens generated per prompt (default 256)")->check(int_range(1, 1 << 20));
       s->add_option("--seed", gen->seed, "Seed of the random prompts (default 0)");
+      s->add_option("--prompt-ids", gen->prompt_ids, "File of --batch lines of --prompt-len ids (instead of random prompts)")
+          ->check(CLI::ExistingFile);
       s->add_option("--repeat", gen->repeat, "Timed runs (median; default 3)")->check(int_range(1, 1000));
       s->add_flag("--no-cache", gen->no_cache, "Recompute the whole sequence every step");
+      s->add_option("--bandwidth-mb", gen->bandwidth_mb, "Buffer of the read-bandwidth measurement (default 512)")
+          ->check(int_range(1, 1 << 16));
       s->add_flag("--json", gen->json, "One JSON object");
       runs.emplace_back(s, [gen] { return run_bench_generate(*gen); });
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "model_dir.h"
 #include "qkv/core/error.h"
 #include "qkv/core/parallel.h"
 #include "qkv/core/rng.h"
@@ -38,21 +39,37 @@ int run_bench_generate(const BenchGenerateOptions& o) {
   if (o.prompt_len + o.new_tokens > c.n_positions)
     throw ValueError("--prompt-len " + std::to_string(o.prompt_len) + " + --new " + std::to_string(o.new_tokens) +
                      " exceeds the model's n_positions " + std::to_string(c.n_positions));
-  // Seeded random prompts, the same for every engine that uses the same seed.
-  Generator g(o.seed);
-  std::vector<std::vector<std::int64_t>> prompts(static_cast<std::size_t>(o.batch));
-  for (auto& p : prompts)
-    for (std::int64_t i = 0; i < o.prompt_len; ++i) p.push_back(g.randint(0, c.vocab_size));
+  std::vector<std::vector<std::int64_t>> prompts;
+  if (!o.prompt_ids.empty()) {
+    // The prompts another engine uses: one line of ids per sequence.
+    for (const std::string& line : read_lines(o.prompt_ids))
+      if (!line.empty()) prompts.push_back(parse_ids(line, "--prompt-ids"));
+    if (static_cast<std::int64_t>(prompts.size()) != o.batch)
+      throw ValueError("--prompt-ids: '" + o.prompt_ids + "' has " + std::to_string(prompts.size()) +
+                       " prompts for --batch " + std::to_string(o.batch));
+    for (const auto& p : prompts)
+      if (static_cast<std::int64_t>(p.size()) != o.prompt_len)
+        throw ValueError("--prompt-ids: every prompt must have --prompt-len " + std::to_string(o.prompt_len) +
+                         " ids, one has " + std::to_string(p.size()));
+  } else {
+    // Seeded random prompts.
+    Generator g(o.seed);
+    prompts.resize(static_cast<std::size_t>(o.batch));
+    for (auto& p : prompts)
+      for (std::int64_t i = 0; i < o.prompt_len; ++i) p.push_back(g.randint(0, c.vocab_size));
+  }
   infer::GenerationOptions go{.max_new_tokens = o.new_tokens, .use_cache = !o.no_cache};  // no eos: exactly N tokens
   // Warm-up: the block cache, the thread team, first-touch of the workspaces.
   infer::generate(*model, prompts, {.max_new_tokens = std::min<std::int64_t>(4, o.new_tokens), .use_cache = go.use_cache});
   reset_peak_rss();
   std::vector<double> tps, step_ms, prefill_ms;
-  std::vector<std::int64_t> first_ids;
+  std::vector<std::vector<std::int64_t>> first_ids;
   for (int r = 0; r < o.repeat; ++r) {
     infer::GenerationStats st;
     const auto res = infer::generate(*model, prompts, go, {}, &st);
-    if (r == 0) first_ids = res[0].new_ids;
+    if (r == 0)
+      for (const auto& x : res)
+        first_ids.emplace_back(x.new_ids.begin(), x.new_ids.begin() + std::min<std::size_t>(32, x.new_ids.size()));
     tps.push_back(static_cast<double>(st.new_tokens) / (st.prefill_seconds + st.decode_seconds));
     step_ms.push_back(1e3 * st.decode_seconds / static_cast<double>(std::max<std::int64_t>(o.new_tokens - 1, 1)));
     prefill_ms.push_back(1e3 * st.prefill_seconds);
@@ -61,7 +78,7 @@ int run_bench_generate(const BenchGenerateOptions& o) {
   // Bytes read per decode step: every parameter except the position table, of which one row is read.
   std::int64_t weight_floats = model->num_parameters() - model->wpe->weight.numel();
   const double weight_bytes = 4.0 * static_cast<double>(weight_floats);
-  const kernels::ReadBandwidth bw = kernels::measure_read_bandwidth(std::int64_t{1} << 29, 3);
+  const kernels::ReadBandwidth bw = kernels::measure_read_bandwidth(o.bandwidth_mb << 20, 3);
   const double bound = bw.gbs * 1e9 / weight_bytes * static_cast<double>(o.batch);  // tokens/s at the bound
   const double decode_tps = static_cast<double>(o.batch) * 1e3 / median(step_ms);
   nlohmann::ordered_json j;
@@ -84,7 +101,7 @@ int run_bench_generate(const BenchGenerateOptions& o) {
   j["weights_mb"] = weight_bytes / (1 << 20);
   j["cache_mb"] = 4.0 * 2 * static_cast<double>(c.n_layer * o.batch * (o.prompt_len + o.new_tokens) * c.n_embd) / (1 << 20);
   j["peak_rss_mb"] = rss;
-  j["first_ids"] = std::vector<std::int64_t>(first_ids.begin(), first_ids.begin() + std::min<std::size_t>(32, first_ids.size()));
+  j["first_ids"] = first_ids;  // [B][<= 32] generated ids, to compare engines
   if (o.json) {
     std::cout << j.dump() << "\n";
   } else {

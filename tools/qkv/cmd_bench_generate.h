@@ -9,8 +9,10 @@ struct BenchGenerateOptions {
   std::string model;  // a GPT-2 folder, or empty: random weights of the sizes below
   std::int64_t layers = 12, d_model = 768, heads = 12, vocab = 50257, positions = 1024;
   std::int64_t batch = 1, prompt_len = 16, new_tokens = 256;
+  std::string prompt_ids;  // a file of B lines of P ids (the same prompts as another engine); empty: seeded random
   std::uint64_t seed = 0;
   int repeat = 3;
+  std::int64_t bandwidth_mb = 512;  // buffer of the read-bandwidth measurement (well past the caches)
   bool no_cache = false, json = false;
 };
 
