@@ -11,6 +11,7 @@
 
 #include "qkv/autograd/autograd.h"
 #include "qkv/core/error.h"
+#include "qkv/core/storage.h"
 #include "qkv/io/files.h"
 #include "qkv/io/tensors.h"
 #include "qkv/models/gpt2.h"
@@ -227,6 +228,9 @@ void load_gpt2_weights(GPT2LMHeadModel& model, const std::string& path) {
   }
   autograd::NoGradGuard no_grad;
   for (const auto& [name, info] : found) slots[name].load(io::to_tensor(f, *info));
+  // The file's tensors were temporaries (converted, transposed): give their blocks back
+  // rather than keep up to the block cache's bound of them beside the weights.
+  release_cached_memory();
 }
 
 std::shared_ptr<GPT2LMHeadModel> load_gpt2(const std::string& dir) {

@@ -61,6 +61,7 @@ int run_bench_generate(const BenchGenerateOptions& o) {
   infer::GenerationOptions go{.max_new_tokens = o.new_tokens, .use_cache = !o.no_cache};  // no eos: exactly N tokens
   // Warm-up: the block cache, the thread team, first-touch of the workspaces.
   infer::generate(*model, prompts, {.max_new_tokens = std::min<std::int64_t>(4, o.new_tokens), .use_cache = go.use_cache});
+  const double rss_loaded = rss_mb_now();
   reset_peak_rss();
   std::vector<double> tps, step_ms, prefill_ms;
   std::vector<std::vector<std::int64_t>> first_ids;
@@ -101,6 +102,7 @@ int run_bench_generate(const BenchGenerateOptions& o) {
   j["weights_mb"] = weight_bytes / (1 << 20);
   j["cache_mb"] = 4.0 * 2 * static_cast<double>(c.n_layer * o.batch * (o.prompt_len + o.new_tokens) * c.n_embd) / (1 << 20);
   j["peak_rss_mb"] = rss;
+  j["rss_after_load_mb"] = rss_loaded;
   j["first_ids"] = first_ids;  // [B][<= 32] generated ids, to compare engines
   if (o.json) {
     std::cout << j.dump() << "\n";
