@@ -161,6 +161,22 @@ TEST(CliTokenize, IdsJsonAndDecode) {
   EXPECT_NE(bad.err.find("1000"), std::string::npos) << bad.err;
 }
 
+TEST(CliConvert, WritesTheHuggingFaceLayoutThatLoadsBack) {
+  Scratch s;
+  const std::string out = (s.dir / "converted").string();
+  const Result r = run("convert --model '" + kModel + "' --out '" + out + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("wrote"), std::string::npos);
+  for (const char* f : {"config.json", "model.safetensors", "vocab.json", "merges.txt"})
+    EXPECT_TRUE(fs::exists(fs::path(out) / f)) << f;
+  const std::string args = " --prompt 'And God said' --max-new 20 --json";
+  EXPECT_EQ(json_lines(run("generate --model '" + out + "'" + args).out)[0]["new_ids"],
+            json_lines(run("generate --model '" + kModel + "'" + args).out)[0]["new_ids"]);
+  const Result same = run("convert --model '" + kModel + "' --out '" + kModel + "'");
+  EXPECT_EQ(same.code, 1);
+  EXPECT_NE(same.err.find("--out is the --model folder"), std::string::npos) << same.err;
+}
+
 TEST(CliBenchGenerate, ReportsThroughputAndTheBandwidthBound) {
   for (const std::string extra : {"", " --no-cache"}) {
     const Result r = run("--threads 1 bench generate --model '" + kModel +
