@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "bpe_test_util.h"
+#include "qkv/tokenize/pretokenize.h"
 
 namespace qkv::tokenize::test {
 namespace {
@@ -111,6 +112,9 @@ TEST(BpeInputErrors, InvalidUtf8NamesTheOffset) {
   bad("\xE2\x82", {"at byte 0 (0xe2)", "ends inside", "2 of its bytes"});
   bad("caf\xC3(", {"at byte 3 (0xc3)", "byte 4 (0x28) cannot follow"});
   bad("<|endoftext|>\xff<|endoftext|>", {"at byte 13 (0xff)"});
+  std::vector<std::string_view> pieces;
+  expect_error<ValueError>([&] { Gpt2PreTokenizer().split("a b\xFF", pieces); },
+                           {"pre-tokenize: invalid UTF-8 at byte 3 (0xff)"});
   expect_error<ValueError>([&] { bpe.encode_ordinary("ab\xC3"); }, {"tokenize: invalid UTF-8 at byte 2 (0xc3)"});
   bad(std::string("a\0b\xfe", 4), {"at byte 3 (0xfe)"});
   EXPECT_EQ(bpe.encode(std::string("a\0b", 3)), bpe.encode(std::string("a\0b", 3)));  // NUL is valid text
