@@ -135,6 +135,14 @@ std::vector<std::int64_t> ByteLevelBPE::encode(std::string_view text) const {
   return out;
 }
 
+std::vector<std::int64_t> ByteLevelBPE::encode_ordinary(std::string_view text) const {
+  utf8::check(text, "tokenize");
+  std::vector<std::int64_t> out;
+  out.reserve(text.size() / 3 + 1);
+  impl_->encode_ordinary(text, out);
+  return out;
+}
+
 std::string ByteLevelBPE::decode_bytes(const std::vector<std::int64_t>& ids) const {
   std::string out;
   for (const std::int64_t id : ids) {

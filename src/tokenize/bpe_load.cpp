@@ -41,6 +41,13 @@ std::string quote(std::string_view s) {
   return q;
 }
 
+// A JSON value for an error message, cut to one short line.
+std::string shown(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > 80) s = s.substr(0, 80) + "...";
+  return s;
+}
+
 std::string read_file(const std::string& path, const char* what) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
@@ -113,7 +120,7 @@ void read_vocab(ByteLevelBPE::Impl& m, const std::string& path) {
   for (const auto& [token, value] : j.items()) {
     if (!value.is_number_integer())
       throw FormatError(where + "token " + quote(token) + ": the id must be an integer, got " +
-                        (value.is_string() ? quote(value.get_ref<const std::string&>()) : value.dump()));
+                        (value.is_string() ? quote(value.get_ref<const std::string&>()) : shown(value)));
     const bool negative = value.is_number_unsigned() ? false : value.get<std::int64_t>() < 0;
     if (negative || value.get<std::uint64_t>() >= v)
       throw FormatError(where + "token " + quote(token) + " has id " + value.dump() + "; " + dense);

@@ -71,6 +71,7 @@ std::string Gpt2PreTokenizer::unicode_version() {
 
 void Gpt2PreTokenizer::split(std::string_view text, std::vector<std::string_view>& out) const {
   if (text.empty()) return;
+  utf8::check(text, "pre-tokenize");  // PCRE2 runs with NO_UTF_CHECK, which on bad UTF-8 is undefined
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   const std::size_t n = text.size();
   pcre2_match_data* md = thread_match_data();

@@ -292,7 +292,13 @@ def main() -> None:
         ids = hf(text)["input_ids"]
         assert ids == hf_files(text)["input_ids"] == trained.encode(text).ids == raw.encode(text).ids, (group, text)
         assert hf.decode(ids) == text, (group, text)  # every case is valid UTF-8: exact round trip
-        encode_cases.append({"group": group, "text": text, "ids": ids})
+        case = {"group": group, "text": text, "ids": ids}
+        if "<|" in text:  # special tokens as plain text too
+            case["ids_ordinary"] = hf(text, split_special_tokens=True)["input_ids"]
+            raw.encode_special_tokens = True
+            assert case["ids_ordinary"] == raw.encode(text).ids, (group, text)
+            raw.encode_special_tokens = False
+        encode_cases.append(case)
     assert len(encode_cases) >= 150, len(encode_cases)
     # The pre-tokenizer behaviours the C++ must reproduce (asserted here so a change in HF shows up).
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "bpe_test_util.h"
+#include "qkv/tokenize/pretokenize.h"
 
 namespace qkv::tokenize::test {
 namespace {
@@ -55,6 +56,7 @@ TEST(BpeLoadErrors, VocabIdsMustBeDenseIntegers) {
   bad_vocab(with("xy", 1.5), {"token \"xy\"", "must be an integer", "1.5"});
   bad_vocab(with("xy", "256"), {"token \"xy\"", "must be an integer", "\"256\""});
   bad_vocab(with("xy", nullptr), {"token \"xy\"", "must be an integer", "null"});
+  bad_vocab(with("xy", json::array({1, 2})), {"token \"xy\"", "must be an integer", "[1,2]"});
   bad_vocab(with("xy", -1), {"token \"xy\"", "has id -1", "0..256"});
   bad_vocab(with("xy", 300), {"token \"xy\"", "has id 300", "257 tokens", "0..256"});  // a gap at 256
   bad_vocab(with("xy", 40), {"id 40 belongs to both \"(\" and \"xy\""});  // '(' is byte 40
@@ -110,6 +112,10 @@ TEST(BpeInputErrors, InvalidUtf8NamesTheOffset) {
   bad("\xE2\x82", {"at byte 0 (0xe2)", "ends inside", "2 of its bytes"});
   bad("caf\xC3(", {"at byte 3 (0xc3)", "byte 4 (0x28) cannot follow"});
   bad("<|endoftext|>\xff<|endoftext|>", {"at byte 13 (0xff)"});
+  std::vector<std::string_view> pieces;
+  expect_error<ValueError>([&] { Gpt2PreTokenizer().split("a b\xFF", pieces); },
+                           {"pre-tokenize: invalid UTF-8 at byte 3 (0xff)"});
+  expect_error<ValueError>([&] { bpe.encode_ordinary("ab\xC3"); }, {"tokenize: invalid UTF-8 at byte 2 (0xc3)"});
   bad(std::string("a\0b\xfe", 4), {"at byte 3 (0xfe)"});
   EXPECT_EQ(bpe.encode(std::string("a\0b", 3)), bpe.encode(std::string("a\0b", 3)));  // NUL is valid text
 }

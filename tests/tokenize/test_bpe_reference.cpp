@@ -73,6 +73,15 @@ TEST(BpeReference, EncodeMatchesHuggingFace) {
     groups.insert(c["group"].get<std::string>());
     EXPECT_EQ(bpe.encode(text), ids_of(c["ids"])) << c["group"].get<std::string>() << " " << show(text);
   }
+  std::size_t ordinary = 0;
+  for (const auto& c : cases) {  // HF split_special_tokens=True: "<|endoftext|>" is plain text
+    if (!c.contains("ids_ordinary")) continue;
+    const std::string text = c["text"].get<std::string>();
+    EXPECT_EQ(bpe.encode_ordinary(text), ids_of(c["ids_ordinary"])) << show(text);
+    ++ordinary;
+  }
+  EXPECT_GE(ordinary, 10u);
+  EXPECT_EQ(bpe.encode_ordinary("plain text"), bpe.encode("plain text"));
   for (const char* g : {"empty", "whitespace", "unicode-space", "contraction", "digits", "punctuation", "accents",
                         "emoji", "cjk", "rtl", "indic", "tabs", "special", "long", "mixed", "control", "corpus"})
     EXPECT_TRUE(groups.count(g)) << "fixture lacks the group " << g;

@@ -39,6 +39,9 @@ class ByteLevelBPE {
 
   // text (UTF-8) -> ids [T]. ValueError naming the byte offset for invalid UTF-8.
   std::vector<std::int64_t> encode(std::string_view text) const;
+  // As encode, but special tokens in the text are ordinary text (HF split_special_tokens=True):
+  // for untrusted input that must not inject "<|endoftext|>".
+  std::vector<std::int64_t> encode_ordinary(std::string_view text) const;
   // ids [T] -> text; invalid UTF-8 byte runs become U+FFFD (one per maximal
   // invalid subpart, like Rust's String::from_utf8_lossy). IndexError for an
   // id outside 0..V-1.

@@ -31,7 +31,7 @@ class Gpt2PreTokenizer {
   // Compiles the pattern (qkv::Error if PCRE2 refuses it, which would be a build problem).
   Gpt2PreTokenizer();
   // Appends the pieces of text to out, in order; they concatenate to text.
-  // text must be valid UTF-8 (not checked here; ByteLevelBPE::encode checks it).
+  // ValueError naming the byte offset if text is not valid UTF-8.
   void split(std::string_view text, std::vector<std::string_view>& out) const;
   // The PCRE2 pattern used (with \s spelled out as above).
   static const char* pattern();
