@@ -46,14 +46,20 @@ inline void store(float* c, float dot, float alpha, float beta) {
   *c = beta == 0.0f ? alpha * dot : alpha * dot + beta * *c;
 }
 
-// MR rows of A against NR rows of B: C[m, n] for m < MR, n < NR.
+// MR rows of A against NR rows of B: C[m, n] for m < MR, n < NR. When `next` is set (the
+// next NR rows of B), each cache line of those rows is prefetched while this block runs, a
+// little ahead of the same k: the hardware prefetcher alone ramps up every short row again
+// (measured on GPT-2 small's decode weights, one thread: ~9 -> ~12 GB/s).
 template <int MR, int NR>
-void block(i64 K, const float* A, i64 lda, const float* B, i64 ldb, float alpha, float beta, float* C, i64 ldc) {
+void block(i64 K, const float* A, i64 lda, const float* B, i64 ldb, float alpha, float beta, float* C, i64 ldc,
+           const float* next = nullptr) {
   __m256 acc[MR][NR];
   for (int m = 0; m < MR; ++m)
     for (int n = 0; n < NR; ++n) acc[m][n] = _mm256_setzero_ps();
   i64 k = 0;
   for (; k + 8 <= K; k += 8) {
+    if (next && (k & 15) == 0)
+      for (int n = 0; n < NR; ++n) _mm_prefetch(reinterpret_cast<const char*>(next + n * ldb + k + 64), _MM_HINT_T0);
     __m256 a[MR];
     for (int m = 0; m < MR; ++m) a[m] = _mm256_loadu_ps(A + m * lda + k);
     for (int n = 0; n < NR; ++n) {
@@ -81,11 +87,15 @@ void rows_of_b(i64 M, i64 n0, i64 n1, i64 K, const float* A, i64 lda, const floa
                float* C, i64 ldc) {
   i64 n = n0;
   for (; n + NR <= n1; n += NR) {
+    // The first pass over these NR rows of B reads them from memory (and prefetches the next
+    // NR); the other passes find them in L1/L2.
+    const float* next = n + 2 * NR <= n1 ? B + (n + NR) * ldb : nullptr;
     i64 m = 0;
     if constexpr (NR <= 4)  // 2 x 4 accumulators + 2 rows of A + 1 of B fit the 16 registers
-      for (; m + 2 <= M; m += 2)
-        block<2, NR>(K, A + m * lda, lda, B + n * ldb, ldb, alpha, beta, C + m * ldc + n, ldc);
-    for (; m < M; ++m) block<1, NR>(K, A + m * lda, lda, B + n * ldb, ldb, alpha, beta, C + m * ldc + n, ldc);
+      for (; m + 2 <= M; m += 2, next = nullptr)
+        block<2, NR>(K, A + m * lda, lda, B + n * ldb, ldb, alpha, beta, C + m * ldc + n, ldc, next);
+    for (; m < M; ++m, next = nullptr)
+      block<1, NR>(K, A + m * lda, lda, B + n * ldb, ldb, alpha, beta, C + m * ldc + n, ldc, next);
   }
   for (; n < n1; ++n)
     for (i64 m = 0; m < M; ++m) block<1, 1>(K, A + m * lda, lda, B + n * ldb, ldb, alpha, beta, C + m * ldc + n, ldc);
