@@ -9,4 +9,5 @@ set(QKV_GEMM_SOURCES
   kernels/gemm_avx2.cpp
   kernels/gemm_avx512.cpp
   kernels/gemm_skinny.cpp
+  kernels/gemm_skinny_avx512.cpp
 )

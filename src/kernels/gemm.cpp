@@ -388,9 +388,15 @@ void gemm_impl(const char* op, bool ta, bool tb, i64 M, i64 N, i64 K, T alpha, c
   }
   if constexpr (std::is_same_v<T, float>) {
     // A few rows against B stored as rows (a Linear layer during generation): stream B once.
-    if (!ta && tb && M <= detail::kSkinnyMaxM && active_isa() >= Isa::Avx2 && detail::sgemm_skinny_nt_available()) {
-      detail::sgemm_skinny_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threaded);
-      return;
+    if (!ta && tb && M <= detail::kSkinnyMaxM) {
+      if (active_isa() == Isa::Avx512 && detail::sgemm_skinny_nt_avx512_available()) {
+        detail::sgemm_skinny_nt_avx512(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threaded);
+        return;
+      }
+      if (active_isa() >= Isa::Avx2 && detail::sgemm_skinny_nt_available()) {
+        detail::sgemm_skinny_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threaded);
+        return;
+      }
     }
   }
   const GemmKernelSet<T>& ks = kernels<T>();

@@ -28,9 +28,14 @@ inline void check_gemm_args(const char* op, bool trans_a, bool trans_b, std::int
 // for M <= kSkinnyMaxM, each element a dot product whose bits depend only on K and its two
 // rows. Available when the compiler can emit AVX2 (used only when active_isa() >= Avx2).
 inline constexpr std::int64_t kSkinnyMaxM = 24;  // measured: faster than packing B up to here (M = 16: 1.4 vs 2.2 ms, 2304x768)
+// The AVX-512 twin (16 lanes) runs when active_isa() == Avx512.
 bool sgemm_skinny_nt_available();
 void sgemm_skinny_nt(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A, std::int64_t lda,
                      const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc, bool threaded);
+bool sgemm_skinny_nt_avx512_available();
+void sgemm_skinny_nt_avx512(std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
+                            std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc,
+                            bool threaded);
 
 // Micro-kernel: one full mr x nr tile of C over kc steps of k,
 //   C[i*ldc + j] = alpha * sum_k a(i,k) * b(k,j) + beta * C[i*ldc + j]   (beta == 0: C not read)
