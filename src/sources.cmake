@@ -19,6 +19,10 @@ set(QKV_SOURCES
   models/attention_maps.cpp
   models/classifier.cpp
   models/seq2seq.cpp
+  models/bert.cpp
+  tokenize/wordpiece.cpp
+  tokenize/wordpiece_unicode.cpp
+  infer/embed.cpp
   viz/heatmap.cpp
   viz/font.cpp
   viz/explorer.cpp
