@@ -36,6 +36,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cmd_bench_embed.h"
 #include "command.h"
 #include "format.h"
 #include "qkv/kernels/cpu.h"
@@ -324,6 +325,7 @@ QKV_TOOL_COMMAND(bench, {
           "qkv bench mha --batch B --len L --embed E --heads H [--backward]\n"
           "qkv bench encoder-step --batch B --len L --d-model E --heads H --d-ff F --layers N\n"
           "qkv bench peak [--seconds S]\n"
+          "qkv bench embed --model DIR [--batch B] [--json]\n"
           "Prints the median time over --repeat runs after --warmup runs, the throughput and the peak "
           "resident memory. FLOPs count the matrix products only: attention 4BHL^2D (causal half), "
           "forward+backward 3.5x (FlashAttention's convention); gemm 2MNK; mha 8BLE^2 + 4BL^2E, with "
@@ -389,6 +391,8 @@ QKV_TOOL_COMMAND(bench, {
           ->check(CLI::Range(0.001, 600.0));
       s->add_flag("--json", pk->json, "One JSON object per line");
       runs.emplace_back(s, [pk] { return run_peak(*pk); });
+
+      runs.push_back(add_bench_embed(sub));  // qkv bench embed (cmd_bench_embed.cpp)
 
       return [runs] {
         for (const auto& [app, run] : runs)
