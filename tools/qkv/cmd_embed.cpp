@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cmd_embed.h"
 #include "command.h"
 #include "embed_index.h"
 #include "format.h"
@@ -14,13 +15,6 @@
 
 namespace qkv::tool {
 namespace {
-
-struct EmbedCmdOptions {
-  std::string model, file, out;
-  std::vector<std::string> texts;
-  std::int64_t batch = 32;
-  bool json = false, similarity = false;
-};
 
 void print_similarity(const std::vector<std::string>& texts, const Tensor& emb, bool json, std::ostream& out) {
   const Tensor s = infer::cosine_similarity_matrix(emb, emb);
@@ -48,6 +42,8 @@ void print_similarity(const std::vector<std::string>& texts, const Tensor& emb, 
   t.print(out);
   for (std::int64_t i = 0; i < n; ++i) out << "  [" << i << "] " << texts[static_cast<std::size_t>(i)] << '\n';
 }
+
+}  // namespace
 
 // Runs qkv embed (see the command's --help).
 int run_embed(const EmbedCmdOptions& o, std::ostream& out) {
@@ -94,8 +90,6 @@ int run_embed(const EmbedCmdOptions& o, std::ostream& out) {
   }
   return 0;
 }
-}  // namespace
-
 QKV_TOOL_COMMAND(embed, {
     .name = "embed",
     .summary = "Sentence embeddings of a BERT sentence-transformers model (all-MiniLM-L6-v2), similarity, search index",

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cmd_search.h"
 #include "command.h"
 #include "embed_index.h"
 #include "format.h"
@@ -13,15 +14,6 @@
 #include "qkv/infer/embed.h"
 
 namespace qkv::tool {
-namespace {
-
-struct SearchOptions {
-  std::string index, model;
-  std::vector<std::string> queries;
-  std::int64_t top_k = 5;
-  bool json = false;
-};
-
 // Runs qkv search (see the command's --help).
 int run_search(const SearchOptions& o, std::ostream& out) {
   const EmbeddingIndex ix = load_index(o.index);
@@ -63,8 +55,6 @@ int run_search(const SearchOptions& o, std::ostream& out) {
   }
   return 0;
 }
-}  // namespace
-
 QKV_TOOL_COMMAND(search, {
     .name = "search",
     .summary = "Semantic search: the lines of an embedding index closest to each query",
