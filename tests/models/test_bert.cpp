@@ -177,6 +177,42 @@ TEST(SentenceEmbedder, BadFoldersAndTextFiles) {
   EXPECT_EQ(infer::read_text_lines(d.file("crlf.txt")), (std::vector<std::string>{"a", "", "b"}));
 }
 
+TEST(SentenceEmbedder, SyntheticFolderEndToEnd) {
+  TempDir d("embed-tiny");
+  write_tiny(d.str());
+  std::string vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
+  for (int i = 5; i < 30; ++i) vocab += "w" + std::to_string(i) + "\n";
+  write_file(d.file("vocab.txt"), vocab);
+  write_file(d.file("tokenizer_config.json"), R"({"do_lower_case": true, "model_max_length": 16})");
+  write_file(d.file("modules.json"), R"([{"type": "sentence_transformers.models.Transformer", "path": ""},
+    {"type": "sentence_transformers.models.Pooling", "path": "1_Pooling"},
+    {"type": "sentence_transformers.models.Normalize", "path": "2_Normalize"}])");
+  write_file(d.file("1_Pooling/config.json"), R"({"word_embedding_dimension": 8, "pooling_mode_mean_tokens": true})");
+  const auto e = infer::SentenceEmbedder::from_folder(d.str());
+  const std::vector<std::string> texts = {"w5 w6 w7 w8 w9", "W5", "", "w9 w9"};
+  const Tensor a = e.embed(texts, {.batch_size = 3});
+  ASSERT_EQ(a.shape(), (Shape{4, 8}));
+  // Each row equals the sentence embedded alone (padding and batch order change nothing beyond rounding).
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const Tensor alone = e.embed({texts[i]});
+    EXPECT_LT(max_abs_diff(a.select(0, static_cast<std::int64_t>(i)), alone.select(0, 0)), 1e-6) << i;
+  }
+  EXPECT_EQ(e.embed({}).shape(), (Shape{0, 8}));
+  std::string msg = error_of<ValueError>([&] { e.embed({"ok", "bad \xff"}); });
+  EXPECT_NE(msg.find("text 1: wordpiece: text is not valid UTF-8"), std::string::npos) << msg;
+  msg = error_of<ValueError>([&] { e.embed({"ok"}, {.batch_size = 0}); });
+  EXPECT_NE(msg.find("batch_size must be >= 1, got 0"), std::string::npos) << msg;
+  // A vocabulary that does not fit the model's vocab_size.
+  write_file(d.file("vocab.txt"), vocab + "extra\n");
+  msg = error_of<ValueError>([&] { infer::SentenceEmbedder::from_folder(d.str()); });
+  EXPECT_NE(msg.find("the vocabulary has 31 tokens but config.json's vocab_size is 30"), std::string::npos) << msg;
+  // A pooling dimension that does not fit hidden_size.
+  write_file(d.file("vocab.txt"), vocab);
+  write_file(d.file("1_Pooling/config.json"), R"({"word_embedding_dimension": 384, "pooling_mode_mean_tokens": true})");
+  msg = error_of<ValueError>([&] { infer::SentenceEmbedder::from_folder(d.str()); });
+  EXPECT_NE(msg.find("word_embedding_dimension 384 differs from config.json's hidden_size 8"), std::string::npos) << msg;
+}
+
 TEST(SentenceEmbedder, PoolingAndNormalisation) {
   const Tensor h = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 100, 100}, {1, 3, 2});
   const Tensor m = Tensor::from_vector(std::vector<std::int64_t>{1, 1, 0}, {1, 3});
