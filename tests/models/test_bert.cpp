@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "qkv/autograd/autograd.h"
@@ -211,6 +212,24 @@ TEST(SentenceEmbedder, SyntheticFolderEndToEnd) {
   write_file(d.file("1_Pooling/config.json"), R"({"word_embedding_dimension": 384, "pooling_mode_mean_tokens": true})");
   msg = error_of<ValueError>([&] { infer::SentenceEmbedder::from_folder(d.str()); });
   EXPECT_NE(msg.find("word_embedding_dimension 384 differs from config.json's hidden_size 8"), std::string::npos) << msg;
+}
+
+TEST(SentenceEmbedder, ConcurrentCallsOnOneModelEqualSerialOnes) {
+  TempDir d("embed-threads");
+  write_tiny(d.str());
+  std::string vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
+  for (int i = 5; i < 30; ++i) vocab += "w" + std::to_string(i) + "\n";
+  write_file(d.file("vocab.txt"), vocab);
+  write_file(d.file("tokenizer_config.json"), R"({"model_max_length": 16})");
+  const auto e = infer::SentenceEmbedder::from_folder(d.str());  // no modules.json: mean pooling, no normalisation
+  EXPECT_FALSE(e.pooling().normalize);
+  const std::vector<std::string> texts = {"w5 w6 w7", "w8", "w9 w10 w11 w12 w13", "", "w20 w21"};
+  const Tensor serial = e.embed(texts, {.batch_size = 2});
+  std::vector<Tensor> got(4);
+  std::vector<std::thread> pool;
+  for (std::size_t t = 0; t < got.size(); ++t) pool.emplace_back([&, t] { got[t] = e.embed(texts, {.batch_size = 2}); });
+  for (auto& th : pool) th.join();
+  for (const auto& g : got) EXPECT_EQ(max_abs_diff(g, serial), 0.0);  // R5: same inputs, same result, bitwise
 }
 
 TEST(SentenceEmbedder, PoolingAndNormalisation) {

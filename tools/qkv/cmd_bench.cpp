@@ -316,7 +316,7 @@ int run_encoder_step(const EncoderStepOptions& o, const CommonOptions& c) {
 
 QKV_TOOL_COMMAND(bench, {
     .name = "bench",
-    .summary = "Time the engine's attention, GEMM, multi-head attention or an encoder training step",
+    .summary = "Time the engine's attention, GEMM, multi-head attention, an encoder training step or sentence embeddings",
     .order = 80,
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
@@ -330,6 +330,8 @@ QKV_TOOL_COMMAND(bench, {
           "resident memory. FLOPs count the matrix products only: attention 4BHL^2D (causal half), "
           "forward+backward 3.5x (FlashAttention's convention); gemm 2MNK; mha 8BLE^2 + 4BL^2E, with "
           "--backward 24BLE^2 + 14BL^2E; encoder-step N(24BLE^2 + 12BLEF + 14BL^2E) - 6BLE^2. "
+          "embed: sentences/s of qkv embed on 1000 generated sentences (tokenisation included), FLOPs "
+          "per padded batch N(8BLE^2 + 4BLEF + 4BL^2E). "
           "--json prints one JSON object per line (median_ms, gflops, peak_rss_mb, extra_rss_mb, ...). "
           "peak: the FP32 FMA throughput of a register-only loop on --threads workers, now (a shared "
           "machine's peak moves with its load; measure it in the same run as what you divide by it). "
