@@ -126,16 +126,28 @@ BertLayer::BertLayer(const BertConfig& c) : cfg_(c) {
   output_norm = norm("output.LayerNorm");
 }
 
+void BertLayer::prepare_for_inference() {
+  wt_.clear();
+  for (const auto* lin : {query.get(), key.get(), value.get(), attn_out.get(), intermediate.get(), output.get()})
+    wt_.push_back(lin->weight.detach().transpose(0, 1).contiguous());  // [out, in] -> [in, out]
+}
+
+Tensor BertLayer::project(const nn::Linear& lin, std::size_t slot, const Tensor& x) const {
+  if (wt_.empty()) return lin.forward(x);
+  return add(matmul(x, wt_[slot]), lin.bias);  // x [..., in] @ W^T [in, out] + b [out]
+}
+
 Tensor BertLayer::forward(const Tensor& x, const Tensor& key_mask) const {
   const std::int64_t B = x.size(0), T = x.size(1), H = cfg_.num_attention_heads, D = cfg_.hidden_size / H;
   // [B, T, C] -> view [B, T, H, D] -> transpose(1, 2) -> [B, H, T, D]
   auto heads = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
   const Mask mask = key_mask.defined() ? Mask::keep(key_mask) : Mask();
-  Tensor a = scaled_dot_product_attention(heads(query->forward(x)), heads(key->forward(x)), heads(value->forward(x)), mask)
+  Tensor a = scaled_dot_product_attention(heads(project(*query, 0, x)), heads(project(*key, 1, x)),
+                                          heads(project(*value, 2, x)), mask)
                  .output;                                                    // [B, H, T, D]
   a = a.transpose(1, 2).contiguous().view({B, T, cfg_.hidden_size});         // merge heads [B, T, C]
-  const Tensor h = attn_norm->forward(add(x, attn_out->forward(a)));         // post-norm
-  const Tensor f = output->forward(gelu(intermediate->forward(h), GeluApprox::None));
+  const Tensor h = attn_norm->forward(add(x, project(*attn_out, 3, a)));     // post-norm
+  const Tensor f = project(*output, 5, gelu(project(*intermediate, 4, h), GeluApprox::None));
   return output_norm->forward(add(h, f));
 }
 
@@ -180,6 +192,10 @@ Tensor BertModel::forward(const Tensor& ids, const Tensor& attention_mask, std::
     if (hidden_states) hidden_states->push_back(x);
   }
   return x;
+}
+
+void BertModel::prepare_for_inference() {
+  for (auto& l : layers) l->prepare_for_inference();
 }
 
 double BertModel::matmul_flops(std::int64_t batch, std::int64_t padded_len) const {
@@ -258,6 +274,7 @@ std::shared_ptr<BertModel> BertModel::from_folder(const std::string& dir) {
   model->load_state_dict(sd, true);
   for (auto& p : model->parameters()) p.requires_grad_(false);
   model->eval();
+  model->prepare_for_inference();
   return model;
 }
 
