@@ -55,8 +55,8 @@ bool is_bert_whitespace(char32_t c) {
 bool is_bert_control(char32_t c) {
   if (c == '\t' || c == '\n' || c == '\r') return false;
   const auto k = category(c);
-  return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CS ||
-         k == UTF8PROC_CATEGORY_CO || k == UTF8PROC_CATEGORY_CN;
+  // Unassigned code points (Cn) are kept, as tokenizers' BertNormalizer keeps them.
+  return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CS || k == UTF8PROC_CATEGORY_CO;
 }
 
 bool is_bert_punctuation(char32_t c) {

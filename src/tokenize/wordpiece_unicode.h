@@ -15,7 +15,7 @@ std::string utf8_encode(const std::vector<char32_t>& cps, std::size_t begin, std
 
 // Hugging Face BertNormalizer's character classes.
 bool is_bert_whitespace(char32_t c);   // \t \n \r, U+000B..U+000C, U+0085, categories Zs Zl Zp
-bool is_bert_control(char32_t c);      // categories Cc Cf Cs Co Cn, except \t \n \r
+bool is_bert_control(char32_t c);      // categories Cc Cf Cs Co (not Cn), except \t \n \r
 bool is_bert_punctuation(char32_t c);  // ASCII punctuation or categories Pc Pd Ps Pe Pi Pf Po
 bool is_cjk_ideograph(char32_t c);     // BERT's _is_chinese_char ranges
 bool is_nonspacing_mark(char32_t c);   // category Mn

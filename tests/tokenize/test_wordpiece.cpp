@@ -69,6 +69,8 @@ TEST(WordPiece, BasicTokenizerRules) {
   EXPECT_EQ(t.basic_tokenize("a\x01" "b\u200bc\ufeff\x7f"), (V{"abc"}));
   EXPECT_EQ(t.basic_tokenize("a\tb\u00a0c\u3000d\u2028e\r\nf"), (V{"a", "b", "c", "d", "e", "f"}));
   EXPECT_EQ(t.basic_tokenize(std::string("a\0b", 3)), (V{"ab"}));
+  // Unassigned code points (Cn) stay, as in tokenizers' BertNormalizer (private use and tags go).
+  EXPECT_EQ(t.basic_tokenize("a\u0378b\ue000c\U000e0041d"), (V{"a\u0378bcd"}));
   EXPECT_EQ(t.basic_tokenize("   "), V{});
   // U+0130 lower-cases to i + U+0307, which accent stripping removes.
   EXPECT_EQ(t.basic_tokenize("\u0130"), (V{"i"}));

@@ -2,7 +2,7 @@
 // (tokenizers' BertNormalizer + BertPreTokenizer + WordPiece + BertProcessing):
 //
 //   special tokens ([CLS], [SEP], [PAD], [UNK], [MASK]) written in the raw text are matched first
-//   clean-up: drop U+0000, U+FFFD and every other-category (Cc Cf Cs Co Cn) code point except
+//   clean-up: drop U+0000, U+FFFD and every control, format, surrogate or private-use (Cc Cf Cs Co) code point except
 //             \t \n \r; map whitespace (Zs Zl Zp, \t..\r, U+0085) to ' '
 //   CJK ideographs (the ranges of BERT's _is_chinese_char) get a space on each side
 //   strip_accents (default: do_lower_case): NFD, then drop nonspacing marks (Mn)
