@@ -61,8 +61,9 @@ class BertModel : public nn::Module {
   const BertConfig& config() const { return cfg_; }
   // Caches a contiguous W^T copy of every projection (from_folder does this): the products then
   // run as x @ W^T with W^T read row by row, which the GEMM packs cheaply or reads in place
-  // for short inputs, instead of transposing W on every call. Call again after changing the
-  // weights; until then forward uses the nn::Linear modules.
+  // for short inputs, instead of transposing W on every call. Inference only: the copies are
+  // detached, so no gradient reaches the weights through them. Call again after changing the
+  // weights (a model never prepared runs its nn::Linear modules, with autograd).
   void prepare_for_inference();
   // Multiply-add FLOPs (2 per multiply-add) of the matrix products of one forward over rows of
   // these lengths, padded to `padded_len` each: projections and feed-forward per token, QK^T and
