@@ -59,9 +59,9 @@ class BertModel : public nn::Module {
   Tensor forward(const Tensor& ids, const Tensor& attention_mask = Tensor(),
                  std::vector<Tensor>* hidden_states = nullptr) const;
   const BertConfig& config() const { return cfg_; }
-  // Caches a contiguous W^T copy of every projection (from_folder does this): the products then
-  // run as x @ W^T with W^T read row by row, which the GEMM packs cheaply or reads in place
-  // for short inputs, instead of transposing W on every call. Inference only: the copies are
+  // Caches a contiguous W^T copy of every projection (from_folder does this): inputs of up to
+  // 256 rows (B*T) then run their products as x @ W^T + b with W^T read row by row, which the
+  // GEMM packs cheaply or reads in place, instead of transposing W on every call. Inference only: the copies are
   // detached, so no gradient reaches the weights through them. Call again after changing the
   // weights (a model never prepared runs its nn::Linear modules, with autograd).
   void prepare_for_inference();
