@@ -145,11 +145,15 @@ WordPieceTokenizer WordPieceTokenizer::from_folder(const std::string& dir) {
   if (!basic) throw ValueError(config_path + ": 'do_basic_tokenize' false is not supported");
   if (j.contains("never_split") && !j.at("never_split").is_null() && !(j.at("never_split").is_array() && j.at("never_split").empty()))
     throw ValueError(config_path + ": 'never_split' " + j.at("never_split").dump() + " is not supported");
-  get_string(j, config_path, "unk_token", &o.unk_token);
-  get_string(j, config_path, "cls_token", &o.cls_token);
-  get_string(j, config_path, "sep_token", &o.sep_token);
-  get_string(j, config_path, "pad_token", &o.pad_token);
-  get_string(j, config_path, "mask_token", &o.mask_token);
+  // The special tokens' names: tokenizer_config.json, overridden by special_tokens_map.json.
+  const std::string map_path = (fs::path(dir) / "special_tokens_map.json").string();
+  const bool have_map = fs::exists(map_path);
+  const nlohmann::json m = have_map ? read_json(map_path) : nlohmann::json::object();
+  for (const auto& [key, dst] : {std::pair{"unk_token", &o.unk_token}, {"cls_token", &o.cls_token},
+                                 {"sep_token", &o.sep_token}, {"pad_token", &o.pad_token}, {"mask_token", &o.mask_token}}) {
+    get_string(j, config_path, key, dst);
+    get_string(m, map_path, key, dst);
+  }
   std::optional<std::int64_t> max_len = get_positive(j, config_path, "model_max_length");
   const std::string st_path = (fs::path(dir) / "sentence_bert_config.json").string();
   if (fs::exists(st_path)) {

@@ -169,6 +169,15 @@ TEST(WordPiece, BadFolders) {
   EXPECT_EQ(t.options().max_length, 7);
   qkv::testing::write_file(d.file("sentence_bert_config.json"), "{\"max_seq_length\": 5}");
   EXPECT_EQ(WordPieceTokenizer::from_folder(d.str()).options().max_length, 5);
+  // special_tokens_map.json names the special tokens (a string or an AddedToken object).
+  qkv::testing::write_file(d.file("special_tokens_map.json"), R"({"unk_token": {"content": "x", "lstrip": false}})");
+  EXPECT_EQ(WordPieceTokenizer::from_folder(d.str()).unk_id(), 21);
+  qkv::testing::write_file(d.file("special_tokens_map.json"), R"({"cls_token": "<s>"})");
+  m = error_of<ValueError>([&] { WordPieceTokenizer::from_folder(d.str()); });
+  EXPECT_NE(m.find("vocab.txt: the cls token '<s>' is not in the vocabulary"), std::string::npos) << m;
+  qkv::testing::write_file(d.file("special_tokens_map.json"), R"({"cls_token": 5})");
+  m = error_of<FormatError>([&] { WordPieceTokenizer::from_folder(d.str()); });
+  EXPECT_NE(m.find("special_tokens_map.json: 'cls_token' must be a string, got 5"), std::string::npos) << m;
 }
 
 // Exact ids of Hugging Face's BertTokenizerFast on every committed sentence.

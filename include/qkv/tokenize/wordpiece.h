@@ -53,7 +53,8 @@ class WordPieceTokenizer {
   WordPieceTokenizer(std::vector<std::string> vocab, const WordPieceOptions& o, const std::string& source = "vocab");
 
   // dir/vocab.txt + dir/tokenizer_config.json (do_lower_case, strip_accents, tokenize_chinese_chars,
-  // model_max_length, the special tokens' names); max_length = sentence_bert_config.json's
+  // model_max_length, the special tokens' names, which special_tokens_map.json overrides when
+  // present); max_length = sentence_bert_config.json's
   // max_seq_length when that file exists, else model_max_length (capped by config.json's
   // max_position_embeddings when present). IOError / FormatError / ValueError naming file and field.
   static WordPieceTokenizer from_folder(const std::string& dir);
