@@ -158,7 +158,7 @@ WordPieceTokenizer WordPieceTokenizer::from_folder(const std::string& dir) {
   const std::string st_path = (fs::path(dir) / "sentence_bert_config.json").string();
   if (fs::exists(st_path)) {
     const nlohmann::json s = read_json(st_path);
-    if (auto m = get_positive(s, st_path, "max_seq_length")) max_len = m;
+    if (auto n = get_positive(s, st_path, "max_seq_length")) max_len = n;
     bool st_lower = false;
     get_bool(s, st_path, "do_lower_case", &st_lower);
     if (st_lower) throw ValueError(st_path + ": 'do_lower_case' true (lower-casing before the tokenizer) is not supported");

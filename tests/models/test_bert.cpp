@@ -186,7 +186,7 @@ TEST(SentenceEmbedder, SyntheticFolderEndToEnd) {
   TempDir d("embed-tiny");
   write_tiny(d.str());
   std::string vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
-  for (int i = 5; i < 30; ++i) vocab += "w" + std::to_string(i) + "\n";
+  for (int i = 5; i < 30; ++i) vocab.append("w").append(std::to_string(i)).append("\n");  // (GCC 12 warns on a + chain: -Wrestrict false positive)
   write_file(d.file("vocab.txt"), vocab);
   write_file(d.file("tokenizer_config.json"), R"({"do_lower_case": true, "model_max_length": 16})");
   write_file(d.file("modules.json"), R"([{"type": "sentence_transformers.models.Transformer", "path": ""},
@@ -222,7 +222,7 @@ TEST(SentenceEmbedder, ConcurrentCallsOnOneModelEqualSerialOnes) {
   TempDir d("embed-threads");
   write_tiny(d.str());
   std::string vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
-  for (int i = 5; i < 30; ++i) vocab += "w" + std::to_string(i) + "\n";
+  for (int i = 5; i < 30; ++i) vocab.append("w").append(std::to_string(i)).append("\n");  // (GCC 12 warns on a + chain: -Wrestrict false positive)
   write_file(d.file("vocab.txt"), vocab);
   write_file(d.file("tokenizer_config.json"), R"({"model_max_length": 16})");
   const auto e = infer::SentenceEmbedder::from_folder(d.str());  // no modules.json: mean pooling, no normalisation
