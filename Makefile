@@ -5,12 +5,16 @@ CMAKE_FLAGS ?=
 # OpenMP workers wait passively: on a shared 2-core machine spinning workers slow everything down.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: all setup configure build demo test bench clean
+.PHONY: all setup models configure build demo test bench clean
 
 all: build
 
 setup:
 	@bash scripts/setup.sh
+
+# Pretrained models (git-ignored models/; downloaded once, skipped when present).
+models:
+	@bash scripts/fetch_models.sh
 
 configure: setup
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
@@ -18,10 +22,10 @@ configure: setup
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+demo: models build
 	@$(BUILD)/tools/qkv/qkv demo
 
-test: build
+test: models build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
 bench: build

@@ -26,6 +26,10 @@ set(QKV_SOURCES
   models/classifier.cpp
   models/seq2seq.cpp
   models/seq2seq_decode.cpp
+  models/bert.cpp
+  tokenize/wordpiece.cpp
+  tokenize/wordpiece_unicode.cpp
+  infer/embed.cpp
   viz/heatmap.cpp
   viz/font.cpp
   viz/explorer.cpp

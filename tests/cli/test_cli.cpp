@@ -228,7 +228,9 @@ TEST(Cli, NoCommandPrintsHelpAndFails) {
 
 TEST(Cli, DemoRunsEverySection) {
   const fs::path out_dir = unique_temp("demo");
-  const Result r = run("demo --out '" + out_dir.string() + "'");
+  const std::string model = std::string(QKV_SOURCE_DIR) + "/models/all-MiniLM-L6-v2";
+  ASSERT_TRUE(fs::exists(model + "/model.safetensors")) << model << " is missing: run `make models` first";
+  const Result r = run("demo --out '" + out_dir.string() + "' --model '" + model + "'");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(1/\d+  Shape walkthrough)"))) << r.out;
   EXPECT_NE(r.out.find("(1, 5, 64) -> view -> (1, 5, 4, 16) -> transpose(1,2) -> (1, 4, 5, 16)"), std::string::npos)
@@ -248,5 +250,9 @@ TEST(Cli, DemoRunsEverySection) {
   EXPECT_TRUE(fs::exists(out_dir / "seq2seq_reverse.safetensors"));
   EXPECT_TRUE(fs::exists(out_dir / "seq2seq_heatmaps" / "cross_layer0_head0.png"));
   EXPECT_NE(r.out.find((out_dir / "seq2seq_heatmaps" / "index.html").string()), std::string::npos) << r.out;
+  // The pretrained BERT part: a similarity matrix and one search over the corpus it writes.
+  EXPECT_NE(r.out.find("cosine similarity:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("query: What food do people enjoy?\n  1. "), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(out_dir / "index.safetensors"));
   fs::remove_all(out_dir);
 }

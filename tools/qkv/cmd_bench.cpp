@@ -38,6 +38,7 @@
 
 #include "bench_util.h"
 #include "cmd_bench_generate.h"
+#include "cmd_bench_embed.h"
 #include "command.h"
 #include "format.h"
 #include "qkv/kernels/cpu.h"
@@ -285,7 +286,7 @@ int run_encoder_step(const EncoderStepOptions& o, const CommonOptions& c) {
 
 QKV_TOOL_COMMAND(bench, {
     .name = "bench",
-    .summary = "Time the engine's attention, GEMM, multi-head attention or an encoder training step",
+    .summary = "Time the engine's attention, GEMM, multi-head attention, an encoder training step or sentence embeddings",
     .order = 80,
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
@@ -296,10 +297,13 @@ QKV_TOOL_COMMAND(bench, {
           "qkv bench peak [--seconds S]\n"
           "qkv bench generate (--model DIR | --layers L --d-model D --heads H --vocab V) [--batch B] "
           "[--prompt-len P] [--new N] [--no-cache]\n"
+          "qkv bench embed --model DIR [--batch B] [--json]\n"
           "Prints the median time over --repeat runs after --warmup runs, the throughput and the peak "
           "resident memory. FLOPs count the matrix products only: attention 4BHL^2D (causal half), "
           "forward+backward 3.5x (FlashAttention's convention); gemm 2MNK; mha 8BLE^2 + 4BL^2E, with "
           "--backward 24BLE^2 + 14BL^2E; encoder-step N(24BLE^2 + 12BLEF + 14BL^2E) - 6BLE^2. "
+          "embed: sentences/s of qkv embed on 1000 generated sentences (tokenisation included), FLOPs "
+          "per padded batch N(8BLE^2 + 4BLEF + 4BL^2E). "
           "--json prints one JSON object per line (median_ms, gflops, peak_rss_mb, extra_rss_mb, ...). "
           "peak: the FP32 FMA throughput of a register-only loop on --threads workers, now (a shared "
           "machine's peak moves with its load; measure it in the same run as what you divide by it). "
@@ -385,6 +389,7 @@ QKV_TOOL_COMMAND(bench, {
           ->check(int_range(1, 1 << 16));
       s->add_flag("--json", gen->json, "One JSON object");
       runs.emplace_back(s, [gen] { return run_bench_generate(*gen); });
+      runs.push_back(add_bench_embed(sub));  // qkv bench embed (cmd_bench_embed.cpp)
 
       return [runs] {
         for (const auto& [app, run] : runs)

@@ -5,6 +5,7 @@
 // the demo ends by listing those files. Later steps (training the classifier,
 // heatmaps and the explorer page, generation with the seq2seq model) are in demo_steps().
 #include <chrono>
+#include <fstream>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -12,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "cmd_embed.h"
 #include "cmd_heatmap.h"
+#include "cmd_search.h"
 #include "cmd_trace.h"
 #include "cmd_train_classify.h"
 #include "cmd_train_seq2seq.h"
@@ -29,6 +32,7 @@ namespace {
 struct DemoOptions {
   std::uint64_t seed = 0;
   std::string out_dir = "qkv-demo";  // every file the demo writes goes here
+  std::string model = "models/all-MiniLM-L6-v2";  // the pretrained BERT of the embedding part (`make models`)
 };
 
 struct DemoContext {
@@ -96,6 +100,38 @@ std::vector<DemoStep> demo_steps() {
                                            .out = ctx.opt.out_dir + "/seq2seq_heatmaps"},
                             ctx.out, &ctx.files_written);
        }},
+      {"A real pretrained BERT: sentence embeddings and semantic search with all-MiniLM-L6-v2 (qkv embed, qkv search)",
+       [](DemoContext& ctx) {
+         if (!std::filesystem::exists(ctx.opt.model + "/model.safetensors")) {
+           ctx.out << "Skipped: the model folder " << ctx.opt.model
+                   << " is absent (run `make models` to fetch it, or pass --model DIR).\n";
+           return 0;
+         }
+         ctx.out << "WordPiece ids -> 6 post-norm BERT layers (384 wide) -> mean pooling -> L2 normalisation; the "
+                    "numbers equal sentence-transformers' (tests/models/test_bert.cpp).\n\n";
+         const std::vector<std::string> sentences = {"A man is eating food.", "A man is eating a piece of bread.",
+                                                     "A man is riding a horse.", "A woman is playing violin.",
+                                                     "Someone in a gorilla costume is playing a set of drums."};
+         if (int rc = run_embed(EmbedCmdOptions{.model = ctx.opt.model, .texts = sentences, .similarity = true}, ctx.out))
+           return rc;
+         std::filesystem::create_directories(ctx.opt.out_dir);
+         const std::string corpus = ctx.opt.out_dir + "/corpus.txt", index = ctx.opt.out_dir + "/index.safetensors";
+         {
+           std::ofstream f(corpus, std::ios::binary);
+           for (const char* line : {"The new movie is awesome.", "The cat sits outside.", "A man is playing guitar.",
+                                    "I love pasta.", "Paris is the capital of France.", "The stock market fell today.",
+                                    "A woman watches TV.", "Do you like pizza?", "The dog plays in the garden."})
+             f << line << '\n';
+         }
+         ctx.files_written.push_back(corpus);
+         ctx.out << "\n";
+         if (int rc = run_embed(EmbedCmdOptions{.model = ctx.opt.model, .file = corpus, .out = index}, ctx.out)) return rc;
+         ctx.files_written.push_back(index);
+         ctx.out << "\n";
+         return run_search(SearchOptions{.index = index, .model = ctx.opt.model, .queries = {"What food do people enjoy?"},
+                                         .top_k = 3},
+                           ctx.out);
+       }},
   };
 }
 
@@ -132,10 +168,13 @@ QKV_TOOL_COMMAND(demo, {
           "d_ff 128), the tutorial's worked example, the variance table with quick settings, and training the "
           "tutorial's classifier on the balanced task (checkpoint saved in --out), and its attention heatmaps plus the "
           "explorer page (in --out/heatmaps), then an encoder-decoder trained to reverse digit strings with greedy "
-          "generation and its cross-attention maps (in --out/seq2seq_heatmaps). Ends by listing the files it wrote.");
+          "generation and its cross-attention maps (in --out/seq2seq_heatmaps), then sentence embeddings with the "
+          "pretrained all-MiniLM-L6-v2 in --model (a similarity matrix and one semantic search; skipped with a "
+          "message if the folder is absent: `make models` fetches it). Ends by listing the files it wrote.");
       auto opt = std::make_shared<DemoOptions>();
       sub.add_option("--seed", opt->seed, "Seed for every random part")->capture_default_str();
       sub.add_option("--out", opt->out_dir, "Directory for the files the demo writes")->capture_default_str();
+      sub.add_option("--model", opt->model, "Model folder of the embedding part")->capture_default_str();
       return [opt] { return run_demo(*opt, std::cout); };
     }});
 

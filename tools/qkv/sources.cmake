@@ -22,4 +22,8 @@ set(QKV_TOOL_SOURCES
   cmd_train.cpp
   cmd_train_classify.cpp
   cmd_train_seq2seq.cpp
+  cmd_embed.cpp
+  cmd_search.cpp
+  cmd_bench_embed.cpp
+  embed_index.cpp
 )

@@ -1,0 +1,50 @@
+// The semantic-search index file (see embed_index.h).
+#include "embed_index.h"
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/core/error.h"
+#include "qkv/io/tensors.h"
+
+namespace qkv::tool {
+
+void save_index(const std::string& path, const EmbeddingIndex& index) {
+  nlohmann::json texts = index.texts;
+  io::save_safetensors(path, {{"embeddings", index.embeddings}},
+                       {{"format", "qkv-embedding-index"},
+                        {"texts", texts.dump()},
+                        {"model", index.model},
+                        {"dimension", std::to_string(index.embeddings.size(1))}});
+}
+
+EmbeddingIndex load_index(const std::string& path) {
+  const io::LoadedTensors f = io::load_safetensors(path);
+  auto meta = [&](const char* key) -> const std::string& {
+    auto it = f.metadata.find(key);
+    if (it == f.metadata.end())
+      throw FormatError(path + ": not a qkv embedding index (no metadata '" + key + "'; write one with qkv embed --out)");
+    return it->second;
+  };
+  if (meta("format") != "qkv-embedding-index") throw FormatError(path + ": metadata 'format' is not qkv-embedding-index");
+  EmbeddingIndex ix;
+  ix.model = meta("model");
+  nlohmann::json texts;
+  try {
+    texts = nlohmann::json::parse(meta("texts"));
+  } catch (const std::exception& e) {
+    throw FormatError(path + ": metadata 'texts' is not a JSON array: " + e.what());
+  }
+  if (!texts.is_array()) throw FormatError(path + ": metadata 'texts' is not a JSON array");
+  for (const auto& t : texts) {
+    if (!t.is_string()) throw FormatError(path + ": metadata 'texts' holds a non-string " + t.dump());
+    ix.texts.push_back(t.get<std::string>());
+  }
+  ix.embeddings = f.at("embeddings");
+  if (ix.embeddings.dim() != 2 || ix.embeddings.dtype() != DType::F32 ||
+      ix.embeddings.size(0) != static_cast<std::int64_t>(ix.texts.size()))
+    throw FormatError(path + ": 'embeddings' is " + std::string(dtype_name(ix.embeddings.dtype())) + " " +
+                      ix.embeddings.shape_str() + ", expected float32 [" + std::to_string(ix.texts.size()) + ", C]");
+  return ix;
+}
+
+}  // namespace qkv::tool
