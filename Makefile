@@ -13,7 +13,7 @@ setup:
 	@bash scripts/setup.sh
 
 # Pretrained models (git-ignored models/; downloaded once, skipped when present).
-models:
+models: setup
 	@bash scripts/fetch_models.sh
 
 configure: setup
