@@ -124,7 +124,7 @@ TEST(CliGenerate, BadInputsFailWithOneClearLine) {
   expect(run(M + "--prompt a --top-p 1.5"), "top_p must be in (0, 1]");
   expect(run(M + "--prompt a --prompt-ids 1"), "exactly one of --prompt, --prompt-ids, --prompts-file");
   expect(run(M + "--prompts-file '" + s.write("bad.txt", "fine\nbad \xff byte\n") + "'"),
-         "bad.txt: line 2 is not valid UTF-8 (byte 5 of the line");
+         "bad.txt:2: not valid UTF-8 (byte 5 of the line)");
   expect(run(M + "--prompts-file '" + s.write("empty.txt", "one\n\nthree\n") + "'"), "empty.txt: line 2 is empty");
   // Broken folders: the file and the line or field are named.
   std::string m = s.model_copy();

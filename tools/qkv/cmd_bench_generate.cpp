@@ -15,6 +15,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/parallel.h"
 #include "qkv/core/rng.h"
+#include "qkv/infer/embed.h"
 #include "qkv/infer/generate.h"
 #include "qkv/kernels/cpu.h"
 #include "qkv/kernels/peak.h"
@@ -42,7 +43,7 @@ int run_bench_generate(const BenchGenerateOptions& o) {
   std::vector<std::vector<std::int64_t>> prompts;
   if (!o.prompt_ids.empty()) {
     // The prompts another engine uses: one line of ids per sequence.
-    for (const std::string& line : read_lines(o.prompt_ids))
+    for (const std::string& line : infer::read_text_lines(o.prompt_ids))
       if (!line.empty()) prompts.push_back(parse_ids(line, "--prompt-ids"));
     if (static_cast<std::int64_t>(prompts.size()) != o.batch)
       throw ValueError("--prompt-ids: '" + o.prompt_ids + "' has " + std::to_string(prompts.size()) +

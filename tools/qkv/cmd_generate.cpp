@@ -13,6 +13,7 @@
 #include "command.h"
 #include "model_dir.h"
 #include "qkv/core/error.h"
+#include "qkv/infer/embed.h"
 #include "qkv/infer/generate.h"
 
 namespace qkv::tool {
@@ -61,7 +62,7 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
   if (ids_only) {
     prompts.push_back(parse_ids(o.prompt_ids, "--prompt-ids"));
   } else {
-    texts = o.prompts_file.empty() ? std::vector<std::string>{*o.prompt} : read_lines(o.prompts_file);
+    texts = o.prompts_file.empty() ? std::vector<std::string>{*o.prompt} : infer::read_text_lines(o.prompts_file);
     if (texts.empty()) throw ValueError("--prompts-file: '" + o.prompts_file + "' has no lines");
     for (std::size_t i = 0; i < texts.size(); ++i) {
       try {

@@ -5,8 +5,6 @@
 #include <string>
 
 #include "qkv/core/error.h"
-#include "qkv/io/files.h"
-#include "qkv/tokenize/utf8.h"
 
 namespace qkv::tool {
 
@@ -44,24 +42,6 @@ std::vector<std::int64_t> parse_ids(const std::string& text, const char* flag) {
     i = j;
   }
   return ids;
-}
-
-std::vector<std::string> read_lines(const std::string& path) {
-  const std::string text = io::read_file(path, "read prompts");
-  std::vector<std::string> lines;
-  std::size_t start = 0;
-  while (start < text.size()) {
-    std::size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (auto bad = tokenize::utf8::find_invalid(line))
-      throw ValueError(path + ": line " + std::to_string(lines.size() + 1) + " is not valid UTF-8 (byte " +
-                       std::to_string(bad->offset + 1) + " of the line: " + bad->reason + ")");
-    lines.push_back(std::move(line));
-    start = end + 1;
-  }
-  return lines;
 }
 
 }  // namespace qkv::tool

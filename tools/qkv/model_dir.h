@@ -18,8 +18,4 @@ std::optional<tokenize::ByteLevelBPE> load_tokenizer(const std::string& dir, boo
 // "1,2,3" or "1 2 3" -> ids. ValueError naming the entry that is not an integer.
 std::vector<std::int64_t> parse_ids(const std::string& text, const char* flag);
 
-// The lines of a UTF-8 text file ('\n' or "\r\n" ends a line; a last line without '\n'
-// counts). IOError if unreadable; ValueError naming the line (and byte) that is not UTF-8.
-std::vector<std::string> read_lines(const std::string& path);
-
 }  // namespace qkv::tool
