@@ -56,6 +56,15 @@ inline Result run(const std::string& args, const std::string& limits = "") {
   return r;
 }
 
+// One JSON value per non-empty line of out (the --json outputs).
+inline std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> v;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) v.push_back(nlohmann::json::parse(line));
+  return v;
+}
+
 // Non-empty lines in s.
 inline int count_lines(const std::string& s) {
   int n = 0;

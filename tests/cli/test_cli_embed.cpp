@@ -23,14 +23,6 @@ bool require_model() {
 
 std::string model_arg() { return "--model '" + model_dir() + "'"; }
 
-std::vector<nlohmann::json> json_lines(const std::string& out) {
-  std::vector<nlohmann::json> v;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) v.push_back(nlohmann::json::parse(line));
-  return v;
-}
-
 void write(const fs::path& p, const std::string& bytes) {
   std::ofstream f(p, std::ios::binary);
   f << bytes;

@@ -17,17 +17,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using qkv::cli_test::Result;
+using qkv::cli_test::json_lines;
 using qkv::cli_test::run;
 
 const std::string kModel = std::string(QKV_SOURCE_DIR) + "/tests/fixtures/gpt2_tiny";
-
-std::vector<nlohmann::json> json_lines(const std::string& out) {
-  std::vector<nlohmann::json> v;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) v.push_back(nlohmann::json::parse(line));
-  return v;
-}
 
 struct Scratch {
   fs::path dir = qkv::cli_test::unique_temp("gen");
