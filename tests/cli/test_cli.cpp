@@ -230,7 +230,8 @@ TEST(Cli, DemoRunsEverySection) {
   const fs::path out_dir = unique_temp("demo");
   const std::string model = std::string(QKV_SOURCE_DIR) + "/models/all-MiniLM-L6-v2";
   ASSERT_TRUE(fs::exists(model + "/model.safetensors")) << model << " is missing: run `make models` first";
-  const Result r = run("demo --out '" + out_dir.string() + "' --model '" + model + "'");
+  const Result r = run("demo --out '" + out_dir.string() + "' --model '" + model + "' --gpt2 '" +
+                       std::string(QKV_SOURCE_DIR) + "/tests/fixtures/gpt2_tiny'");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(1/\d+  Shape walkthrough)"))) << r.out;
   EXPECT_NE(r.out.find("(1, 5, 64) -> view -> (1, 5, 4, 16) -> transpose(1,2) -> (1, 4, 5, 16)"), std::string::npos)
@@ -254,5 +255,8 @@ TEST(Cli, DemoRunsEverySection) {
   EXPECT_NE(r.out.find("cosine similarity:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("query: What food do people enjoy?\n  1. "), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(out_dir / "index.safetensors"));
+  // GPT-2 generation with and without the cache: the same tokens.
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(with the KV cache: +\d+ tokens/s)"))) << r.out;
+  EXPECT_NE(r.out.find("(same tokens)"), std::string::npos) << r.out;
   fs::remove_all(out_dir);
 }
