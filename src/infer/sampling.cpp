@@ -52,25 +52,28 @@ std::int64_t Sampler::next(const float* logits, std::int64_t V) {
     auto end = std::partition(scratch_.begin(), scratch_.end(), [kth](const auto& a) { return a.first >= kth; });
     scratch_.erase(end, scratch_.end());
   }
-  std::sort(scratch_.begin(), scratch_.end(), by_logit);
+  // Sorted (most likely first) only when top-p needs the cumulative order: a full sort of a
+  // 50k vocabulary would cost milliseconds per token.
+  if (opt_.top_p < 1.0) std::sort(scratch_.begin(), scratch_.end(), by_logit);
   // Softmax of logit / temperature in double.
-  const double t = opt_.temperature, top = scratch_[0].first / t;
-  std::vector<double> p(scratch_.size());
+  const double t = opt_.temperature;
+  float top = scratch_[0].first;
+  for (const auto& c : scratch_) top = std::max(top, c.first);
+  std::vector<double>& p = probs_;
+  p.resize(scratch_.size());
   double sum = 0;
-  for (std::size_t i = 0; i < scratch_.size(); ++i) sum += (p[i] = std::exp(scratch_[i].first / t - top));
+  for (std::size_t i = 0; i < scratch_.size(); ++i) sum += (p[i] = std::exp((scratch_[i].first - top) / t));
   for (double& x : p) x /= sum;
   std::size_t n = p.size();
   if (opt_.top_p < 1.0) {
-    // Keep the most likely tokens until their cumulative probability exceeds 1 - (1 - top_p) from below:
-    // transformers removes tokens whose ascending cumulative mass is <= 1 - top_p (always keeps one).
-    double below = 0;  // probability of the tokens after position i (less likely ones)
-    std::vector<double> tail(p.size() + 1, 0.0);
-    for (std::size_t i = p.size(); i-- > 0;) tail[i] = tail[i + 1] + p[i];
-    n = 1;
-    for (std::size_t i = 1; i < p.size(); ++i) {
-      below = tail[i];  // mass of tokens i.. (the ascending cumulative sum up to and including i)
-      if (below <= 1.0 - opt_.top_p) break;
-      n = i + 1;
+    // transformers' TopPLogitsWarper removes the tokens whose ascending cumulative probability
+    // (the mass of that token and every less likely one) is <= 1 - top_p, keeping at least one.
+    double tail = 0;  // mass of tokens i.. (least likely last)
+    n = p.size();
+    for (std::size_t i = p.size(); i-- > 1;) {
+      tail += p[i];
+      if (tail > 1.0 - opt_.top_p) break;
+      n = i;
     }
     double kept = 0;
     for (std::size_t i = 0; i < n; ++i) kept += p[i];

@@ -31,7 +31,8 @@ class Sampler {
  private:
   SamplingOptions opt_;
   Generator gen_;
-  std::vector<std::pair<float, std::int64_t>> scratch_;
+  std::vector<std::pair<float, std::int64_t>> scratch_;  // candidates, reused every token
+  std::vector<double> probs_;
 };
 
 // Index of the largest logit (the first one on ties; NaN ignored).
