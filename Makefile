@@ -5,7 +5,7 @@ CMAKE_FLAGS ?=
 # OpenMP workers wait passively: on a shared 2-core machine spinning workers slow everything down.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: all setup models configure build demo test bench clean
+.PHONY: all setup models data configure build demo test bench clean
 
 all: build
 
@@ -16,16 +16,20 @@ setup:
 models: setup
 	@bash scripts/fetch_models.sh
 
+# Text corpora (git-ignored data/; made from Debian's bible-kjv once, skipped when present).
+data: setup
+	@bash scripts/fetch_data.sh
+
 configure: setup
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-demo: models build
+demo: models data build
 	@$(BUILD)/tools/qkv/qkv demo
 
-test: models build
+test: models data build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
 bench: build

@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config
       libgtest-dev libgmock-dev libbenchmark-dev
       nlohmann-json3-dev libcli11-dev libpng-dev libomp-dev
-      libopenblas-dev libsimde-dev libpcre2-dev libutf8proc-dev python3-pip chromium)
+      libopenblas-dev libsimde-dev libpcre2-dev libutf8proc-dev python3-pip chromium bible-kjv)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

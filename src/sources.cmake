@@ -37,6 +37,9 @@ set(QKV_SOURCES
   tokenize/pretokenize.cpp
   tokenize/bpe_load.cpp
   tokenize/bpe.cpp
+  train/loop.cpp
+  train/corpus.cpp
+  train/lm.cpp
 )
 
 # The functional ops and the optimisers are elementwise loops and reductions that only

@@ -20,3 +20,5 @@
 #include "qkv/optim/optimizer.h"
 #include "qkv/tokenize/bpe.h"
 #include "qkv/tokenize/wordpiece.h"
+#include "qkv/train/lm.h"
+#include "qkv/train/loop.h"

@@ -8,6 +8,7 @@
 
 #include "qkv/autograd/autograd.h"
 #include "qkv/core/error.h"
+#include "qkv/core/rng.h"
 #include "qkv/ops/ops.h"
 
 namespace qkv::models {
@@ -72,6 +73,25 @@ std::vector<Tensor> GPT2LMHeadModel::hidden_states(const Tensor& ids) const {
 }
 
 Tensor GPT2LMHeadModel::forward(const Tensor& ids) const { return logits(hidden_states(ids).back()); }
+
+void init_gpt2_weights(GPT2LMHeadModel& model, std::uint64_t seed) {
+  autograd::NoGradGuard no_grad;
+  Generator gen(seed);
+  const double std_all = 0.02, std_proj = 0.02 / std::sqrt(2.0 * static_cast<double>(model.config().n_layer));
+  auto ends_with = [](const std::string& s, const std::string& suf) {
+    return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+  };
+  for (auto& [name, p] : model.named_parameters()) {
+    if (p.dim() >= 2) {
+      const bool proj = ends_with(name, "self_attn.w_o.weight") || ends_with(name, "ffn.linear2.weight");
+      p.copy_(mul(Tensor::randn(p.shape(), &gen, p.dtype()), proj ? std_proj : std_all));
+    } else if (ends_with(name, ".bias")) {
+      p.copy_(Tensor::zeros(p.shape(), p.dtype()));
+    } else {
+      p.copy_(Tensor::ones(p.shape(), p.dtype()));  // LayerNorm weight
+    }
+  }
+}
 
 infer::KVCacheOptions GPT2LMHeadModel::cache_options(i64 batch, i64 max_len) const {
   return {.num_layers = cfg_.n_layer,

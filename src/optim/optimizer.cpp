@@ -187,13 +187,14 @@ void Adam::update(std::size_t i, const Tensor& p, const Tensor& g) {
     T* mp = m.data<T>();
     T* vp = v.data<T>();
     T* xp = vmax ? vmax->data<T>() : nullptr;
-    const T b1 = static_cast<T>(o_.beta1), b2 = static_cast<T>(o_.beta2), wd = static_cast<T>(o_.weight_decay);
-    const T decay = static_cast<T>(1.0 - lr_ * o_.weight_decay);
+    const double wdd = !no_decay_.empty() && no_decay_[i] ? 0.0 : o_.weight_decay;
+    const T b1 = static_cast<T>(o_.beta1), b2 = static_cast<T>(o_.beta2), wd = static_cast<T>(wdd);
+    const T decay = static_cast<T>(1.0 - lr_ * wdd);
     for (std::int64_t k = 0, n = p.numel(); k < n; ++k) {
       T d = gp[k];
       if (decoupled_) {
         pp[k] = pp[k] * decay;  // AdamW: p *= 1 - lr * wd
-      } else if (o_.weight_decay != 0) {
+      } else if (wdd != 0) {
         d = d + wd * pp[k];  // Adam: g += wd * p
       }
       mp[k] = mp[k] + (d - mp[k]) * (T(1) - b1);   // m = b1 m + (1 - b1) g  (torch's lerp form)
@@ -207,6 +208,17 @@ void Adam::update(std::size_t i, const Tensor& p, const Tensor& g) {
       pp[k] = pp[k] - static_cast<T>(step_size) * mp[k] / denom;
     }
   });
+}
+
+std::size_t Adam::exclude_from_weight_decay(const std::function<bool(const std::string&)>& exempt) {
+  no_decay_.assign(params_.size(), 0);
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (exempt(params_[i].first)) {
+      no_decay_[i] = 1;
+      ++n;
+    }
+  return n;
 }
 
 AdamW::AdamW(NamedParams params, const AdamOptions& o) : Adam(std::move(params), o, true, "AdamW") {}
@@ -224,7 +236,15 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, NonFin
   for (const auto& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    for (double x : g.to_vector<double>()) sq += x * x;
+    // Each value widened to double and summed in element order (no copy of the gradient).
+    dispatch_float(g.dtype(), "clip_grad_norm", [&]<class T>() {
+      const Tensor gc = g.contiguous();
+      const T* d = gc.data<T>();
+      for (std::int64_t k = 0, n = gc.numel(); k < n; ++k) {
+        const double x = static_cast<double>(d[k]);
+        sq += x * x;
+      }
+    });
   }
   const double norm = std::sqrt(sq);
   if (!std::isfinite(norm)) {

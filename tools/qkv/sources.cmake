@@ -22,6 +22,7 @@ set(QKV_TOOL_SOURCES
   cmd_train.cpp
   cmd_train_classify.cpp
   cmd_train_seq2seq.cpp
+  cmd_train_lm.cpp
   cmd_embed.cpp
   cmd_search.cpp
   cmd_bench_embed.cpp

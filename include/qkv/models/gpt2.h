@@ -82,6 +82,12 @@ class GPT2LMHeadModel : public nn::Module, public infer::CausalLM {
   GPT2Config cfg_;
 };
 
+// GPT-2's initialisation (transformers' GPT2PreTrainedModel._init_weights): every weight
+// matrix and embedding ~ N(0, 0.02^2), the residual projections (attn.c_proj, mlp.c_proj)
+// ~ N(0, (0.02 / sqrt(2 n_layer))^2), biases 0, LayerNorm weights 1. Values drawn from
+// Generator(seed), parameter by parameter in named_parameters() order.
+void init_gpt2_weights(GPT2LMHeadModel& model, std::uint64_t seed);
+
 // Loads a Hugging Face GPT-2 folder: DIR/config.json and DIR/model.safetensors (names with
 // or without the "transformer." prefix; attn.bias / attn.masked_bias buffers ignored; F16 and
 // BF16 converted to float32). Every missing, unexpected or wrongly shaped tensor is listed

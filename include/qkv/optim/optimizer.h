@@ -6,6 +6,7 @@
 // step() first checks every gradient: a non-finite value is a NumericError
 // naming the parameter, raised before any parameter or state is changed.
 #pragma once
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,6 +79,10 @@ class Adam : public Optimizer {
  public:
   Adam(NamedParams params, const AdamOptions& o);
   Adam(const std::vector<Tensor>& params, const AdamOptions& o);
+  // Parameters whose name `exempt` accepts get no weight decay (PyTorch: a second
+  // parameter group with weight_decay 0; GPT training exempts biases and LayerNorm
+  // weights, i.e. every parameter of rank < 2). Returns how many were exempted.
+  std::size_t exclude_from_weight_decay(const std::function<bool(const std::string&)>& exempt);
 
  protected:
   Adam(NamedParams params, const AdamOptions& o, bool decoupled, const char* kind);
@@ -87,6 +92,7 @@ class Adam : public Optimizer {
   void validate();
   AdamOptions o_;
   bool decoupled_ = false;
+  std::vector<char> no_decay_;  // per parameter; empty: none exempt
 };
 
 class AdamW : public Adam {
