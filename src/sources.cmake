@@ -40,6 +40,7 @@ set(QKV_SOURCES
   train/loop.cpp
   train/corpus.cpp
   train/lm.cpp
+  train/seq2seq.cpp
 )
 
 # The functional ops and the optimisers are elementwise loops and reductions that only

@@ -22,3 +22,4 @@
 #include "qkv/tokenize/wordpiece.h"
 #include "qkv/train/lm.h"
 #include "qkv/train/loop.h"
+#include "qkv/train/seq2seq.h"

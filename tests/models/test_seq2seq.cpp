@@ -16,10 +16,19 @@
 #include "testing/checkpoint_compare.h"
 #include "qkv/models/attention_maps.h"
 #include "qkv/models/seq2seq.h"
+#include "qkv/train/seq2seq.h"
 #include "qkv/qkv.h"
 
 namespace qkv::models {
 namespace {
+
+using train::Seq2SeqReport;
+using train::Seq2SeqTrainCallbacks;
+using train::Seq2SeqTrainer;
+using train::Seq2SeqTrainOptions;
+using train::Seq2SeqTrainResult;
+using train::seq2seq_lr_at;
+using train::train_seq2seq;
 
 using Digits = std::vector<std::int64_t>;
 

@@ -15,6 +15,7 @@
 #include "qkv/core/parallel.h"
 #include "qkv/io/checkpoint.h"
 #include "qkv/models/seq2seq.h"
+#include "qkv/train/seq2seq.h"
 #include "train_tasks.h"
 
 namespace qkv::tool {
@@ -32,7 +33,7 @@ std::string digits_str(const std::vector<std::int64_t>& d) {
 }  // namespace
 
 int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector<std::string>* files_written) {
-  std::unique_ptr<models::Seq2SeqTrainer> tr;
+  std::unique_ptr<train::Seq2SeqTrainer> tr;
   if (o.resume.empty()) {
     const models::Seq2SeqTask task = models::parse_seq2seq_task(o.task);
     if (o.d_model % o.heads != 0)
@@ -45,7 +46,7 @@ int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector
                                     .d_ff = o.d_ff,
                                     .dropout = o.dropout,
                                     .max_positions = std::max<std::int64_t>(32, o.max_len + 1)};
-    const models::Seq2SeqTrainOptions to{
+    const train::Seq2SeqTrainOptions to{
         .data = {.task = task, .min_len = o.min_len, .max_len = o.max_len, .train_size = o.train_size,
                  .test_size = o.test_size, .seed = o.seed},
         .epochs = o.epochs,
@@ -55,9 +56,9 @@ int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector
         .warmup_steps = o.warmup,
         .target_acc = o.target_acc,
         .seed = o.seed};
-    tr = std::make_unique<models::Seq2SeqTrainer>(mo, to);
+    tr = std::make_unique<train::Seq2SeqTrainer>(mo, to);
   } else {
-    tr = std::make_unique<models::Seq2SeqTrainer>(io::load_checkpoint(o.resume), o.resume);
+    tr = std::make_unique<train::Seq2SeqTrainer>(io::load_checkpoint(o.resume), o.resume);
     if (tr->finished())
       throw ValueError("train seq2seq: " + o.resume + " holds a finished run (step " + std::to_string(tr->step()) +
                        " of " + std::to_string(tr->total_steps()) + "); there is nothing left to resume");
@@ -66,7 +67,7 @@ int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector
     throw ValueError("train seq2seq: --stop-after-epoch " + std::to_string(o.stop_after_epoch) + ", but " + o.resume +
                      " is already at epoch " + std::to_string(tr->epochs_done()));
   const models::Seq2SeqOptions& mo = tr->model_options();
-  const models::Seq2SeqTrainOptions& to = tr->options();
+  const train::Seq2SeqTrainOptions& to = tr->options();
   const std::string task = models::seq2seq_task_name(to.data.task);
 
   if (!o.json) {
@@ -91,12 +92,12 @@ int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector
   };
   std::unique_ptr<ProgressBar> bar;
   const std::int64_t first_step = tr->step();
-  models::Seq2SeqTrainCallbacks cb;
+  train::Seq2SeqTrainCallbacks cb;
   cb.on_step = [&](std::int64_t step, std::int64_t total, double loss) {
     if (!bar) bar = std::make_unique<ProgressBar>("train", total - first_step, ProgressOptions{.enabled = o.progress});
     bar->update(step - first_step, "loss " + fixed(loss, 4));
   };
-  cb.on_report = [&](const models::Seq2SeqReport& r) {
+  cb.on_report = [&](const train::Seq2SeqReport& r) {
     if (o.json) {
       nlohmann::ordered_json j{{"event", "eval"},         {"epoch", r.epoch},         {"step", r.step},
                                {"loss", r.loss},           {"train_acc", r.train_acc}, {"val_acc", r.exact_acc},
@@ -117,7 +118,7 @@ int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector
   const bool finished = tr->train(cb, o.stop_after_epoch);
   if (bar) bar->finish();
   if (tr->reports().empty()) throw Error("train seq2seq: the run made no evaluation");  // cannot happen: see train()
-  const models::Seq2SeqReport& fin = tr->reports().back();
+  const train::Seq2SeqReport& fin = tr->reports().back();
   if (!o.save.empty()) {
     save(o.save);
     if (files_written) files_written->push_back(o.save);

@@ -27,7 +27,6 @@
 #include "qkv/io/checkpoint.h"
 #include "qkv/nn/positional.h"
 #include "qkv/nn/transformer.h"
-#include "qkv/optim/optimizer.h"
 
 namespace qkv::models {
 
@@ -165,132 +164,11 @@ class Seq2SeqDecoderLM : public infer::CausalLM {
 double seq2seq_exact_accuracy(Seq2Seq& model, const std::vector<Seq2SeqExample>& examples, std::int64_t batch = 500,
                               std::vector<std::vector<std::int64_t>>* predictions = nullptr);
 
-// ---- training ----
-struct Seq2SeqTrainOptions {
-  Seq2SeqDataOptions data;
-  std::int64_t epochs = 3;         // passes over data.train
-  std::int64_t steps = 0;          // > 0: stop after this many optimiser steps (epochs extended as needed)
-  std::int64_t batch = 64;
-  double lr = 2e-3;                // peak learning rate (AdamW)
-  std::int64_t warmup_steps = 150; // linear warmup, then cosine decay to lr * min_lr_ratio
-  double min_lr_ratio = 0.05;
-  double weight_decay = 0.01;
-  double clip_norm = 1.0;          // <= 0: no clipping
-  double target_acc = 0.0;         // > 0: stop after an evaluation reaching it
-  std::int64_t evals_per_epoch = 1;
-  std::uint64_t seed = 0;          // model init, data and shuffling
-
-  // A flat JSON object with the fields above (the data options as "task",
-  // "min_len", ..., "data_seed"); doubles round-trip exactly.
-  std::string to_json() const;
-  // Missing fields keep their defaults; an unknown field, a wrong type or an
-  // invalid value is a ValueError naming it.
-  static Seq2SeqTrainOptions from_json(const std::string& json);
-};
-
-struct Seq2SeqReport {
-  std::int64_t epoch = 0;       // 1-based; fractional epochs are reported at the step
-  std::int64_t step = 0;
-  double loss = 0;              // mean training loss since the previous report
-  double train_acc = 0;         // exact accuracy on (up to) test_size training examples
-  double exact_acc = 0;         // exact accuracy on the held-out set
-  double lr = 0;
-  double elapsed_s = 0;
-};
-
-struct Seq2SeqTrainResult {
-  std::shared_ptr<Seq2Seq> model;
-  Seq2SeqData data;
-  std::vector<Seq2SeqReport> reports;
-  std::int64_t steps = 0;
-};
-
-// Per step, in this order: on_report (if the step ends with an evaluation),
-// on_step, on_epoch_end (if the step completes an epoch). The trainer may be
-// saved from on_step and on_epoch_end: the step is complete then.
-struct Seq2SeqTrainCallbacks {
-  std::function<void(const Seq2SeqReport&)> on_report;                                   // after every evaluation
-  std::function<void(std::int64_t step, std::int64_t total_steps, double loss)> on_step;  // after every step
-  std::function<void(std::int64_t epoch)> on_epoch_end;                                  // epoch is 1-based
-};
-
-// One training run (AdamW, teacher forcing, warmup + cosine learning rate over
-// the whole run, greedy exact accuracy evals_per_epoch times per epoch and at
-// the end) that can be saved at any point between two steps and resumed in
-// another process bitwise-identically to an uninterrupted run with the same
-// thread count.
-//
-// The checkpoint written by save() is an io checkpoint (model_type "seq2seq",
-// so `qkv heatmap` reads it) that also holds everything the rest of the run
-// depends on:
-//   optim.*                      the AdamW state (step, lr, exp_avg.*, exp_avg_sq.*)
-//   rng_seed, rng_offset         the default generator (dropout masks)
-//   extra.{train,test}_inputs    I64 [N, max_len] digits, -1 after the end of a row
-//   extra.{train,test}_targets   likewise (the data, not redrawn on resume)
-//   extra.order                  I64 [N] this epoch's shuffled order of the training set
-//   extra.loss_sum               F64 [] training loss summed since the last evaluation
-//   metadata train_config        Seq2SeqTrainOptions::to_json() (fixes the schedule's length)
-//            step, total_steps, epoch, finished, loss_count,
-//            shuffle_rng_seed, shuffle_rng_offset, elapsed_s
-//            task, min_len, max_len, seed (for readers of the file)
-// The default generator is process-wide, so one trainer at a time per process.
-class Seq2SeqTrainer {
- public:
-  // A new run: draws the data from o.data, then manual_seed(o.seed) and
-  // initialises the model. ValueError on invalid options.
-  Seq2SeqTrainer(const Seq2SeqOptions& model_opt, const Seq2SeqTrainOptions& o);
-  // Continues the run saved in `ckpt` (by save()) and restores the default
-  // generator. `source` (the file name) starts every error message: a
-  // FormatError names the missing or inconsistent entry, and leaves the
-  // default generator as it was.
-  Seq2SeqTrainer(const io::Checkpoint& ckpt, const std::string& source);
-
-  // Trains until the run is finished (all steps done, or an evaluation reached
-  // target_acc) or, if stop_after_epoch > 0, until that many epochs are
-  // complete. Leaves the model in eval mode. Returns finished().
-  bool train(const Seq2SeqTrainCallbacks& cb = {}, std::int64_t stop_after_epoch = 0);
-  // Writes the checkpoint described above, atomically; `metadata` adds caller
-  // entries (they must not clash with the trainer's or the checkpoint's keys).
-  void save(const std::string& path, const std::map<std::string, std::string>& metadata = {}) const;
-
-  bool finished() const { return step_ >= total_ || target_reached_; }
-  std::int64_t step() const { return step_; }              // optimiser steps done
-  std::int64_t total_steps() const { return total_; }
-  std::int64_t steps_per_epoch() const { return per_epoch_; }
-  std::int64_t epochs_done() const { return step_ / per_epoch_; }  // complete epochs
-  std::int64_t total_epochs() const { return (total_ + per_epoch_ - 1) / per_epoch_; }
-  const std::shared_ptr<Seq2Seq>& model() const { return model_; }
-  const Seq2SeqData& data() const { return data_; }
-  // The evaluations made by this object's train() calls (not those before a resume).
-  const std::vector<Seq2SeqReport>& reports() const { return reports_; }
-  const Seq2SeqOptions& model_options() const { return model_->options(); }
-  const Seq2SeqTrainOptions& options() const { return opt_; }
-  double elapsed_s() const { return elapsed_s_; }  // training time so far, including before a resume
-
- private:
-  void init_run();  // derived sizes, train probe, optimiser (after model_ and data_ exist)
-
-  Seq2SeqTrainOptions opt_;
-  Seq2SeqData data_;
-  std::vector<Seq2SeqExample> train_probe_;  // train_acc is measured on these
-  std::shared_ptr<Seq2Seq> model_;
-  std::unique_ptr<optim::AdamW> optim_;
-  Generator shuffle_gen_;
-  std::vector<std::int64_t> order_;
-  std::int64_t per_epoch_ = 1, total_ = 0, eval_every_ = 1, step_ = 0;
-  double loss_sum_ = 0;
-  std::int64_t loss_n_ = 0;
-  bool target_reached_ = false;
-  double elapsed_s_ = 0;
-  std::vector<Seq2SeqReport> reports_;
-};
-
-// A whole run in one call: Seq2SeqTrainer(model_opt, o).train(cb).
-Seq2SeqTrainResult train_seq2seq(const Seq2SeqOptions& model_opt, const Seq2SeqTrainOptions& o,
-                                 const Seq2SeqTrainCallbacks& cb = {});
-
-// Learning rate at optimiser step `step` (0-based) of `total`.
-double seq2seq_lr_at(const Seq2SeqTrainOptions& o, std::int64_t step, std::int64_t total);
+// A config read from a checkpoint, checked against its tensors before any model is
+// built (a hostile config cannot make it allocate far more than the file holds):
+// ValueError if it describes more parameters than `sd` holds, or a sinusoidal table
+// far larger than the model.
+void check_seq2seq_config_fits(const Seq2SeqOptions& o, const nn::StateDict& sd);
 
 // Parses an input like "3 1 4 1 5" or "31415" into digit values; ValueError otherwise.
 std::vector<std::int64_t> parse_seq2seq_input(const std::string& s);
