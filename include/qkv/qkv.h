@@ -20,6 +20,7 @@
 #include "qkv/optim/optimizer.h"
 #include "qkv/tokenize/bpe.h"
 #include "qkv/tokenize/wordpiece.h"
+#include "qkv/train/classify.h"
 #include "qkv/train/lm.h"
 #include "qkv/train/loop.h"
 #include "qkv/train/seq2seq.h"

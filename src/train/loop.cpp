@@ -213,7 +213,9 @@ void Loop::load_state(const StateReader& r) {
   if (!c.has_rng) throw r.bad("checkpoint has no RNG state (metadata 'rng_seed', 'rng_offset'); cannot resume bitwise");
   const auto step = static_cast<std::int64_t>(r.meta_u64("step"));
   const auto total = static_cast<std::int64_t>(r.meta_u64("total_steps"));
-  if (total != o_.total_steps || step > total)
+  // A decaying schedule spans the whole run, so its length is fixed; a constant one may be extended.
+  const bool length_ok = o_.schedule.decay ? total == o_.total_steps : step <= o_.total_steps;
+  if (!length_ok || step > total)
     throw r.bad("checkpoint metadata 'step' " + std::to_string(step) + " of 'total_steps' " + std::to_string(total) +
                 " does not fit its training config (" + std::to_string(o_.total_steps) + " steps)");
   const std::string& fin = r.meta("finished");

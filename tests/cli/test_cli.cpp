@@ -230,8 +230,10 @@ TEST(Cli, DemoRunsEverySection) {
   const fs::path out_dir = unique_temp("demo");
   const std::string model = std::string(QKV_SOURCE_DIR) + "/models/all-MiniLM-L6-v2";
   ASSERT_TRUE(fs::exists(model + "/model.safetensors")) << model << " is missing: run `make models` first";
+  const std::string corpus = std::string(QKV_SOURCE_DIR) + "/data/kjv.txt";
+  ASSERT_TRUE(fs::exists(corpus)) << corpus << " is missing: run `make data` first";
   const Result r = run("demo --out '" + out_dir.string() + "' --model '" + model + "' --gpt2 '" +
-                       std::string(QKV_SOURCE_DIR) + "/tests/fixtures/gpt2_tiny'");
+                       std::string(QKV_SOURCE_DIR) + "/tests/fixtures/gpt2_tiny' --corpus '" + corpus + "'");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(1/\d+  Shape walkthrough)"))) << r.out;
   EXPECT_NE(r.out.find("(1, 5, 64) -> view -> (1, 5, 4, 16) -> transpose(1,2) -> (1, 4, 5, 16)"), std::string::npos)
@@ -258,5 +260,11 @@ TEST(Cli, DemoRunsEverySection) {
   // GPT-2 generation with and without the cache: the same tokens.
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(with the KV cache: +\d+ tokens/s)"))) << r.out;
   EXPECT_NE(r.out.find("(same tokens)"), std::string::npos) << r.out;
+  // The language model trained on the corpus: three evaluations, its folder, its samples.
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(step 300/300 \| train [0-9.]+ \| val [0-9.]+ nats/token)"))) << r.out;
+  EXPECT_TRUE(fs::exists(out_dir / "gpt_kjv" / "model.safetensors"));
+  std::size_t same = 0;
+  for (std::size_t p = r.out.find("(same tokens)"); p != std::string::npos; p = r.out.find("(same tokens)", p + 1)) ++same;
+  EXPECT_EQ(same, 2u) << r.out;  // the tiny GPT-2 and the trained one
   fs::remove_all(out_dir);
 }

@@ -22,114 +22,34 @@
 #include "qkv/models/classifier.h"
 #include "qkv/ops/ops.h"
 #include "qkv/optim/optimizer.h"
+#include "qkv/train/classify.h"
 #include "train_tasks.h"
 
 namespace qkv::tool {
-namespace {
-
-constexpr std::uint64_t kDataStream = 0x6461746173656564ull;  // "dataseed": data use a stream apart from init/dropout
-
-struct Run {
-  models::ClassifierOptions model;
-  std::uint64_t seed = 0, data_seed = 0;
-  bool balanced = false;
-  double lr = 0;
-  std::int64_t train_size = 0, val_size = 0;
-  models::ClassifyData train, val;
-  int epoch = 0;  // epochs completed
-};
-
-std::string meta(const std::map<std::string, std::string>& m, const std::string& key, const std::string& file) {
-  auto it = m.find(key);
-  if (it == m.end()) throw FormatError(file + ": not a 'qkv train classify' checkpoint (no metadata '" + key + "')");
-  return it->second;
-}
-
-Tensor extra(const io::Checkpoint& c, const std::string& name, const std::string& file) {
-  auto it = c.extra.find(name);
-  if (it == c.extra.end()) throw FormatError(file + ": checkpoint has no tensor 'extra." + name + "'");
-  return it->second;
-}
-
-void save(const std::string& path, const models::TinyTextClassifier& model, const optim::Optimizer& opt,
-          const Run& r) {
-  io::SaveCheckpointArgs a;
-  a.model = &model;
-  a.model_type = "classifier";
-  a.config_json = models::classifier_config_to_json(r.model);
-  a.optimizer = &opt;
-  a.rng = &default_generator();
-  a.extra = {{"train_tokens", r.train.tokens}, {"train_labels", r.train.labels},
-             {"val_tokens", r.val.tokens},     {"val_labels", r.val.labels}};
-  a.metadata = {{"task", "classify"},
-                {"epoch", std::to_string(r.epoch)},
-                {"seed", std::to_string(r.seed)},
-                {"data_seed", std::to_string(r.data_seed)},
-                {"balanced", r.balanced ? "true" : "false"},
-                {"train_size", std::to_string(r.train_size)},
-                {"val_size", std::to_string(r.val_size)},
-                {"optimizer", "Adam"},
-                {"lr", general(r.lr, 17)}};
-  io::save_checkpoint(path, a);
-}
-
-}  // namespace
 
 int run_train_classify(const TrainClassifyOptions& o, std::ostream& out, std::vector<std::string>* files_written) {
   if (o.epochs < 1) throw ValueError("train classify: --epochs must be >= 1, got " + std::to_string(o.epochs));
   if (o.log_every < 1) throw ValueError("train classify: --log-every must be >= 1");
-  Run r;
-  std::unique_ptr<models::TinyTextClassifier> model;
-  std::unique_ptr<optim::Adam> opt;
-
+  std::unique_ptr<train::ClassifyTrainer> tr;
   if (o.resume.empty()) {
-    r.model = models::ClassifierOptions{.d_model = o.d_model, .num_heads = o.heads, .d_ff = o.d_ff,
-                                        .num_layers = o.layers, .dropout = o.dropout};
-    if (r.model.d_model % r.model.num_heads != 0)
-      throw ValueError("train classify: --d-model " + std::to_string(o.d_model) + " is not divisible by --heads " +
-                       std::to_string(o.heads));
-    r.seed = o.seed;
-    r.data_seed = o.seed ^ kDataStream;
-    r.balanced = o.balanced;
-    r.lr = o.lr;
-    r.train_size = o.train_size;
-    r.val_size = o.val_size > 0 ? o.val_size : (o.balanced ? 200 : 50);
-    Generator data_gen(r.data_seed);
-    const models::ClassifyDataOptions d{.num_samples = r.train_size, .balanced = r.balanced};
-    r.train = models::make_classify_data(d, data_gen);
-    r.val = models::make_classify_data({.num_samples = r.val_size, .balanced = r.balanced}, data_gen);
-    manual_seed(r.seed);  // parameter init, then dropout masks
-    model = std::make_unique<models::TinyTextClassifier>(r.model);
-    opt = std::make_unique<optim::Adam>(model->named_parameters(), optim::AdamOptions{.lr = r.lr});
+    tr = std::make_unique<train::ClassifyTrainer>(train::ClassifyRunOptions{
+        .model = {.d_model = o.d_model, .num_heads = o.heads, .d_ff = o.d_ff, .num_layers = o.layers, .dropout = o.dropout},
+        .epochs = o.epochs,
+        .lr = o.lr,
+        .seed = o.seed,
+        .balanced = o.balanced,
+        .train_size = o.train_size,
+        .val_size = o.val_size,
+        .eval_every = o.log_every});
   } else {
-    const io::Checkpoint c = io::load_checkpoint(o.resume);
-    const std::string& f = o.resume;
-    if (c.model_type != "classifier" || meta(c.metadata, "task", f) != "classify")
-      throw FormatError(f + ": not a 'qkv train classify' checkpoint (model_type '" + c.model_type + "')");
-    if (!c.has_rng) throw FormatError(f + ": checkpoint has no RNG state; cannot resume bitwise");
-    r.model = models::classifier_config_from_json(c.config_json);
-    models::check_classifier_config_fits(r.model, c.model);
-    r.epoch = static_cast<int>(io::parse_metadata_u64(meta(c.metadata, "epoch", f), f + ": metadata 'epoch'"));
-    r.seed = io::parse_metadata_u64(meta(c.metadata, "seed", f), f + ": metadata 'seed'");
-    r.data_seed = io::parse_metadata_u64(meta(c.metadata, "data_seed", f), f + ": metadata 'data_seed'");
-    r.balanced = meta(c.metadata, "balanced", f) == "true";
-    r.train = {extra(c, "train_tokens", f), extra(c, "train_labels", f)};
-    r.val = {extra(c, "val_tokens", f), extra(c, "val_labels", f)};
-    r.train_size = r.train.tokens.size(0);
-    r.val_size = r.val.tokens.size(0);
-    model = std::make_unique<models::TinyTextClassifier>(r.model);
-    model->load_state_dict(c.model);
-    opt = std::make_unique<optim::Adam>(model->named_parameters(), optim::AdamOptions{});
-    opt->load_state(c.optimizer);
-    r.lr = opt->lr();
-    default_generator().manual_seed(c.rng_seed);
-    default_generator().set_offset(c.rng_offset);
-    if (r.epoch >= o.epochs)
-      throw ValueError("train classify: " + f + " is already at epoch " + std::to_string(r.epoch) +
-                       "; pass --epochs greater than that to train further (--epochs is the total)");
+    tr = std::make_unique<train::ClassifyTrainer>(io::load_checkpoint(o.resume), o.resume, o.epochs, o.log_every);
   }
+  const train::ClassifyRunOptions& r = tr->options();
+  const models::ClassifyData& train_data = tr->train_data();
+  const models::ClassifyData& val_data = tr->val_data();
+  const std::int64_t first_epoch = tr->epoch() + 1;
 
-  const double baseline = models::majority_baseline(r.val.labels);
+  const double baseline = models::majority_baseline(val_data.labels);
   auto positives = [](const Tensor& y) {
     double s = 0;
     for (auto v : y.to_vector<std::int64_t>()) s += static_cast<double>(v);
@@ -138,79 +58,64 @@ int run_train_classify(const TrainClassifyOptions& o, std::ostream& out, std::ve
   if (!o.json) {
     out << "TinyTextClassifier: " << r.model.num_layers << " layer(s), d_model " << r.model.d_model << ", "
         << r.model.num_heads << " heads, d_ff " << r.model.d_ff << ", dropout " << general(r.model.dropout) << ", "
-        << model->num_parameters() << " parameters\n"
+        << tr->model().num_parameters() << " parameters\n"
         << "data: " << r.train_size << " train / " << r.val_size << " validation sequences of length 8, "
         << (r.balanced ? "balanced" : "uniform (the tutorial's)") << "; positives: train "
-        << fixed(100 * positives(r.train.labels), 1) << "%, validation " << fixed(100 * positives(r.val.labels), 1)
-        << "%\n"
+        << fixed(100 * positives(train_data.labels), 1) << "%, validation "
+        << fixed(100 * positives(val_data.labels), 1) << "%\n"
         << "full-batch Adam, lr " << general(r.lr) << ", seed " << r.seed << ", " << num_threads() << " thread(s)";
-    if (!o.resume.empty()) out << ", resumed from " << o.resume << " at epoch " << r.epoch;
+    if (!o.resume.empty()) out << ", resumed from " << o.resume << " at epoch " << tr->epoch();
     out << "\nmajority-class baseline (validation): " << fixed(baseline, 3)
         << "  (predicting the most frequent label; accuracy at this level has learned nothing)\n\n";
   }
 
-  ProgressBar bar("train", o.epochs - r.epoch, ProgressOptions{.enabled = o.progress});
-  const int first_epoch = r.epoch + 1;
-  const auto start = std::chrono::steady_clock::now();
+  ProgressBar bar("train", o.epochs - tr->epoch(), ProgressOptions{.enabled = o.progress});
   double last_loss = 0, last_train = 0, last_val = 0;
-  for (int epoch = r.epoch + 1; epoch <= o.epochs; ++epoch) {
-    model->train();
-    opt->zero_grad();
-    Tensor loss = cross_entropy(model->forward(r.train.tokens), r.train.labels);
-    const double lv = loss.item();
-    if (!std::isfinite(lv))
-      throw NumericError("train classify: the loss is " + general(lv) + " at epoch " + std::to_string(epoch) +
-                         " (lr " + general(r.lr) + "); training stopped before that update, no checkpoint written" +
-                         (o.save.empty() ? "" : " (" + o.save + " keeps its previous content)"));
-    loss.backward();
-    try {
-      opt->step();
-    } catch (const NumericError& e) {
-      throw NumericError("train classify: epoch " + std::to_string(epoch) + ": " + e.what() +
-                         "; training stopped, no checkpoint written");
+  auto on_report = [&](const train::ClassifyReport& rep) {
+    last_train = rep.train_acc;
+    last_val = rep.val_acc;
+    if (o.json) {
+      nlohmann::ordered_json j{{"event", "epoch"},           {"epoch", rep.epoch},    {"loss", rep.loss},
+                               {"train_acc", rep.train_acc}, {"val_acc", rep.val_acc}, {"baseline_acc", baseline}};
+      out << j.dump() << std::endl;
+    } else {
+      const std::int64_t e = rep.epoch;
+      out << "epoch " << (e < 10 ? "  " : e < 100 ? " " : "") << e << " | loss " << fixed(rep.loss, 4)
+          << " | train acc " << fixed(rep.train_acc, 3) << " | val acc " << fixed(rep.val_acc, 3) << " | baseline "
+          << fixed(baseline, 3) << std::endl;
     }
-    r.epoch = epoch;
-    last_loss = lv;
-    if (epoch % o.log_every == 0 || epoch == o.epochs) {
-      model->eval();
-      {
-        autograd::NoGradGuard no_grad;
-        last_train = models::accuracy(model->forward(r.train.tokens), r.train.labels);
-        last_val = models::accuracy(model->forward(r.val.tokens), r.val.labels);
-      }
-      model->train();
-      if (o.json) {
-        nlohmann::ordered_json j{{"event", "epoch"},        {"epoch", epoch},          {"loss", lv},
-                                 {"train_acc", last_train}, {"val_acc", last_val},     {"baseline_acc", baseline}};
-        out << j.dump() << std::endl;
-      } else {
-        out << "epoch " << (epoch < 10 ? "  " : epoch < 100 ? " " : "") << epoch << " | loss " << fixed(lv, 4)
-            << " | train acc " << fixed(last_train, 3) << " | val acc " << fixed(last_val, 3) << " | baseline "
-            << fixed(baseline, 3) << std::endl;
-      }
-    }
-    if (!o.save.empty() && o.save_every > 0 && epoch % o.save_every == 0 && epoch != o.epochs) save(o.save, *model, *opt, r);
-    bar.update(epoch - first_epoch + 1, "loss " + fixed(lv, 4));
+  };
+  auto on_epoch = [&](std::int64_t epoch, double loss) {
+    last_loss = loss;
+    if (!o.save.empty() && o.save_every > 0 && epoch % o.save_every == 0 && epoch != o.epochs) tr->save(o.save);
+    bar.update(epoch - first_epoch + 1, "loss " + fixed(loss, 4));
+  };
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    tr->train(on_report, on_epoch);
+  } catch (const NumericError& e) {
+    throw NumericError(std::string(e.what()) + "; training stopped, no checkpoint written" +
+                       (o.save.empty() ? "" : " (" + o.save + " keeps its previous content)"));
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   bar.finish("loss " + fixed(last_loss, 4));
   if (!o.save.empty()) {
-    save(o.save, *model, *opt, r);
+    tr->save(o.save);
     if (files_written) files_written->push_back(o.save);
   }
-  const int trained = o.epochs - first_epoch + 1;
+  const std::int64_t trained = o.epochs - first_epoch + 1;
   if (o.json) {
-    nlohmann::ordered_json j{{"event", "done"},          {"epochs", r.epoch},      {"epochs_trained", trained},
+    nlohmann::ordered_json j{{"event", "done"},          {"epochs", tr->epoch()},  {"epochs_trained", trained},
                              {"seconds", secs},          {"loss", last_loss},      {"train_acc", last_train},
                              {"val_acc", last_val},      {"baseline_acc", baseline}, {"threads", num_threads()}};
     if (!o.save.empty()) j["checkpoint"] = o.save;
     out << j.dump() << std::endl;
   } else {
     out << "\ntrained " << trained << " epoch(s) in " << format_duration(secs) << " ("
-        << general(1e3 * secs / trained, 3) << " ms/epoch); final val acc " << fixed(last_val, 3)
+        << general(1e3 * secs / static_cast<double>(trained), 3) << " ms/epoch); final val acc " << fixed(last_val, 3)
         << " vs baseline " << fixed(baseline, 3)
         << (last_val <= baseline + 1e-12 ? "  -- no better than always predicting the majority class\n" : "\n");
-    if (!o.save.empty()) out << "checkpoint: " << o.save << " (epoch " << r.epoch << ")\n";
+    if (!o.save.empty()) out << "checkpoint: " << o.save << " (epoch " << tr->epoch() << ")\n";
   }
   return 0;
 }

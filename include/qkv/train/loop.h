@@ -133,7 +133,8 @@ class Loop {
   // items) and tensors (extra.loss_sum), and the task's state. Clashing keys are a ValueError.
   void save_state(io::SaveCheckpointArgs& args) const;
   // Restores the optimiser, the default generator, the loop's counters and the task's
-  // state from a checkpoint written through save_state. FormatError via r.bad() on a
+  // state from a checkpoint written through save_state. The run's length must be the
+  // saved one when the schedule decays over it; a constant schedule may be extended. FormatError via r.bad() on a
   // missing or inconsistent entry.
   void load_state(const StateReader& r);
 

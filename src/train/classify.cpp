@@ -1,0 +1,154 @@
+// qkv train classify's run on train::Loop (see qkv/train/classify.h).
+#include "qkv/train/classify.h"
+
+#include <cmath>
+
+#include "qkv/autograd/autograd.h"
+#include "qkv/core/error.h"
+#include "qkv/core/rng.h"
+#include "qkv/ops/ops.h"
+
+namespace qkv::train {
+namespace {
+
+constexpr std::uint64_t kDataStream = 0x6461746173656564ull;  // "dataseed": data use a stream apart from init/dropout
+
+std::string general17(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+}  // namespace
+
+// Full batch: every step's loss is over the whole training set.
+class ClassifyTask : public Task {
+ public:
+  ClassifyTask(const models::TinyTextClassifier& m, const models::ClassifyData& train, const models::ClassifyData& val)
+      : m_(m), train_(train), val_(val) {}
+  Tensor loss(std::int64_t, std::int64_t) override {
+    last_ = cross_entropy(m_.forward(train_.tokens), train_.labels);
+    return last_;
+  }
+  std::int64_t items_per_micro() const override { return train_.tokens.size(0); }
+  Metrics evaluate(std::int64_t) override {
+    autograd::NoGradGuard no_grad;
+    const double tr = models::accuracy(m_.forward(train_.tokens), train_.labels);
+    const double va = models::accuracy(m_.forward(val_.tokens), val_.labels);
+    return {{"loss", last_.defined() ? last_.item() : std::nan("")}, {"train_acc", tr}, {"val_acc", va}};
+  }
+
+ private:
+  const models::TinyTextClassifier& m_;
+  const models::ClassifyData& train_;
+  const models::ClassifyData& val_;
+  Tensor last_;
+};
+
+ClassifyTrainer::ClassifyTrainer(const ClassifyRunOptions& o) : o_(o) {
+  if (o_.epochs < 1) throw ValueError("train classify: --epochs must be >= 1, got " + std::to_string(o_.epochs));
+  if (o_.model.d_model % o_.model.num_heads != 0)
+    throw ValueError("train classify: --d-model " + std::to_string(o_.model.d_model) + " is not divisible by --heads " +
+                     std::to_string(o_.model.num_heads));
+  if (o_.val_size <= 0) o_.val_size = o_.balanced ? 200 : 50;
+  data_seed_ = o_.seed ^ kDataStream;
+  Generator data_gen(data_seed_);
+  train_ = models::make_classify_data({.num_samples = o_.train_size, .balanced = o_.balanced}, data_gen);
+  val_ = models::make_classify_data({.num_samples = o_.val_size, .balanced = o_.balanced}, data_gen);
+  manual_seed(o_.seed);  // parameter init, then dropout masks
+  model_ = std::make_unique<models::TinyTextClassifier>(o_.model);
+  opt_ = std::make_unique<optim::Adam>(model_->named_parameters(), optim::AdamOptions{.lr = o_.lr});
+  init_run();
+}
+
+ClassifyTrainer::ClassifyTrainer(const io::Checkpoint& c, const std::string& f, std::int64_t epochs,
+                                 std::int64_t eval_every) {
+  const StateReader r(c, f);
+  auto not_ours = [&](const std::string& why) {
+    return FormatError(f + ": not a 'qkv train classify' checkpoint (" + why + ")");
+  };
+  const auto task = c.metadata.find("task");
+  if (c.model_type != "classifier" || task == c.metadata.end() || task->second != "classify")
+    throw not_ours("model_type '" + c.model_type + "'");
+  for (const char* k : {"epoch", "seed", "data_seed", "balanced", "step"})
+    if (!c.metadata.count(k)) throw not_ours(std::string("no metadata '") + k + "'");
+  if (!c.has_rng) throw FormatError(f + ": checkpoint has no RNG state; cannot resume bitwise");
+  o_.model = models::classifier_config_from_json(c.config_json);
+  models::check_classifier_config_fits(o_.model, c.model);
+  o_.seed = r.meta_u64("seed");
+  data_seed_ = r.meta_u64("data_seed");
+  o_.balanced = r.meta("balanced") == "true";
+  train_ = {r.tensor("train_tokens", DType::I64, 2), r.tensor("train_labels", DType::I64, 1)};
+  val_ = {r.tensor("val_tokens", DType::I64, 2), r.tensor("val_labels", DType::I64, 1)};
+  o_.train_size = train_.tokens.size(0);
+  o_.val_size = val_.tokens.size(0);
+  const auto done = static_cast<std::int64_t>(r.meta_u64("step"));
+  if (done >= epochs)
+    throw ValueError("train classify: " + f + " is already at epoch " + std::to_string(done) +
+                     "; pass --epochs greater than that to train further (--epochs is the total)");
+  o_.epochs = epochs;
+  o_.eval_every = eval_every;
+  model_ = std::make_unique<models::TinyTextClassifier>(o_.model);
+  model_->load_state_dict(c.model);
+  opt_ = std::make_unique<optim::Adam>(model_->named_parameters(), optim::AdamOptions{});
+  opt_->load_state(c.optimizer);  // its lr is the run's
+  o_.lr = opt_->lr();
+  init_run();
+  loop_->load_state(r);
+}
+
+ClassifyTrainer::~ClassifyTrainer() = default;
+
+void ClassifyTrainer::init_run() {
+  task_ = std::make_unique<ClassifyTask>(*model_, train_, val_);
+  loop_ = std::make_unique<Loop>(*model_, *opt_, *task_,
+                                 LoopOptions{.total_steps = o_.epochs,
+                                             .eval_every = o_.eval_every,
+                                             .schedule = {.lr = o_.lr, .decay = false}});
+}
+
+bool ClassifyTrainer::train(const std::function<void(const ClassifyReport&)>& on_report,
+                            const std::function<void(std::int64_t, double)>& on_epoch) {
+  LoopCallbacks cb;
+  cb.on_report = [&](const Report& r) {
+    if (on_report)
+      on_report({.epoch = r.step,
+                 .loss = metric(r.metrics, "loss"),
+                 .train_acc = metric(r.metrics, "train_acc"),
+                 .val_acc = metric(r.metrics, "val_acc")});
+  };
+  cb.on_step = [&](std::int64_t step, std::int64_t, double loss) {
+    if (on_epoch) on_epoch(step, loss);
+  };
+  try {
+    return loop_->run(cb);
+  } catch (const NumericError& e) {
+    // The loop counts steps; here each step is one full-batch epoch.
+    std::string m = e.what();
+    const std::string pre = "train: step ";
+    if (m.rfind(pre, 0) == 0) m = "epoch " + m.substr(pre.size());
+    throw NumericError("train classify (lr " + general17(o_.lr) + "): " + m);
+  }
+}
+
+void ClassifyTrainer::save(const std::string& path) const {
+  io::SaveCheckpointArgs a;
+  a.model = model_.get();
+  a.model_type = "classifier";
+  a.config_json = models::classifier_config_to_json(o_.model);
+  loop_->save_state(a);
+  a.extra.insert({{"train_tokens", train_.tokens}, {"train_labels", train_.labels},
+                  {"val_tokens", val_.tokens},     {"val_labels", val_.labels}});
+  a.metadata.insert({{"task", "classify"},
+                     {"epoch", std::to_string(loop_->step())},
+                     {"seed", std::to_string(o_.seed)},
+                     {"data_seed", std::to_string(data_seed_)},
+                     {"balanced", o_.balanced ? "true" : "false"},
+                     {"train_size", std::to_string(o_.train_size)},
+                     {"val_size", std::to_string(o_.val_size)},
+                     {"optimizer", "Adam"},
+                     {"lr", general17(o_.lr)}});
+  io::save_checkpoint(path, a);
+}
+
+}  // namespace qkv::train
