@@ -41,6 +41,7 @@ set(QKV_SOURCES
   train/corpus.cpp
   train/lm.cpp
   train/seq2seq.cpp
+  tokenize/bpe_train.cpp
 )
 
 # The functional ops and the optimisers are elementwise loops and reductions that only
