@@ -238,9 +238,9 @@ BpeTrainResult train_words(const WordCounter& wc, std::int64_t text_bytes, const
   where.clear();
   std::make_heap(heap.begin(), heap.end(), LowerPriority{});
 
+  const std::int64_t wanted = o.vocab_size - static_cast<std::int64_t>(vocab.tokens.size());  // new tokens at most
   const auto report = [&](std::int64_t done) {
-    if (o.progress)
-      o.progress({BpeTrainProgress::Stage::Merge, done, o.vocab_size - static_cast<std::int64_t>(vocab.ids.size())});
+    if (o.progress) o.progress({BpeTrainProgress::Stage::Merge, done, wanted});
   };
   std::vector<std::pair<Pair, std::int32_t>> made;  // every merge, in order (a pair may repeat)
   BpeTrainStop stop = BpeTrainStop::VocabFull;

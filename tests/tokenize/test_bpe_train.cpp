@@ -207,6 +207,25 @@ TEST(BpeTrain, TiesGoToTheSmallerPairOfIds) {
   EXPECT_EQ(s.vocab.at(257), "zy");
 }
 
+TEST(BpeTrain, ReportsProgress) {
+  std::vector<BpeTrainProgress> seen;
+  BpeTrainOptions o{.vocab_size = 400};
+  o.progress = [&](const BpeTrainProgress& p) { seen.push_back(p); };
+  const std::string kjv = fixture("text/kjv_genesis.txt");
+  const BpeTrainResult r = train_byte_level_bpe_files({kjv, kjv}, o);
+  ASSERT_GE(seen.size(), 4u);
+  EXPECT_EQ(seen[0].stage, BpeTrainProgress::Stage::CountWords);
+  EXPECT_EQ(seen[1].stage, BpeTrainProgress::Stage::CountWords);
+  EXPECT_EQ(seen[1].done, seen[1].total);
+  EXPECT_EQ(seen[1].total, 2 * static_cast<std::int64_t>(fs::file_size(kjv)));
+  EXPECT_EQ(seen.back().stage, BpeTrainProgress::Stage::Merge);
+  EXPECT_EQ(seen.back().done, static_cast<std::int64_t>(r.merges.size()));
+  EXPECT_EQ(seen.back().total, 400 - 257);
+  for (std::size_t i = 1; i < seen.size(); ++i) {
+    if (seen[i].stage == seen[i - 1].stage) EXPECT_GE(seen[i].done, seen[i - 1].done);
+  }
+}
+
 TEST(BpeTrain, VocabJsonEscapesLikeSerdeJson) {
   BpeTrainResult r;
   r.vocab = {"<|a\tb\n|>", "\"", "\\", "\x01", "\xC4\xA0x", "\x7F"};

@@ -78,8 +78,11 @@ QKV_TOOL_COMMAND(tokenize, {
           if (json->count() > 0) throw CLI::ValidationError("qkv tokenize train", "put --json after 'train'");
           return;
         }
-        if (model->count() == 0) throw CLI::RequiredError("--model");
-        if (texts->count() == 0) throw CLI::RequiredError("texts");
+        // (not CLI::RequiredError: main.cpp reads that, in a command with subcommands, as a missing subcommand)
+        if (model->count() == 0)
+          throw CLI::ValidationError("--model is required: the folder with vocab.json and merges.txt ('qkv tokenize "
+                                     "train' learns one)");
+        if (texts->count() == 0) throw CLI::ValidationError("texts is required: at least one TEXT to tokenize");
       });
       return [opt, train, train_action] { return train->parsed() ? train_action() : run_tokenize(*opt, std::cout); };
     }});

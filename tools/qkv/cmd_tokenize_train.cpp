@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <limits>
@@ -44,7 +45,7 @@ int run_train(const TrainOptions& o, std::ostream& out) {
   to.progress = [&](const tokenize::BpeTrainProgress& p) {
     if (!tty || p.stage != tokenize::BpeTrainProgress::Stage::Merge) return;
     if (!bar) bar = std::make_unique<ProgressBar>("merges", std::max<std::int64_t>(p.total, 1));
-    bar->update(p.done);
+    bar->update(std::min(p.done, p.total));
   };
   const auto t0 = std::chrono::steady_clock::now();
   const tokenize::BpeTrainResult r = tokenize::train_byte_level_bpe_files(o.texts, to);

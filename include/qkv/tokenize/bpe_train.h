@@ -38,8 +38,8 @@ namespace qkv::tokenize {
 struct BpeTrainProgress {
   enum class Stage { CountWords, Merge };
   Stage stage;
-  std::int64_t done;   // CountWords: bytes of text pre-tokenized; Merge: merges made
-  std::int64_t total;  // CountWords: bytes of all the text;       Merge: merges wanted at most
+  std::int64_t done;   // CountWords: bytes of text pre-tokenized; Merge: merges made so far
+  std::int64_t total;  // CountWords: bytes of all the text;       Merge: tokens to add (vocab_size - 256 - specials)
 };
 
 struct BpeTrainOptions {
