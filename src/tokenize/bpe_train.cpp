@@ -51,7 +51,6 @@
 #include <limits>
 #include <system_error>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "bpe_impl.h"
 #include "qkv/core/error.h"
