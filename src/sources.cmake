@@ -42,6 +42,7 @@ set(QKV_SOURCES
   train/lm.cpp
   train/seq2seq.cpp
   train/classify.cpp
+  tokenize/bpe_train.cpp
 )
 
 # The functional ops and the optimisers are elementwise loops and reductions that only

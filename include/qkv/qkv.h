@@ -19,6 +19,7 @@
 #include "qkv/ops/ops.h"
 #include "qkv/optim/optimizer.h"
 #include "qkv/tokenize/bpe.h"
+#include "qkv/tokenize/bpe_train.h"
 #include "qkv/tokenize/wordpiece.h"
 #include "qkv/train/classify.h"
 #include "qkv/train/lm.h"

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "cli_test_util.h"
+#include "qkv/tokenize/bpe.h"
 
 namespace qkv::cli_test {
 namespace {
@@ -70,6 +71,20 @@ TEST(CliTrainLM, ResumeAndInitOnlyAreBitwiseIdentical) {
   EXPECT_NE(lr.err.find("excludes"), std::string::npos) << lr.err;
 }
 
+TEST(CliTrainLM, VocabSizeTrainsTheTokenizerIntoTheFolder) {
+  // --vocab-size learns a byte-level BPE on the texts (tokenize::train_byte_level_bpe_files, Hugging
+  // Face's BpeTrainer rules) and writes it into the folder, which then loads as a whole.
+  const fs::path dir = unique_temp("lm_vocab");
+  const Result r = run("train lm --text '" + kFix + "/text/kjv_genesis.txt' --vocab-size 400 --layers 1 --d-model 16 "
+                       "--heads 2 --context 16 --batch 2 --steps 2 --eval-every 0 --val-windows 2 --json --no-progress "
+                       "--out '" + dir.string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto tok = tokenize::ByteLevelBPE::from_folder(dir.string());
+  EXPECT_EQ(tok.vocab_size(), 400);
+  const Result g = run("generate --model '" + dir.string() + "' --prompt 'In the' --max-new 4 --json");
+  EXPECT_EQ(g.code, 0) << g.err;
+}
+
 TEST(CliTrainLM, ErrorsAreOneClearLine) {
   const fs::path dir = unique_temp("lm_err");
   const std::string tok = " --tokenizer '" + kFix + "/gpt2_tiny' --out '" + dir.string() + "' --no-progress";
@@ -90,6 +105,9 @@ TEST(CliTrainLM, ErrorsAreOneClearLine) {
   const Result none = run("train lm --text '" + kFix + "/text/kjv_genesis.txt' --out '" + dir.string() + "'");
   EXPECT_EQ(none.code, 1);
   EXPECT_NE(none.err.find("--vocab-size"), std::string::npos) << none.err;
+  const Result both = run("train lm --text '" + kFix + "/text/kjv_genesis.txt' --vocab-size 300" + tok);
+  EXPECT_NE(both.code, 0);
+  EXPECT_NE(both.err.find("excludes"), std::string::npos) << both.err;
   const Result noresume = run("train lm --resume --text '" + kFix + "/text/kjv_genesis.txt' --out '" +
                               unique_temp("lm_none").string() + "'");
   EXPECT_EQ(noresume.code, 1);

@@ -3,4 +3,5 @@
 find_package(nlohmann_json 3 REQUIRED)
 qkv_add_test(test_tokenize
   SOURCES tokenize/test_bpe_reference.cpp tokenize/test_bpe_errors.cpp tokenize/test_bpe_roundtrip.cpp
+          tokenize/test_bpe_train.cpp  # BPE training vs HF BpeTrainer (BpeTrain*.*)
   LIBS qkv nlohmann_json::nlohmann_json PkgConfig::PCRE2)  # PCRE2: the test asks it which code points it knows

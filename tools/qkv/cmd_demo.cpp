@@ -174,13 +174,13 @@ std::vector<DemoStep> demo_steps() {
            return 0;
          }
          const std::string dir = ctx.opt.out_dir + "/gpt_kjv";
-         ctx.out << "3 pre-norm blocks, d_model 64, 4 heads, context 64, the 1000-token byte-level BPE of "
-                 << ctx.opt.gpt2 << "; AdamW with warmup and cosine decay, 300 steps of 16 random windows (a minute or less; "
+         ctx.out << "3 pre-norm blocks, d_model 64, 4 heads, context 64, a 1024-token byte-level BPE learnt "
+                 << "from the text; AdamW with warmup and cosine decay, 300 steps of 16 random windows (a minute or less; "
                  << "`qkv train lm --help` for bigger runs).\n\n";
          TrainLMCliOptions lo;
          lo.texts = {ctx.opt.corpus};
          lo.out = dir;
-         lo.tokenizer = ctx.opt.gpt2;
+         lo.vocab_size = 1024;
          lo.layers = 3;
          lo.d_model = 64;
          lo.heads = 4;

@@ -1,6 +1,7 @@
 // qkv train lm: a GPT-2 trained on text files; the result is a Hugging Face GPT-2 folder.
 #include "cmd_train_lm.h"
 
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "qkv/core/parallel.h"
 #include "qkv/infer/generate.h"
 #include "qkv/io/files.h"
+#include "qkv/tokenize/bpe_train.h"
 #include "train_tasks.h"
 
 namespace qkv::tool {
@@ -40,8 +42,17 @@ tokenize::ByteLevelBPE obtain_tokenizer(const TrainLMCliOptions& o, std::ostream
         io::write_file_atomic(o.out + "/" + f, io::read_file(o.tokenizer + "/" + f, "train lm"), "train lm");
     return bpe;
   }
-  throw ValueError("train lm: give --tokenizer DIR (vocab.json + merges.txt) or --vocab-size N");
-  (void)log;
+  if (o.vocab_size <= 0) throw ValueError("train lm: give --tokenizer DIR (vocab.json + merges.txt) or --vocab-size N");
+  // A byte-level BPE learnt on the texts, as Hugging Face tokenizers' BpeTrainer learns it.
+  const auto t0 = std::chrono::steady_clock::now();
+  const tokenize::BpeTrainResult r = tokenize::train_byte_level_bpe_files(
+      o.texts, {.vocab_size = o.vocab_size, .min_frequency = o.min_frequency});
+  tokenize::save_bpe(r, o.out);
+  if (!o.json)
+    log << "tokenizer: byte-level BPE of " << r.vocab.size() << " tokens (" << r.merges.size() << " merges) learnt from "
+        << r.text_bytes << " bytes in "
+        << format_duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) << "\n";
+  return tokenize::ByteLevelBPE::from_folder(o.out);
 }
 
 std::string sample_text(const models::GPT2LMHeadModel& model, const tokenize::ByteLevelBPE& bpe,

@@ -15,6 +15,7 @@ set(QKV_TOOL_SOURCES
   cmd_bench_generate.cpp
   cmd_generate.cpp
   cmd_tokenize.cpp
+  cmd_tokenize_train.cpp
   cmd_convert.cpp
   model_dir.cpp
   cmd_demo.cpp
