@@ -6,10 +6,11 @@
 //   - A call takes the pool with one atomic flag (never blocks). It writes the
 //     job, sets pending = nt - 1, bumps the sequence word of workers 1..nt-1
 //     (waking those asleep), runs its own chunk, then waits for pending == 0.
-//   - Waiting, on both sides, spins at most kSpin (measured: BENCHMARKS.md,
-//     "Thread pool") and then sleeps in the kernel (futex on Linux), so an idle
-//     worker never holds a core another process could use, whatever the
-//     environment says (OMP_WAIT_POLICY plays no part).
+//   - Waiting, on both sides, sleeps in the kernel (futex on Linux) at once, so an
+//     idle worker never holds a core another process could use, whatever the
+//     environment says (OMP_WAIT_POLICY plays no part). A bounded spin before
+//     sleeping (kSpin) was measured and made things worse here (BENCHMARKS.md,
+//     "Thread pool"), so it is 0.
 //   - Sleeping is announced by a flag (seq_cst store, then re-check the word)
 //     and the other side issues the futex wake only when the flag is set, so a
 //     spinning or running waiter costs no system call.
@@ -44,11 +45,14 @@ namespace qkv {
 namespace {
 
 #ifndef QKV_POOL_SPIN_US
-#define QKV_POOL_SPIN_US 20
+#define QKV_POOL_SPIN_US 0
 #endif
-// Longest busy wait before sleeping. Long enough to catch the next call of a loop of
-// short parallel_for calls (their gaps are a few microseconds), short enough that a
-// waiter whose partner lost its core to another process gives the core back at once.
+// Longest busy wait before sleeping. Measured on the 2-vCPU KVM machine (BENCHMARKS.md,
+// "Thread pool"): a 128^3 GEMM on 2 threads took 0.074 ms with no spin, 0.089 ms with
+// 5 us, 0.124 ms with 20 us and 0.29 ms with 100 us, and the classifier training under
+// load got slower too. A waiter that spins then sleeps is woken onto its partner's CPU
+// and then spins there, taking the time the partner needs; sleeping at once avoids it.
+// Kept as a build-time knob (-DQKV_POOL_SPIN_US=N) for re-measuring on other machines.
 constexpr std::chrono::microseconds kSpin{QKV_POOL_SPIN_US};
 
 int default_threads() {

@@ -7,9 +7,9 @@
 // tasks off a worker that falls behind; it is for tasks whose results do not
 // depend on which worker runs them (then they are bitwise identical too).
 //
-// Waiting: an idle worker (and a caller waiting for its workers) spins for at
-// most ~20 us, then sleeps in the kernel (futex), so no thread holds a core it
-// does not use; no environment variable (OMP_WAIT_POLICY or other) changes this.
+// Waiting: an idle worker (and a caller waiting for its workers) sleeps in the
+// kernel (futex) at once, no spinning, so no thread holds a core it does not
+// use; no environment variable (OMP_WAIT_POLICY or other) changes this.
 //
 // Several threads may call parallel_for / parallel_claim at once. The pool
 // serves one call at a time; a call that finds it taken by another thread's
