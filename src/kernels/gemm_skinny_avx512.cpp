@@ -30,15 +30,33 @@ struct F32x16 {
   static inline R zero() { return _mm512_setzero_ps(); }
   static inline R loadu(const float* p) { return _mm512_loadu_ps(p); }
   static inline R load_first(const float* p, std::int64_t r) {  // r in [1, 15]
+#if defined(QKV_GEMM_AVX512_EMULATED)
+    // Debian's SIMDe has no _mm512_maskz_loadu_ps: the same lanes through a zeroed buffer
+    // (never reading past p[r - 1], as the masked load does not).
+    alignas(64) float tmp[16] = {};
+    for (std::int64_t i = 0; i < r; ++i) tmp[i] = p[i];
+    return _mm512_load_ps(tmp);
+#else
     return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << r) - 1u), p);
+#endif
   }
   static inline R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
   static inline float hsum(R v) {
+#if defined(QKV_GEMM_AVX512_EMULATED)
+    // Debian's SIMDe lacks _mm512_extractf32x8_ps: the same sums in the same order, lane by lane.
+    alignas(64) float x[16];
+    _mm512_store_ps(x, v);
+    float h[8], q[4];
+    for (int i = 0; i < 8; ++i) h[i] = x[i] + x[i + 8];  // i + (i+8)
+    for (int i = 0; i < 4; ++i) q[i] = h[i] + h[i + 4];
+    return (q[0] + q[2]) + (q[1] + q[3]);
+#else
     const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));  // i + (i+8)
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
     return _mm_cvtss_f32(s);
+#endif
   }
 };
 
