@@ -22,3 +22,5 @@ qkv_add_test(test_nn SOURCES nn/test_nn.cpp optim/test_optim.cpp LIBS qkv)
 add_test(NAME package_consumer
          COMMAND ${PROJECT_SOURCE_DIR}/tests/package/run_consumer.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR})
 set_tests_properties(package_consumer PROPERTIES TIMEOUT 600 PASS_REGULAR_EXPRESSION "weights \\[2,4,6,6\\]")
+# Resource limits: overflowing or unaffordable sizes (tensors, modules, models, configs) fail up front.
+qkv_add_test(test_memory SOURCES core/test_memory.cpp LIBS qkv)
