@@ -2,8 +2,6 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
-# OpenMP workers wait passively: on a shared 2-core machine spinning workers slow everything down.
-export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: all setup models data configure build demo test bench clean
 

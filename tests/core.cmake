@@ -7,8 +7,9 @@ qkv_add_test(test_core_kernels SOURCES core/test_dropout_mask.cpp core/test_soft
              core/test_softmax_backward_kernel.cpp LIBS qkv_core)
 # Layer norm rows (forward, backward) against their naive twin and a float64 formula.
 qkv_add_test(test_layer_norm_kernel SOURCES core/test_layer_norm_kernel.cpp LIBS qkv_core)
-# parallel_for's static chunks and parallel_claim's run-time balancing.
-qkv_add_test(test_parallel SOURCES core/test_parallel.cpp LIBS qkv_core)
+# parallel_for's static chunks and parallel_claim's run-time balancing; the thread pool under
+# them (many calls, exceptions, nesting, concurrent callers, resizing, idle sleep, fork).
+qkv_add_test(test_parallel SOURCES core/test_parallel.cpp core/test_thread_pool.cpp LIBS qkv_core)
 # The FMA peak loop of `qkv bench peak` (exact counts and checksum per ISA and thread count).
 qkv_add_test(test_fma_peak SOURCES core/test_fma_peak.cpp LIBS qkv_core)
 qkv_add_test(test_autograd SOURCES autograd/test_autograd.cpp LIBS qkv)
@@ -21,3 +22,5 @@ qkv_add_test(test_nn SOURCES nn/test_nn.cpp optim/test_optim.cpp LIBS qkv)
 add_test(NAME package_consumer
          COMMAND ${PROJECT_SOURCE_DIR}/tests/package/run_consumer.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR})
 set_tests_properties(package_consumer PROPERTIES TIMEOUT 600 PASS_REGULAR_EXPRESSION "weights \\[2,4,6,6\\]")
+# Resource limits: overflowing or unaffordable sizes (tensors, modules, models, configs) fail up front.
+qkv_add_test(test_memory SOURCES core/test_memory.cpp LIBS qkv)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "qkv/core/error.h"
+#include "qkv/core/memory.h"
 
 namespace qkv {
 
@@ -93,6 +94,12 @@ void* aligned_alloc_bytes(std::size_t nbytes, const char* what) {
   if (nbytes == 0) nbytes = 64;
   const std::size_t cls = size_class(nbytes);
   if (void* p = cache().take(cls)) return p;
+  if (cls >= kCheckedAllocationBytes) {
+    // Fail before the system hands out pages that cannot all be touched; the cache's blocks
+    // count as available, so give them back first when the system alone has too little.
+    if (cls > available_memory_bytes() - cache().cached()) cache().release();
+    check_allocation(cls, what);
+  }
   const std::size_t align = cls >= kHuge ? kHuge : 64;
   void* p = std::aligned_alloc(align, cls);
   if (!p) {

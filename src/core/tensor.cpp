@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "qkv/autograd/autograd.h"
+#include "qkv/core/memory.h"
 #include "qkv/core/strided.h"
 #include "qkv/ops/shape_ops.h"
 
@@ -20,6 +21,9 @@ std::shared_ptr<TensorImpl> new_impl(const Shape& shape, DType dtype, const char
   const std::size_t es = dtype_size(dtype);
   if (n > 0 && static_cast<std::uint64_t>(n) > (std::uint64_t{1} << 62) / es)
     throw AllocError(std::string(what) + ": shape " + shape_str(shape) + " is too large to allocate");
+  const std::uint64_t bytes = static_cast<std::uint64_t>(n) * es;
+  if (bytes >= kCheckedAllocationBytes)  // a large tensor: does it fit before any page is touched?
+    check_allocation(bytes, std::string(what) + ": " + dtype_name(dtype) + " tensor of shape " + shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(static_cast<std::size_t>(n) * es, what);
   impl->shape = shape;

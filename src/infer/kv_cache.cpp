@@ -2,6 +2,8 @@
 // layer, written in place; attention of new queries over a sequence's cached keys.
 #include "qkv/infer/kv_cache.h"
 
+#include "qkv/core/memory.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -39,6 +41,8 @@ KVCache::KVCache(const KVCacheOptions& o) : opt_(o) {
     throw AllocError("KVCache: " + std::to_string(o.num_layers) + " layers x 2 x " + shape_str(s) +
                      " floats overflow 64-bit sizes");
   }
+  MemoryEstimate().add({o.batch, o.num_heads, o.max_len, o.head_dim}, 2 * o.num_layers)
+      .check("KVCache (" + std::to_string(o.num_layers) + " layers x 2 x " + shape_str(s) + " float32)");
   k_.reserve(static_cast<std::size_t>(o.num_layers));
   v_.reserve(static_cast<std::size_t>(o.num_layers));
   for (i64 l = 0; l < o.num_layers; ++l) {

@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
+#include "qkv/core/memory.h"
 #include "safetensors_util.h"
 
 namespace qkv::io {
@@ -498,6 +499,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   if (!S_ISREG(st.st_mode)) throw io_fail("not a regular file", 0);
   const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
 
+  // The whole file is read into memory: it must fit (a sparse file can claim terabytes).
+  if (size >= kCheckedAllocationBytes) check_allocation(size, path + ": reading the safetensors file");
   std::vector<std::uint8_t> bytes;
   try {
     bytes.resize(size);

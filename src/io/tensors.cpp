@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "qkv/core/memory.h"
+
 namespace qkv::io {
 
 namespace {
@@ -103,6 +105,10 @@ bool LoadedTensors::contains(const std::string& name) const {
 
 LoadedTensors load_safetensors(const std::string& path) {
   SafetensorsFile f = SafetensorsFile::open(path);
+  MemoryEstimate need;  // the loaded tensors (16-bit floats become float32) beside the file's bytes
+  for (const auto& info : f.tensors())
+    need.add_bytes(info.dtype == StDType::F16 || info.dtype == StDType::BF16 ? 2 * info.nbytes() : info.nbytes());
+  need.check(path + ": loading its " + std::to_string(f.tensors().size()) + " tensors");
   LoadedTensors out;
   out.source = path;
   out.metadata = f.metadata();

@@ -13,6 +13,7 @@
 #include "qkv/autograd/autograd.h"
 #include "qkv/core/error.h"
 #include "qkv/io/tensors.h"
+#include "qkv/nn/transformer.h"
 #include "qkv/ops/ops.h"
 
 namespace qkv::models {
@@ -161,6 +162,16 @@ Tensor BertLayer::forward(const Tensor& x, const Tensor& key_mask) const {
 
 BertModel::BertModel(const BertConfig& c) : cfg_(c) {
   const std::int64_t C = c.hidden_size;
+  {
+    MemoryEstimate est, layer;
+    est.add({c.vocab_size, C}).add({c.max_position_embeddings, C}).add({c.type_vocab_size, C}).add({C}, 2);
+    nn::add_encoder_block_memory(layer, nn::EncoderBlockOptions{.d_model = C, .num_heads = c.num_attention_heads,
+                                                                .d_ff = c.intermediate_size});
+    est.add(layer.scale(c.num_hidden_layers))
+        .check("BertModel (vocab_size " + std::to_string(c.vocab_size) + ", hidden_size " + std::to_string(C) +
+               ", intermediate_size " + std::to_string(c.intermediate_size) + ", " +
+               std::to_string(c.num_hidden_layers) + " layers)");
+  }
   auto emb = [&](const char* name, std::int64_t n) {
     return register_module(name, std::make_shared<nn::Embedding>(nn::EmbeddingOptions{.num_embeddings = n, .embedding_dim = C}));
   };

@@ -108,6 +108,17 @@ TinyTextClassifier::TinyTextClassifier(const ClassifierOptions& o) : opt_(o) {
   if (o.d_model % o.num_heads != 0)
     throw ValueError("TinyTextClassifier: d_model " + std::to_string(o.d_model) + " is not divisible by num_heads " +
                      std::to_string(o.num_heads));
+  {
+    MemoryEstimate est, layer;
+    const std::int64_t es = static_cast<std::int64_t>(dtype_size(o.dtype));
+    nn::add_encoder_block_memory(layer, nn::EncoderBlockOptions{.d_model = o.d_model, .num_heads = o.num_heads,
+                                                                .d_ff = o.d_ff, .dtype = o.dtype});
+    est.add({o.vocab_size, o.d_model}, 1, es).add({o.max_len, o.d_model}, 1, es).add({o.d_model, o.num_classes}, 1, es);
+    est.add(layer.scale(o.num_layers))
+        .check("TinyTextClassifier (vocab_size " + std::to_string(o.vocab_size) + ", d_model " +
+               std::to_string(o.d_model) + ", d_ff " + std::to_string(o.d_ff) + ", " + std::to_string(o.num_layers) +
+               " layers, max_len " + std::to_string(o.max_len) + ")");
+  }
   // Registration order = the PyTorch model's: embedding, encoder, classifier (pos_encoding has no state).
   embedding = register_module("embedding", std::make_shared<nn::Embedding>(nn::EmbeddingOptions{
                                                .num_embeddings = o.vocab_size, .embedding_dim = o.d_model, .dtype = o.dtype}));

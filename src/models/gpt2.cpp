@@ -22,12 +22,23 @@ nn::Activation activation_of(const GPT2Config& c) {
 
 }  // namespace
 
+MemoryEstimate gpt2_memory(const GPT2Config& c) {
+  MemoryEstimate est;
+  est.add({c.vocab_size, c.n_embd}, c.tie_word_embeddings ? 1 : 2).add({c.n_positions, c.n_embd}).add({c.n_embd}, 2);
+  MemoryEstimate block;
+  nn::add_encoder_block_memory(block, nn::EncoderBlockOptions{.d_model = c.n_embd, .num_heads = c.n_head, .d_ff = c.d_ff()});
+  return est.add(block.scale(c.n_layer));
+}
+
 GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c) : cfg_(c) {
   if (c.vocab_size < 1 || c.n_positions < 1 || c.n_embd < 1 || c.n_layer < 1 || c.n_head < 1 || c.n_embd % c.n_head)
     throw ValueError("GPT2LMHeadModel: need vocab_size, n_positions, n_embd, n_layer, n_head >= 1 and n_embd % n_head "
                      "== 0 (got vocab_size " + std::to_string(c.vocab_size) + ", n_positions " +
                      std::to_string(c.n_positions) + ", n_embd " + std::to_string(c.n_embd) + ", n_layer " +
                      std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) + ")");
+  gpt2_memory(c).check("GPT2LMHeadModel (vocab_size " + std::to_string(c.vocab_size) + ", n_positions " +
+                       std::to_string(c.n_positions) + ", n_embd " + std::to_string(c.n_embd) + ", n_layer " +
+                       std::to_string(c.n_layer) + ", n_inner " + std::to_string(c.d_ff()) + ")");
   wte = register_module("wte", std::make_shared<nn::Embedding>(
                                    nn::EmbeddingOptions{.num_embeddings = c.vocab_size, .embedding_dim = c.n_embd}));
   wpe = register_module("wpe", std::make_shared<nn::Embedding>(

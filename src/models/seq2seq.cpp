@@ -202,6 +202,17 @@ Seq2Seq::Seq2Seq(const Seq2SeqOptions& o) : opt_(o) {
   if (o.d_model % o.num_heads != 0)
     throw ValueError("Seq2Seq: d_model " + std::to_string(o.d_model) + " is not divisible by num_heads " +
                      std::to_string(o.num_heads));
+  {
+    MemoryEstimate est, enc, dec;
+    const nn::EncoderBlockOptions b{.d_model = o.d_model, .num_heads = o.num_heads, .d_ff = o.d_ff};
+    nn::add_encoder_block_memory(enc, b);
+    nn::add_decoder_block_memory(dec, b);
+    est.add({o.vocab_size, o.d_model}, 3).add({o.max_positions, o.d_model}).add({o.vocab_size});
+    est.add(enc.scale(o.num_encoder_layers)).add(dec.scale(o.num_decoder_layers));
+    est.check("Seq2Seq (vocab_size " + std::to_string(o.vocab_size) + ", d_model " + std::to_string(o.d_model) +
+              ", d_ff " + std::to_string(o.d_ff) + ", " + std::to_string(o.num_encoder_layers) + "+" +
+              std::to_string(o.num_decoder_layers) + " layers, max_positions " + std::to_string(o.max_positions) + ")");
+  }
   src_embed = register_module("src_embed", std::make_shared<nn::Embedding>(nn::EmbeddingOptions{
                                                .num_embeddings = o.vocab_size, .embedding_dim = o.d_model,
                                                .padding_idx = kSeq2SeqPad}));

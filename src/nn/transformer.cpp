@@ -29,9 +29,39 @@ std::shared_ptr<PositionwiseFeedForward> make_ffn(const EncoderBlockOptions& o) 
   return std::make_shared<PositionwiseFeedForward>(FeedForwardOptions{
       .d_model = o.d_model, .d_ff = o.d_ff, .dropout = o.dropout, .activation = o.activation, .dtype = o.dtype});
 }
+// Attention: four E x E projections and biases; feed-forward: E x F, F x E and biases; norms: 2E each.
+void add_attention_memory(MemoryEstimate& est, const EncoderBlockOptions& o, std::int64_t itemsize) {
+  est.add({o.d_model, o.d_model}, 4, itemsize).add({o.d_model}, 4, itemsize);
+}
+void add_ffn_memory(MemoryEstimate& est, const EncoderBlockOptions& o, std::int64_t itemsize) {
+  est.add({o.d_model, o.d_ff}, 2, itemsize).add({o.d_model}, 1, itemsize).add({o.d_ff}, 1, itemsize);
+}
 }  // namespace
 
+void add_encoder_block_memory(MemoryEstimate& est, const EncoderBlockOptions& o) {
+  const auto es = static_cast<std::int64_t>(dtype_size(o.dtype));
+  add_attention_memory(est, o, es);
+  add_ffn_memory(est, o, es);
+  est.add({o.d_model}, 4, es);
+}
+
+void add_decoder_block_memory(MemoryEstimate& est, const EncoderBlockOptions& o) {
+  const auto es = static_cast<std::int64_t>(dtype_size(o.dtype));
+  add_attention_memory(est, o, es);
+  add_attention_memory(est, o, es);
+  add_ffn_memory(est, o, es);
+  est.add({o.d_model}, 6, es);
+}
+
+std::string block_sizes_str(const EncoderBlockOptions& o) {
+  return "d_model " + std::to_string(o.d_model) + ", d_ff " + std::to_string(o.d_ff) + ", " +
+         std::to_string(o.num_heads) + " heads";
+}
+
 TransformerEncoderBlock::TransformerEncoderBlock(const EncoderBlockOptions& o) : opt_(o) {
+  MemoryEstimate est;
+  add_encoder_block_memory(est, o);
+  est.check("TransformerEncoderBlock (" + block_sizes_str(o) + ")");
   self_attn = register_module("self_attn", make_mha(o));
   ffn = register_module("ffn", make_ffn(o));
   norm1 = register_module("norm1", make_norm(o));
@@ -59,6 +89,9 @@ Tensor TransformerEncoderBlock::forward(const Tensor& x_in, const Mask& mask, Te
 }
 
 TransformerDecoderBlock::TransformerDecoderBlock(const DecoderBlockOptions& o) : opt_(o) {
+  MemoryEstimate est;
+  add_decoder_block_memory(est, o);
+  est.check("TransformerDecoderBlock (" + block_sizes_str(o) + ")");
   self_attn = register_module("self_attn", make_mha(o));
   cross_attn = register_module("cross_attn", make_mha(o));
   ffn = register_module("ffn", make_ffn(o));
@@ -97,6 +130,10 @@ Tensor TransformerDecoderBlock::forward(const Tensor& x_in, const Tensor& memory
 
 TransformerEncoder::TransformerEncoder(const EncoderOptions& o) : opt_(o) {
   if (o.num_layers < 0) throw ValueError("TransformerEncoder: num_layers must be >= 0, got " + std::to_string(o.num_layers));
+  MemoryEstimate est;
+  add_encoder_block_memory(est, o.layer);
+  est.scale(o.num_layers).check("TransformerEncoder (" + std::to_string(o.num_layers) + " layers, " +
+                                block_sizes_str(o.layer) + ")");
   for (std::int64_t i = 0; i < o.num_layers; ++i)
     layers.push_back(register_module("layers." + std::to_string(i), std::make_shared<TransformerEncoderBlock>(o.layer)));
   if (o.final_norm) norm = register_module("norm", make_norm(o.layer));
@@ -115,6 +152,10 @@ Tensor TransformerEncoder::forward(const Tensor& x_in, const Mask& mask, std::ve
 
 TransformerDecoder::TransformerDecoder(const DecoderOptions& o) : opt_(o) {
   if (o.num_layers < 0) throw ValueError("TransformerDecoder: num_layers must be >= 0, got " + std::to_string(o.num_layers));
+  MemoryEstimate est;
+  add_decoder_block_memory(est, o.layer);
+  est.scale(o.num_layers).check("TransformerDecoder (" + std::to_string(o.num_layers) + " layers, " +
+                                block_sizes_str(o.layer) + ")");
   for (std::int64_t i = 0; i < o.num_layers; ++i)
     layers.push_back(register_module("layers." + std::to_string(i), std::make_shared<TransformerDecoderBlock>(o.layer)));
   if (o.final_norm) norm = register_module("norm", make_norm(o.layer));

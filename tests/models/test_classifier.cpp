@@ -252,7 +252,7 @@ TEST(ClassifierCheckpoint, RoundTripGivesTheSameLogitsBitForBit) {
 // SIGKILL while its temp file exists (i.e. mid-save): the good file must still
 // load with its old content.
 TEST(ClassifierCheckpoint, SaveKilledMidwayLeavesThePreviousFileLoadable) {
-  set_num_threads(1);  // no OpenMP team in the parent: the forked child may use the library safely
+  set_num_threads(1);  // the forked child runs the library on one thread (it also gets a fresh pool)
   manual_seed(5);
   TinyTextClassifier small;
   const fs::path dir = temp_dir(), file = dir / "ckpt.safetensors";

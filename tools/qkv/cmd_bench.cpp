@@ -148,6 +148,9 @@ int run_peak(const PeakOptions& o) {
 
 int run_attention(const AttentionOptions& o, const CommonOptions& c) {
   const std::int64_t B = o.batch, H = o.heads, L = o.len, D = o.dim;
+  // q, k, v, out and dout (and with --backward their three gradients), checked before any is made.
+  MemoryEstimate need;
+  need.add({B, H, L, D}, o.backward ? 8 : 5).check("bench attention (" + shape_str({B, H, L, D}) + " float32)");
   Generator g(1);
   Tensor q = Tensor::randn({B, H, L, D}, &g), k = Tensor::randn({B, H, L, D}, &g), v = Tensor::randn({B, H, L, D}, &g);
   Tensor dout = Tensor::randn({B, H, L, D}, &g);
@@ -184,6 +187,9 @@ int run_attention(const AttentionOptions& o, const CommonOptions& c) {
 }
 
 int run_gemm(const GemmOptions& o, const CommonOptions& c) {
+  MemoryEstimate need;
+  need.add({o.m, o.k}).add({o.k, o.n}).add({o.m, o.n}).check("bench gemm (M " + std::to_string(o.m) + ", N " +
+                                                            std::to_string(o.n) + ", K " + std::to_string(o.k) + ")");
   Generator g(2);
   Tensor a = Tensor::randn({o.m, o.k}, &g), b = Tensor::randn({o.k, o.n}, &g), out = Tensor::zeros({o.m, o.n});
   const double flops = 2.0 * static_cast<double>(o.m) * static_cast<double>(o.n) * static_cast<double>(o.k);
@@ -200,6 +206,8 @@ int run_gemm(const GemmOptions& o, const CommonOptions& c) {
 // out.backward(dout) fills the input's and all parameters' gradients.
 int run_mha(const MhaOptions& o, const CommonOptions& c) {
   const std::int64_t B = o.batch, L = o.len, E = o.embed, H = o.heads;
+  MemoryEstimate need;  // x, dout, q, k, v, attention output, out (and their gradients with --backward)
+  need.add({B, L, E}, o.backward ? 14 : 7).add({E, E}, 4).check("bench mha (" + shape_str({B, L, E}) + " float32)");
   nn::MultiHeadAttention mha({.embed_dim = E, .num_heads = H, .dropout = 0.0});
   Generator g(3);
   Tensor x = Tensor::randn({B, L, E}, &g), dout = Tensor::randn({B, L, E}, &g);
@@ -241,6 +249,14 @@ int run_mha(const MhaOptions& o, const CommonOptions& c) {
 //   zero grads; loss = mean(encoder(x)); loss.backward(); Adam(lr 1e-3) step.
 int run_encoder_step(const EncoderStepOptions& o, const CommonOptions& c) {
   const std::int64_t B = o.batch, L = o.len, E = o.d_model, H = o.heads, F = o.d_ff, N = o.layers;
+  {
+    // Per layer: weights, gradients and Adam's two moments, and the activations autograd keeps.
+    MemoryEstimate need, acts;
+    nn::add_encoder_block_memory(need, {.d_model = E, .num_heads = H, .d_ff = F});
+    need.scale(4).add(acts.add({B, L, E}, 16).add({B, L, F}, 4)).scale(N);
+    need.check("bench encoder-step (" + std::to_string(N) + " layers, " + shape_str({B, L, E}) + ", d_ff " +
+               std::to_string(F) + ")");
+  }
   nn::TransformerEncoder enc({.num_layers = N,
                               .layer = {.d_model = E,
                                         .num_heads = H,

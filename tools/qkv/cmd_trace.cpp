@@ -154,6 +154,18 @@ int run_trace(const TraceOptions& opt, std::ostream& out) {
   for (const auto& t : tokens) ids.push_back(vocab.add(t));
   const std::int64_t L = static_cast<std::int64_t>(ids.size());
 
+  {
+    // Everything the trace allocates, before any of it: the embedding and positional tables,
+    // the blocks' weights, and per block the step tensors (rows of E or F, H score maps).
+    const std::int64_t E = opt.d_model, V = static_cast<std::int64_t>(vocab.words.size());
+    MemoryEstimate need, block;
+    need.add({V, E}).add({std::max<std::int64_t>(512, L), E});
+    nn::add_encoder_block_memory(block, {.d_model = E, .num_heads = opt.heads, .d_ff = opt.d_ff});
+    block.add({L, E}, 40).add({L, opt.d_ff}, 6).add({opt.heads, L, L}, 8);
+    need.add(block.scale(opt.layers))
+        .check("trace (--d-model " + std::to_string(E) + " --heads " + std::to_string(opt.heads) + " --d-ff " +
+               std::to_string(opt.d_ff) + " --layers " + std::to_string(opt.layers) + ")");
+  }
   manual_seed(opt.seed);
   nn::Embedding embed(nn::EmbeddingOptions{.num_embeddings = static_cast<std::int64_t>(vocab.words.size()),
                                                .embedding_dim = opt.d_model});

@@ -24,6 +24,9 @@ class TypeError : public Error { using Error::Error; };
 class AutogradError : public Error { using Error::Error; };
 // Sizes too large to allocate, or allocation failure; nothing was allocated.
 class AllocError : public Error { using Error::Error; };
+// A size (from a user, a file or a config) whose memory cannot fit: overflowing counts,
+// or more bytes than the machine has available (core/memory.h). Nothing was allocated.
+class ResourceError : public AllocError { using AllocError::AllocError; };
 // Files: missing, unreadable, corrupt or hostile contents.
 class IOError : public Error { using Error::Error; };
 class FormatError : public IOError { using IOError::IOError; };

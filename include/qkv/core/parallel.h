@@ -1,28 +1,41 @@
-// The one threading primitive: one team of workers (OpenMP), one thread-count
-// knob, two ways to hand out work. parallel_for splits work into contiguous
-// chunks by a static rule that depends only on (begin, end, grain,
+// The one threading primitive: qkv's own pool of persistent workers, one
+// thread-count knob, two ways to hand out work. parallel_for splits work into
+// contiguous chunks by a static rule that depends only on (begin, end, grain,
 // num_threads()), so a kernel that writes disjoint outputs per chunk, or
 // reduces per chunk in a fixed order, gives bitwise-identical results for a
 // given thread count. parallel_claim starts from the same chunks but moves
 // tasks off a worker that falls behind; it is for tasks whose results do not
 // depend on which worker runs them (then they are bitwise identical too).
+//
+// Waiting: an idle worker (and a caller waiting for its workers) sleeps in the
+// kernel (futex) at once, no spinning, so no thread holds a core it does not
+// use; no environment variable (OMP_WAIT_POLICY or other) changes this.
+//
+// Several threads may call parallel_for / parallel_claim at once. The pool
+// serves one call at a time; a call that finds it taken by another thread's
+// call does not wait: it runs the same chunks itself, one after the other
+// (each with its own thread_index()), so its results are the same bitwise as
+// on the pool, and no call ever blocks on another.
 #pragma once
 #include <cstdint>
 #include <functional>
 
 namespace qkv {
 
-// Threads used by parallel_for. Default: $QKV_NUM_THREADS if set, else the
-// number of cores.
+// Threads used by parallel_for (the caller and num_threads() - 1 pool workers).
+// Default: $QKV_NUM_THREADS if set, else the number of cores.
 int num_threads();
-// Sets the thread count (n >= 1, else ValueError).
+// Sets the thread count (n >= 1, else ValueError). The pool grows or shrinks to
+// n - 1 workers now, or when the call holding it (if any) is done.
 void set_num_threads(int n);
 
-// Calls fn(chunk_begin, chunk_end) over [begin, end), in at most
-// num_threads() chunks of at least `grain` items each. Runs inline (one
+// Calls fn(chunk_begin, chunk_end) over [begin, end) (n items), in
+// nt = min(num_threads(), ceil(n / grain)) chunks (grain < 1 counts as 1):
+// chunk w of nt is [begin + n*w/nt, begin + n*(w+1)/nt), run as thread_index() w. Runs inline (one
 // chunk) when the range is small, one thread is set, or when already inside
 // a parallel_for (nested calls are serial). An exception thrown by fn is
-// rethrown on the calling thread after all chunks finish.
+// rethrown on the calling thread after all chunks finish (the first one, if
+// several chunks throw).
 void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
                   const std::function<void(std::int64_t, std::int64_t)>& fn);
 

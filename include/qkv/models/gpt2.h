@@ -47,6 +47,9 @@ struct GPT2Config {
 // (model_type other than gpt2, activation_function, scale_attn_weights false,
 // scale_attn_by_inverse_layer_idx, add_cross_attention, n_embd % n_head != 0, sizes < 1).
 GPT2Config gpt2_config_from_json(const std::string& text, const std::string& source);
+// The bytes of a model of this config's parameters (what the constructor checks against
+// the memory available before allocating anything).
+MemoryEstimate gpt2_memory(const GPT2Config& c);
 // config.json as transformers writes it for GPT2LMHeadModel.
 std::string gpt2_config_to_json(const GPT2Config& c);
 

@@ -2,6 +2,7 @@
 #pragma once
 #include <vector>
 
+#include "qkv/core/memory.h"
 #include "qkv/nn/attention.h"
 #include "qkv/nn/layers.h"
 
@@ -42,6 +43,13 @@ struct EncoderBlockOptions {
 //   post-norm: x = norm1(x + drop(self_attn(x, x, x, mask))); x = norm2(x + drop(ffn(x)))
 //   pre-norm:  x = x + drop(self_attn(n, n, n, mask)), n = norm1(x); x = x + drop(ffn(norm2(x)))
 // If attn_weights is non-null it receives the self-attention weights [B, H, L, L].
+// The parameter bytes of one block (weights and biases in o.dtype), added to `est`: the
+// up-front memory check of the blocks, stacks and models built from these options.
+void add_encoder_block_memory(MemoryEstimate& est, const EncoderBlockOptions& o);
+void add_decoder_block_memory(MemoryEstimate& est, const EncoderBlockOptions& o);
+// "d_model 512, d_ff 2048, 8 heads": how a block is named in a memory error.
+std::string block_sizes_str(const EncoderBlockOptions& o);
+
 class TransformerEncoderBlock : public Module {
  public:
   explicit TransformerEncoderBlock(const EncoderBlockOptions& o);
