@@ -21,7 +21,15 @@ namespace {
   throw IOError(std::string(who) + ": cannot write '" + path + "': " + what + ": " + std::strerror(err));
 }
 
+WritePointHook g_write_point_hook = nullptr;
+
 }  // namespace
+
+void set_write_point_hook(WritePointHook hook) { g_write_point_hook = hook; }
+
+void write_point(const char* point) {
+  if (g_write_point_hook) g_write_point_hook(point);
+}
 
 void write_file_atomic(const std::string& path, std::string_view bytes, const char* who) {
   if (path.empty()) throw IOError(std::string(who) + ": empty output path");
@@ -30,6 +38,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes, const ch
       path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(who, path, "cannot create a temp file there", errno);
+  write_point("file: temp created");
   auto abandon = [&](const std::string& what, int err) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -47,8 +56,10 @@ void write_file_atomic(const std::string& path, std::string_view bytes, const ch
     p += w;
     left -= static_cast<std::size_t>(w);
   }
+  write_point("file: data written");
   while (::fsync(fd) != 0)
     if (errno != EINTR) abandon("fsync failed", errno);
+  write_point("file: fsynced");
   if (::close(fd) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
@@ -59,6 +70,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes, const ch
     ::unlink(tmp.c_str());
     fail(who, path, "rename of the temp file failed", err);
   }
+  write_point("file: renamed");
   const std::size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -67,6 +79,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes, const ch
     }
     ::close(dfd);
   }
+  write_point("file: dir fsynced");
 }
 
 std::string read_file(const std::string& path, const char* who) {

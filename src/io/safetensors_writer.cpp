@@ -23,6 +23,7 @@
 #include <limits>
 #include <unordered_set>
 
+#include "qkv/io/files.h"
 #include "qkv/io/safetensors.h"
 #include "safetensors_util.h"
 
@@ -209,19 +210,27 @@ void write_safetensors(const std::string& path, const std::vector<StTensorView>&
       len -= static_cast<std::uint64_t>(w);
     }
   };
+  write_point("safetensors: temp created");
   write_all(buf.data(), buf.size());
-  for (const StTensorView& t : tensors) write_all(t.data, t.nbytes);
+  write_point("safetensors: header written");
+  for (const StTensorView& t : tensors) {
+    write_all(t.data, t.nbytes);
+    write_point("safetensors: tensor written");
+  }
   while (::fsync(tmp.fd) != 0) {
     if (errno != EINTR) throw sys_fail("fsync of temp file " + msg_quote(tmp.path) + " failed", errno);
   }
+  write_point("safetensors: fsynced");
   const int fd = tmp.fd;
   tmp.fd = -1;
   if (::close(fd) != 0) throw sys_fail("closing temp file " + msg_quote(tmp.path) + " failed", errno);
+  write_point("safetensors: closed");
 
   // ---- commit: rename, then make the rename durable ----
   if (::rename(tmp.path.c_str(), path.c_str()) != 0)
     throw sys_fail("renaming temp file " + msg_quote(tmp.path) + " over it failed", errno);
   tmp.committed = true;
+  write_point("safetensors: renamed");
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) throw sys_fail("file written, but opening its directory to fsync it failed", errno);
   int rc;
@@ -231,6 +240,7 @@ void write_safetensors(const std::string& path, const std::vector<StTensorView>&
   ::close(dfd);
   // Some file systems cannot fsync a directory (EINVAL): nothing more to do there.
   if (rc != 0 && err != EINVAL) throw sys_fail("file written, but fsync of its directory failed", err);
+  write_point("safetensors: dir fsynced");
 }
 
 }  // namespace qkv::io

@@ -17,6 +17,7 @@
 
 #include "cli/cli_test_util.h"
 #include "io/safetensors_test_util.h"
+#include "qkv/io/checkpoint.h"
 #include "qkv/io/tensors.h"
 
 namespace qkv::cli_test {
@@ -153,6 +154,7 @@ TEST(CliCorruptFiles, ValidSafetensorsThatAreNotCheckpoints) {
   {
     io::LoadedTensors t = io::load_safetensors(real);
     t.metadata["config"] = R"({"d_model": 1048576, "num_heads": 1, "d_ff": 1048576})";
+    t.metadata["checksum"] = io::checkpoint_checksum(t.metadata, t.tensors);  // valid, only hostile
     io::save_safetensors(hostile, t.tensors, t.metadata);
   }
   // The same for a classifier checkpoint: a config of d_model 2^20 over a tiny model.
@@ -161,6 +163,7 @@ TEST(CliCorruptFiles, ValidSafetensorsThatAreNotCheckpoints) {
   {
     io::LoadedTensors t = io::load_safetensors(creal);
     t.metadata["config"] = R"({"d_model": 1048576, "num_heads": 1, "d_ff": 1048576})";
+    t.metadata["checksum"] = io::checkpoint_checksum(t.metadata, t.tensors);  // valid, only hostile
     io::save_safetensors(chostile, t.tensors, t.metadata);
   }
   struct Case {

@@ -19,7 +19,7 @@ from make_fixtures import TinyTextClassifier  # noqa: E402
 tensors = load_file(path)
 with safe_open(path, framework="pt") as f:
     meta = f.metadata()
-assert meta["format"] == "qkv-checkpoint-v1", meta
+assert meta["format"] == "qkv-checkpoint-v2", meta
 assert meta["model_type"] == "classifier", meta
 cfg = json.loads(meta["config"])
 model_sd = {k: v for k, v in tensors.items() if not k.startswith(("optim.", "extra."))}
