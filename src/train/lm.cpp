@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numbers>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/rng.h"
 #include "qkv/io/checkpoint.h"
+#include "qkv/io/files.h"
 #include "qkv/ops/ops.h"
 
 namespace qkv::train {
@@ -234,9 +236,31 @@ std::unique_ptr<LMTrainer> LMTrainer::resume(const std::string& dir, const Token
   } catch (const Error& e) {
     throw r.bad(e.what());
   }
+  // The state file is the commit record of a save: model.safetensors and config.json
+  // are written before it, so a save killed between them leaves model files one save
+  // ahead of the state. The state names the digest of the files it belongs to; if they
+  // differ, the state's own weights are written back over them.
+  const auto want = c.metadata.find("folder_digest");
+  if (want != c.metadata.end() && folder_digest(dir) != want->second) models::save_gpt2(*m, dir);
   std::unique_ptr<LMTrainer> t(new LMTrainer(std::move(m), o, tokens, bpe));
   t->loop_->load_state(r);
   return t;
+}
+
+std::string LMTrainer::folder_digest(const std::string& dir) {
+  std::uint64_t h = 0;
+  for (const char* f : {"model.safetensors", "config.json"}) {
+    std::string bytes;
+    try {
+      bytes = io::read_file(dir + "/" + f, "train lm");
+    } catch (const IOError&) {
+      return "missing " + std::string(f);
+    }
+    h = io::digest64(bytes.data(), bytes.size(), h);
+  }
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
+  return b;
 }
 
 void LMTrainer::save(const std::string& dir) const {
@@ -248,7 +272,8 @@ void LMTrainer::save(const std::string& dir) const {
   a.metadata.emplace("train_config", o_.to_json());
   a.metadata.emplace("tokens_key", std::to_string(tokens_.key()));
   models::save_gpt2(*model_, dir);  // creates dir; each file atomic
-  io::save_checkpoint(dir + "/" + kStateFile, a);
+  a.metadata.emplace("folder_digest", folder_digest(dir));  // the files this state belongs to
+  io::save_checkpoint(dir + "/" + kStateFile, a);  // last: the commit point of the save
 }
 
 }  // namespace qkv::train

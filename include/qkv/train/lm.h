@@ -135,9 +135,13 @@ class LMTask : public Task {
 //   DIR/config.json, DIR/model.safetensors         the model (save_gpt2; transformers loads it)
 //   DIR/qkv_train_state.safetensors                an io checkpoint (model_type "gpt2-lm-train"):
 //       the weights, AdamW state, default generator, the loop's counters, metadata
-//       train_config (LMTrainOptions::to_json) and tokens_key (corpus_key of the texts)
-// Resume reads only the state file. Every file is written atomically, so a kill at any
-// point leaves a folder that loads and resumes (from the last save that completed).
+//       train_config (LMTrainOptions::to_json), tokens_key (corpus_key of the texts) and
+//       folder_digest (folder_digest() of the model files written just before it)
+// Resume reads the weights from the state file only. Every file is written atomically
+// and the state file last (the commit point), so a kill at any point leaves a folder
+// that loads and resumes from the last save whose state file landed; model files one
+// save ahead of the state (a kill between the renames) are rewritten by resume from
+// the state's weights, so the folder never pairs a state with another step's weights.
 class LMTrainer {
  public:
   // A new run: init_gpt2_weights(model, o.seed).
@@ -149,8 +153,11 @@ class LMTrainer {
                                            const tokenize::ByteLevelBPE& bpe);
 
   bool train(const LoopCallbacks& cb = {}, std::int64_t stop_at_step = 0) { return loop_->run(cb, stop_at_step); }
-  // Writes the state file, then config.json and model.safetensors (each atomically).
+  // Writes model.safetensors, config.json, then the state file (each atomically).
   void save(const std::string& dir) const;
+  // digest64 of DIR/model.safetensors then DIR/config.json as 16 hex digits
+  // ("missing <file>" if one cannot be read).
+  static std::string folder_digest(const std::string& dir);
 
   models::GPT2LMHeadModel& model() { return *model_; }
   const Loop& loop() const { return *loop_; }
