@@ -21,15 +21,7 @@ namespace {
   throw IOError(std::string(who) + ": cannot write '" + path + "': " + what + ": " + std::strerror(err));
 }
 
-WritePointHook g_write_point_hook = nullptr;
-
 }  // namespace
-
-void set_write_point_hook(WritePointHook hook) { g_write_point_hook = hook; }
-
-void write_point(const char* point) {
-  if (g_write_point_hook) g_write_point_hook(point);
-}
 
 void write_file_atomic(const std::string& path, std::string_view bytes, const char* who) {
   if (path.empty()) throw IOError(std::string(who) + ": empty output path");

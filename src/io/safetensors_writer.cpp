@@ -82,7 +82,17 @@ class TempFile {
   bool committed = false;
 };
 
+WritePointHook g_write_point_hook = nullptr;
+
 }  // namespace
+
+// The fault-injection hook of qkv/io/files.h lives here, in the lowest library that
+// writes files (qkv_safetensors; write_file_atomic in qkv uses it too).
+void set_write_point_hook(WritePointHook hook) { g_write_point_hook = hook; }
+
+void write_point(const char* point) {
+  if (g_write_point_hook) g_write_point_hook(point);
+}
 
 void write_safetensors(const std::string& path, const std::vector<StTensorView>& tensors,
                        const std::map<std::string, std::string>& metadata) {

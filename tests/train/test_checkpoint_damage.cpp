@@ -19,6 +19,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <fstream>
 
 #include "cli/cli_test_util.h"

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <iostream>
 
 #include "qkv/io/checkpoint.h"
 #include "qkv/io/files.h"
@@ -70,7 +71,7 @@ KillCounts kill_at_every_point(const Harness& h, const std::string& target, int 
     const bool killed = save_killed_at(k, [&] { h.restore(N + 1); }, [&] { h.save(target); });
     EXPECT_EQ(killed, k <= n.points) << "k " << k;
     n.kills += killed;
-    EXPECT_LE(remove_temp_files(fs::is_directory(target) ? target : fs::path(target).parent_path()), 1);
+    EXPECT_LE(remove_temp_files(fs::is_directory(target) ? fs::path(target) : fs::path(target).parent_path()), 1);
     const int step = h.check(target);
     EXPECT_EQ(step, k >= commit ? N + 1 : N) << "killed at point " << k << " (" << (k <= n.points ? points[k - 1] : "none") << ")";
     (step == N ? n.old_kept : n.new_landed)++;
@@ -91,7 +92,7 @@ KillCounts kill_after_delays(const Harness& h, const std::string& target, int st
     h.copy(h.ref(start), target);
     run_killed_after(whole * i / kDelayedKills, [&] { h.train_saving(target); });
     ++n.kills;
-    remove_temp_files(fs::is_directory(target) ? target : fs::path(target).parent_path());
+    remove_temp_files(fs::is_directory(target) ? fs::path(target) : fs::path(target).parent_path());
     const int step = h.check(target);
     EXPECT_GE(step, start);
     if (step >= start && step <= h.total) ++seen[static_cast<std::size_t>(step)];
