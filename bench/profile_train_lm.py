@@ -5,14 +5,14 @@ Runs `perf record` on `qkv --threads N train lm --resume` from a step-0 folder m
 `qkv train lm --init-only` (bench/compare_train_lm.py makes one; or give any folder written by
 qkv train lm), then groups the samples of every symbol into the op it belongs to (GEMM and its
 packing, attention, GELU, LayerNorm, cross-entropy, Adam, ...) and prints a markdown table:
-share of all samples, and the seconds per training step that share stands for (the run's
-wall time per step, evaluation included, times the share).
+share of all samples and CPU seconds per training step (samples / frequency / steps; start-up,
+the first step's page faults, evaluation and saving included).
 
   python bench/profile_train_lm.py --init /tmp/qkv-compare-train-lm/init-XXXX --threads 2 --steps 12
 
 Needs `perf` (Debian linux-perf) and permission to sample (perf_event_paranoid <= 2 for
-one's own processes). The samples are CPU time of all threads: with 2 threads a share is a
-share of 2 x wall time.
+one's own processes). The samples are CPU time of all threads (a thread waiting for work
+sleeps and is not sampled).
 """
 import argparse
 import collections
@@ -75,22 +75,26 @@ def main():
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr[-3000:]}")
     rep = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "symbol", "--stdio", "-g", "none",
-                          "--percent-limit", "0"], capture_output=True, text=True).stdout
+                          "-n", "--percent-limit", "0"], capture_output=True, text=True).stdout
     shares = collections.Counter()
+    samples = collections.Counter()
     syms = []
     for line in rep.splitlines():
-        m = re.match(r"\s*([\d.]+)%\s+\[[.k]\]\s+(.*\S)", line)
+        m = re.match(r"\s*([\d.]+)%\s+(\d+)\s+\[[.k]\]\s+(.*\S)", line)
         if m:
-            pct, sym = float(m.group(1)), m.group(2)
+            pct, n, sym = float(m.group(1)), int(m.group(2)), m.group(3)
             shares[classify(sym)] += pct
+            samples[classify(sym)] += n
             syms.append((pct, sym))
+    cpu_s = sum(samples.values()) / a.freq
     per_step = wall / a.steps
     print(f"qkv train lm, {a.threads} thread(s), {a.steps} steps in {wall:.1f} s wall ({per_step:.2f} s per step, "
           f"start-up, evaluation and saving included); perf {a.freq} Hz\n")
-    print("| op | share of CPU samples | s per step (share x wall x threads) |")
+    print(f"CPU time sampled: {cpu_s:.1f} s = {100 * cpu_s / (wall * a.threads):.0f}% of {a.threads} x wall\n")
+    print("| op | share of CPU samples | CPU s per step |")
     print("|---|---:|---:|")
     for name, pct in shares.most_common():
-        print(f"| {name} | {pct:.1f}% | {pct / 100 * per_step * a.threads:.3f} |")
+        print(f"| {name} | {pct:.1f}% | {samples[name] / a.freq / a.steps:.3f} |")
     if a.top:
         print(f"\n| symbol | share |\n|---|---:|")
         for pct, sym in sorted(syms, reverse=True)[:a.top]:
