@@ -257,6 +257,27 @@ __attribute__((target("avx2,fma"))) void softmax_rows_avx2(float* y, const float
   }
 }
 
+// s = sum exp(x - m) = sum exp2((x - m) log2 e), in double. x - m is rounded as in the twin
+// (not x log2 e - m log2 e: the rounding of a large m log2 e would scale every term alike,
+// which softmax's division cancels but log(s) keeps); rounding (x - m) log2 e then moves a
+// term by at most |x - m| 2^-24 relative, nothing for the terms near m that dominate s.
+// Shared by log-softmax and the fused cross-entropy's statistics, which must agree bitwise.
+__attribute__((target("avx2,fma"))) double sum_exp_shifted_avx2(const float* xr, std::int64_t n, float m) {
+  const std::int64_t nv = n / 8 * 8;
+  const __m256 vm = _mm256_set1_ps(m), l2e = _mm256_set1_ps(fastexp::kLog2e);
+  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+  for (std::int64_t i = 0; i < nv; i += 8) {
+    const __m256 e = fastexp::exp2_avx2(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vm), l2e));
+    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  double part[4];
+  _mm256_storeu_pd(part, _mm256_add_pd(s0, s1));
+  double s = (part[0] + part[1]) + (part[2] + part[3]);
+  for (std::int64_t i = nv; i < n; ++i) s += fastexp::exp2_scalar((xr[i] - m) * fastexp::kLog2e);
+  return s;
+}
+
 __attribute__((target("avx2,fma"))) void log_softmax_rows_avx2(float* y, const float* x, std::int64_t rows,
                                                              std::int64_t n) {
   const std::int64_t nv = n / 8 * 8;
@@ -269,21 +290,8 @@ __attribute__((target("avx2,fma"))) void log_softmax_rows_avx2(float* y, const f
       fill_degenerate_log_row(yr, n, nan);
       continue;
     }
-    // s = sum exp(x - m) = sum exp2((x - m) log2 e), in double. x - m is rounded as in the twin
-    // (not x log2 e - m log2 e: the rounding of a large m log2 e would scale every term alike,
-    // which softmax's division cancels but log(s) keeps); rounding (x - m) log2 e then moves a
-    // term by at most |x - m| 2^-24 relative, nothing for the terms near m that dominate s.
-    const __m256 vm = _mm256_set1_ps(m), l2e = _mm256_set1_ps(fastexp::kLog2e);
-    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-    for (std::int64_t i = 0; i < nv; i += 8) {
-      const __m256 e = fastexp::exp2_avx2(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vm), l2e));
-      s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-      s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
-    }
-    double part[4];
-    _mm256_storeu_pd(part, _mm256_add_pd(s0, s1));
-    double s = (part[0] + part[1]) + (part[2] + part[3]);
-    for (std::int64_t i = nv; i < n; ++i) s += fastexp::exp2_scalar((xr[i] - m) * fastexp::kLog2e);
+    const double s = sum_exp_shifted_avx2(xr, n, m);
+    const __m256 vm = _mm256_set1_ps(m);
     // y = (x - m) - lse, rounded as in the twin.
     const float lse = static_cast<float>(std::log(s));
     const __m256 vlse = _mm256_set1_ps(lse);
@@ -320,7 +328,6 @@ __attribute__((target("avx2,fma"))) void cross_entropy_backward_rows_avx2(float*
 // log_softmax_rows_avx2's m and lse, without writing y.
 __attribute__((target("avx2,fma"))) void log_softmax_stats_rows_avx2(float* m, float* lse, const float* x,
                                                                    std::int64_t rows, std::int64_t n) {
-  const std::int64_t nv = n / 8 * 8;
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     bool nan = false;
@@ -330,17 +337,7 @@ __attribute__((target("avx2,fma"))) void log_softmax_stats_rows_avx2(float* m, f
       lse[r] = 0.f;
       continue;
     }
-    const __m256 vm = _mm256_set1_ps(mr), l2e = _mm256_set1_ps(fastexp::kLog2e);
-    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-    for (std::int64_t i = 0; i < nv; i += 8) {
-      const __m256 e = fastexp::exp2_avx2(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vm), l2e));
-      s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-      s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
-    }
-    double part[4];
-    _mm256_storeu_pd(part, _mm256_add_pd(s0, s1));
-    double s = (part[0] + part[1]) + (part[2] + part[3]);
-    for (std::int64_t i = nv; i < n; ++i) s += fastexp::exp2_scalar((xr[i] - mr) * fastexp::kLog2e);
+    const double s = sum_exp_shifted_avx2(xr, n, mr);
     m[r] = mr;
     lse[r] = static_cast<float>(std::log(s));
   }
