@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup models data configure build demo test bench clean
+.PHONY: all setup models data configure build demo test bench clean test-tsan
 
 all: build
 
@@ -29,6 +29,24 @@ demo: models data build
 
 test: models data build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+# ThreadSanitizer over the concurrency tests (label `concurrency`: one model serving 8 threads,
+# threaded kernels from 8 user threads, the thread pool's own tests) in $(TSAN_BUILD). Builds
+# only those tests; any report fails the target (halt_on_error, and any file in tsan-logs/).
+# ThreadPool.WorksInAForkedChild is left to `make test`: TSan cannot start threads in the child
+# of a multi-threaded fork ("starting new threads after multi-threaded fork is not supported").
+TSAN_BUILD ?= build-tsan
+TSAN_TESTS := test_concurrent test_concurrent_kernels test_parallel
+test-tsan: models
+	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQKV_SANITIZE=thread \
+	  -DQKV_BUILD_TOOLS=OFF -DQKV_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)
+	@rm -rf $(TSAN_BUILD)/tsan-logs && mkdir -p $(TSAN_BUILD)/tsan-logs
+	@cd $(TSAN_BUILD) && rc=0 && \
+	  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 log_path=$(abspath $(TSAN_BUILD))/tsan-logs/report" \
+	  ctest -L concurrency -E 'ThreadPool\.WorksInAForkedChild' --output-on-failure -j $(JOBS) --timeout 1800 || rc=$$?; \
+	  if [ -n "$$(ls tsan-logs)" ]; then cat tsan-logs/*; echo "test-tsan: ThreadSanitizer reports (above, in $(TSAN_BUILD)/tsan-logs)"; exit 1; fi; \
+	  exit $$rc
 
 bench: build
 	@$(BUILD)/bench/qkv_bench

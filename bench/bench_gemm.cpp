@@ -83,6 +83,15 @@ void register_all() {
   for (const auto& s : main_shapes)
     for (int t = 0; t < 4; ++t) add(s, t);
   for (const auto& s : small_shapes) add(s, 0);
+  // The products of one training step of issue 12's GPT (batch 16 x context 256 = 4096
+  // tokens, d_model 256, MLP 1024, vocabulary 4096): forward X @ W^T (NT), input gradient
+  // dY @ W (NN), weight gradient dY^T @ X (TN).
+  const i64 train_nt[][3] = {{4096, 768, 256}, {4096, 256, 256}, {4096, 1024, 256}, {4096, 256, 1024}, {4096, 4096, 256}};
+  const i64 train_nn[][3] = {{4096, 256, 768}, {4096, 256, 1024}, {4096, 1024, 256}, {4096, 256, 4096}};
+  const i64 train_tn[][3] = {{768, 256, 4096}, {256, 256, 4096}, {1024, 256, 4096}, {256, 1024, 4096}, {4096, 256, 4096}};
+  for (const auto& s : train_nt) add(s, 2);
+  for (const auto& s : train_nn) add(s, 0);
+  for (const auto& s : train_tn) add(s, 1);
 }
 
 }  // namespace

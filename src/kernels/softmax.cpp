@@ -170,6 +170,55 @@ template void cross_entropy_backward_rows_ref<float>(float*, const float*, const
 template void cross_entropy_backward_rows_ref<double>(double*, const double*, const std::int64_t*, std::int64_t,
                                                       std::int64_t, double, double, std::int64_t);
 
+// m, lse as log_softmax_rows_ref computes them (its y = (x - m) - lse).
+template <class T>
+void log_softmax_stats_rows_ref(T* m, T* lse, const T* x, std::int64_t rows, std::int64_t n) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * n;
+    bool nan = false;
+    const T mr = row_max(xr, n, &nan);
+    if (nan || mr == -std::numeric_limits<T>::infinity()) {
+      m[r] = nan ? std::numeric_limits<T>::quiet_NaN() : mr;
+      lse[r] = T(0);
+      continue;
+    }
+    double s = 0;
+    for (std::int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(xr[i] - mr));
+    m[r] = mr;
+    lse[r] = static_cast<T>(std::log(s));
+  }
+}
+template void log_softmax_stats_rows_ref<float>(float*, float*, const float*, std::int64_t, std::int64_t);
+template void log_softmax_stats_rows_ref<double>(double*, double*, const double*, std::int64_t, std::int64_t);
+
+// cross_entropy_backward_rows_ref on logp = (x - m) - lse (-inf for a fully masked row).
+template <class T>
+void cross_entropy_backward_logits_rows_ref(T* dlogits, const T* x, const T* m, const T* lse,
+                                            const std::int64_t* targets, std::int64_t rows, std::int64_t n,
+                                            double scale, double label_smoothing, std::int64_t ignore_index) {
+  const double ls = label_smoothing;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* d = dlogits + r * n;
+    const T* xr = x + r * n;
+    const bool masked = m[r] == -std::numeric_limits<T>::infinity();
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (targets[r] == ignore_index) {
+        d[i] = T(0);
+        continue;
+      }
+      const T lp = masked ? -std::numeric_limits<T>::infinity() : xr[i] - m[r] - lse[r];
+      const double target = (i == targets[r] ? 1.0 - ls : 0.0) + ls / static_cast<double>(n);
+      d[i] = static_cast<T>((std::exp(static_cast<double>(lp)) - target) * scale);
+    }
+  }
+}
+template void cross_entropy_backward_logits_rows_ref<float>(float*, const float*, const float*, const float*,
+                                                            const std::int64_t*, std::int64_t, std::int64_t, double,
+                                                            double, std::int64_t);
+template void cross_entropy_backward_logits_rows_ref<double>(double*, const double*, const double*, const double*,
+                                                             const std::int64_t*, std::int64_t, std::int64_t, double,
+                                                             double, std::int64_t);
+
 #if defined(__x86_64__) || defined(__i386__)
 namespace {
 
@@ -208,6 +257,27 @@ __attribute__((target("avx2,fma"))) void softmax_rows_avx2(float* y, const float
   }
 }
 
+// s = sum exp(x - m) = sum exp2((x - m) log2 e), in double. x - m is rounded as in the twin
+// (not x log2 e - m log2 e: the rounding of a large m log2 e would scale every term alike,
+// which softmax's division cancels but log(s) keeps); rounding (x - m) log2 e then moves a
+// term by at most |x - m| 2^-24 relative, nothing for the terms near m that dominate s.
+// Shared by log-softmax and the fused cross-entropy's statistics, which must agree bitwise.
+__attribute__((target("avx2,fma"))) double sum_exp_shifted_avx2(const float* xr, std::int64_t n, float m) {
+  const std::int64_t nv = n / 8 * 8;
+  const __m256 vm = _mm256_set1_ps(m), l2e = _mm256_set1_ps(fastexp::kLog2e);
+  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+  for (std::int64_t i = 0; i < nv; i += 8) {
+    const __m256 e = fastexp::exp2_avx2(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vm), l2e));
+    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  double part[4];
+  _mm256_storeu_pd(part, _mm256_add_pd(s0, s1));
+  double s = (part[0] + part[1]) + (part[2] + part[3]);
+  for (std::int64_t i = nv; i < n; ++i) s += fastexp::exp2_scalar((xr[i] - m) * fastexp::kLog2e);
+  return s;
+}
+
 __attribute__((target("avx2,fma"))) void log_softmax_rows_avx2(float* y, const float* x, std::int64_t rows,
                                                              std::int64_t n) {
   const std::int64_t nv = n / 8 * 8;
@@ -220,21 +290,8 @@ __attribute__((target("avx2,fma"))) void log_softmax_rows_avx2(float* y, const f
       fill_degenerate_log_row(yr, n, nan);
       continue;
     }
-    // s = sum exp(x - m) = sum exp2((x - m) log2 e), in double. x - m is rounded as in the twin
-    // (not x log2 e - m log2 e: the rounding of a large m log2 e would scale every term alike,
-    // which softmax's division cancels but log(s) keeps); rounding (x - m) log2 e then moves a
-    // term by at most |x - m| 2^-24 relative, nothing for the terms near m that dominate s.
-    const __m256 vm = _mm256_set1_ps(m), l2e = _mm256_set1_ps(fastexp::kLog2e);
-    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-    for (std::int64_t i = 0; i < nv; i += 8) {
-      const __m256 e = fastexp::exp2_avx2(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vm), l2e));
-      s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-      s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
-    }
-    double part[4];
-    _mm256_storeu_pd(part, _mm256_add_pd(s0, s1));
-    double s = (part[0] + part[1]) + (part[2] + part[3]);
-    for (std::int64_t i = nv; i < n; ++i) s += fastexp::exp2_scalar((xr[i] - m) * fastexp::kLog2e);
+    const double s = sum_exp_shifted_avx2(xr, n, m);
+    const __m256 vm = _mm256_set1_ps(m);
     // y = (x - m) - lse, rounded as in the twin.
     const float lse = static_cast<float>(std::log(s));
     const __m256 vlse = _mm256_set1_ps(lse);
@@ -265,6 +322,59 @@ __attribute__((target("avx2,fma"))) void cross_entropy_backward_rows_avx2(float*
     for (std::int64_t i = nv; i < n; ++i) d[i] = (fastexp::exp2_scalar(lp[i] * fastexp::kLog2e) - smooth) * sc;
     const std::int64_t t = targets[r];
     d[t] = static_cast<float>((std::exp(static_cast<double>(lp[t])) - (1.0 - ls + ls / static_cast<double>(n))) * scale);
+  }
+}
+
+// log_softmax_rows_avx2's m and lse, without writing y.
+__attribute__((target("avx2,fma"))) void log_softmax_stats_rows_avx2(float* m, float* lse, const float* x,
+                                                                   std::int64_t rows, std::int64_t n) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    bool nan = false;
+    const float mr = row_max_avx2(xr, n, &nan);
+    if (nan || mr == -std::numeric_limits<float>::infinity()) {
+      m[r] = nan ? std::numeric_limits<float>::quiet_NaN() : mr;
+      lse[r] = 0.f;
+      continue;
+    }
+    const double s = sum_exp_shifted_avx2(xr, n, mr);
+    m[r] = mr;
+    lse[r] = static_cast<float>(std::log(s));
+  }
+}
+
+// cross_entropy_backward_rows_avx2 on logp = (x - m) - lse computed in registers (bitwise the
+// values log_softmax_rows_avx2 stores). Each element is read before it is written: d may be x.
+__attribute__((target("avx2,fma"))) void cross_entropy_backward_logits_rows_avx2(
+    float* dlogits, const float* x, const float* m, const float* lse, const std::int64_t* targets, std::int64_t rows,
+    std::int64_t n, double scale, double ls, std::int64_t ignore_index) {
+  const std::int64_t nv = n / 8 * 8;
+  const float smooth = static_cast<float>(ls / static_cast<double>(n)), sc = static_cast<float>(scale);
+  const __m256 vsmooth = _mm256_set1_ps(smooth), vsc = _mm256_set1_ps(sc), l2e = _mm256_set1_ps(fastexp::kLog2e);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* d = dlogits + r * n;
+    const float* xr = x + r * n;
+    if (targets[r] == ignore_index) {
+      for (std::int64_t i = 0; i < n; ++i) d[i] = 0.f;
+      continue;
+    }
+    const std::int64_t t = targets[r];
+    if (m[r] == -std::numeric_limits<float>::infinity()) {  // fully masked: logp -inf, exp 0
+      for (std::int64_t i = 0; i < n; ++i) d[i] = (0.f - smooth) * sc;
+      d[t] = static_cast<float>((0.0 - (1.0 - ls + ls / static_cast<double>(n))) * scale);
+      continue;
+    }
+    const float mr = m[r], lr = lse[r];
+    const float lpt = xr[t] - mr - lr;  // read before the row is overwritten
+    const __m256 vm = _mm256_set1_ps(mr), vl = _mm256_set1_ps(lr);
+    for (std::int64_t i = 0; i < nv; i += 8) {
+      const __m256 lp = _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vm), vl);
+      const __m256 p = fastexp::exp2_avx2(_mm256_mul_ps(lp, l2e));
+      _mm256_storeu_ps(d + i, _mm256_mul_ps(_mm256_sub_ps(p, vsmooth), vsc));
+    }
+    for (std::int64_t i = nv; i < n; ++i)
+      d[i] = (fastexp::exp2_scalar((xr[i] - mr - lr) * fastexp::kLog2e) - smooth) * sc;
+    d[t] = static_cast<float>((std::exp(static_cast<double>(lpt)) - (1.0 - ls + ls / static_cast<double>(n))) * scale);
   }
 }
 
@@ -369,6 +479,25 @@ void cross_entropy_backward_rows_f32(float* dlogits, const float* logp, const st
     return cross_entropy_backward_rows_avx2(dlogits, logp, targets, rows, n, scale, label_smoothing, ignore_index);
 #endif
   cross_entropy_backward_rows_ref<float>(dlogits, logp, targets, rows, n, scale, label_smoothing, ignore_index);
+}
+
+void log_softmax_stats_rows_f32(float* m, float* lse, const float* x, std::int64_t rows, std::int64_t n) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (active_isa() >= Isa::Avx2) return log_softmax_stats_rows_avx2(m, lse, x, rows, n);
+#endif
+  log_softmax_stats_rows_ref<float>(m, lse, x, rows, n);
+}
+
+void cross_entropy_backward_logits_rows_f32(float* dlogits, const float* x, const float* m, const float* lse,
+                                            const std::int64_t* targets, std::int64_t rows, std::int64_t n,
+                                            double scale, double label_smoothing, std::int64_t ignore_index) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (active_isa() >= Isa::Avx2)
+    return cross_entropy_backward_logits_rows_avx2(dlogits, x, m, lse, targets, rows, n, scale, label_smoothing,
+                                                   ignore_index);
+#endif
+  cross_entropy_backward_logits_rows_ref<float>(dlogits, x, m, lse, targets, rows, n, scale, label_smoothing,
+                                                ignore_index);
 }
 
 }  // namespace qkv::kernels

@@ -335,27 +335,43 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, const Cr
     if (tv[i] != opt.ignore_index && (tv[i] < 0 || tv[i] >= C))
       throw IndexError("cross_entropy: target " + std::to_string(tv[i]) + " at position " + std::to_string(i) +
                        " is out of range for " + std::to_string(C) + " classes (logits " + logits_in.shape_str() + ")");
+  // Fused over the vocabulary: the forward keeps the logits and two numbers per row (max and
+  // log-sum-exp, kernels/softmax.h), never a log-softmax tensor; the backward recomputes
+  // logp = (x - m) - lse on the fly (bitwise the values log_softmax would have stored).
   Tensor lc = logits.detach().contiguous();
-  Tensor logp = Tensor::empty(lc.shape(), lc.dtype());
+  Tensor stats = Tensor::empty({2, N}, lc.dtype());  // row 0: max, row 1: log-sum-exp
   std::int64_t count = 0;
   for (auto t : tv) count += t != opt.ignore_index;
   const double ls = opt.label_smoothing;
   Tensor loss = dispatch_float(lc.dtype(), "cross_entropy", [&]<class T>() {
-    log_softmax_rows<T>(logp.data<T>(), lc.data<T>(), N, C);
-    const T* lp = logp.data<T>();
+    const T* x = lc.data<T>();
+    T* m = stats.data<T>();
+    T* lse = m + N;
     // Row losses over threads, then summed in row order: the total is the same for any thread count.
     std::vector<double> row_loss(static_cast<std::size_t>(N), 0.0);
     for_row_chunks(N, C, [&](std::int64_t b, std::int64_t e) {
+      if constexpr (std::is_same_v<T, float>)
+        kernels::log_softmax_stats_rows_f32(m + b, lse + b, x + b * C, e - b, C);
+      else
+        kernels::log_softmax_stats_rows_ref<T>(m + b, lse + b, x + b * C, e - b, C);
       for (std::int64_t i = b; i < e; ++i) {
         if (tv[i] == opt.ignore_index) continue;
+        const bool masked = m[i] == -std::numeric_limits<T>::infinity();
+        const T mi = m[i], li = lse[i];
+        const T* xi = x + i * C;
+        const T lpt = masked ? -std::numeric_limits<T>::infinity() : xi[tv[i]] - mi - li;
         // `omp simd` keeps one partial sum per lane: a fixed order for a given build (never
         // dependent on threads or data), and not one serial chain of double adds.
         double smooth = 0;
         if (ls > 0) {
+          if (masked) {
+            smooth = -std::numeric_limits<double>::infinity();
+          } else {
 #pragma omp simd reduction(+ : smooth)
-          for (std::int64_t c = 0; c < C; ++c) smooth += lp[i * C + c];
+            for (std::int64_t c = 0; c < C; ++c) smooth += static_cast<T>(xi[c] - mi - li);
+          }
         }
-        row_loss[static_cast<std::size_t>(i)] = -(1.0 - ls) * lp[i * C + tv[i]] - ls / static_cast<double>(C) * smooth;
+        row_loss[static_cast<std::size_t>(i)] = -(1.0 - ls) * lpt - ls / static_cast<double>(C) * smooth;
       }
     });
     double total = 0;
@@ -364,23 +380,25 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets_in, const Cr
     const double v = opt.mean ? (count ? total / static_cast<double>(count) : std::nan("")) : total;
     return Tensor::scalar(v, lc.dtype());
   });
-  record(loss, "cross_entropy", {logits}, [logp, tv, count, ls, N, C, opt](const Tensor& g) {
+  record(loss, "cross_entropy", {logits}, [lc, stats, tv, count, ls, N, C, opt](const Tensor& g) {
     // loss_i = -(1-ls) logp[t_i] - ls/C sum_c logp[c]
     //   dlogits_i = (softmax_i - (1-ls) onehot(t_i) - ls/C) * g / count
     Tensor dl = Tensor::empty({N, C}, g.dtype());
     // Rows through the kernels (kernels/softmax.h), split over threads: vectorised for float,
     // the naive twin for double.
     dispatch_float(g.dtype(), "cross_entropy_backward", [&]<class T>() {
-      const T* lp = logp.data<T>();
+      const T* x = lc.data<T>();
+      const T* m = stats.data<T>();
+      const T* lse = m + N;
       T* d = dl.data<T>();
       const double scale = g.item() / (opt.mean ? static_cast<double>(count) : 1.0);
       for_row_chunks(N, C, [&](std::int64_t b, std::int64_t e) {
         if constexpr (std::is_same_v<T, float>)
-          kernels::cross_entropy_backward_rows_f32(d + b * C, lp + b * C, tv.data() + b, e - b, C, scale, ls,
-                                                   opt.ignore_index);
+          kernels::cross_entropy_backward_logits_rows_f32(d + b * C, x + b * C, m + b, lse + b, tv.data() + b, e - b,
+                                                          C, scale, ls, opt.ignore_index);
         else
-          kernels::cross_entropy_backward_rows_ref<T>(d + b * C, lp + b * C, tv.data() + b, e - b, C, scale, ls,
-                                                      opt.ignore_index);
+          kernels::cross_entropy_backward_logits_rows_ref<T>(d + b * C, x + b * C, m + b, lse + b, tv.data() + b,
+                                                             e - b, C, scale, ls, opt.ignore_index);
       });
     });
     return std::vector<Tensor>{dl};

@@ -6,8 +6,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "qkv/core/rng.h"
@@ -178,6 +180,86 @@ TEST(CrossEntropyBackwardKernel, MatchesTwinOverAwkwardRows) {
     }
     RecordProperty(std::string(qkv::kernels::isa_name(isa)) + "_worst_share_of_bound", std::to_string(worst));
   }
+}
+
+// The fused cross-entropy (row statistics, then the backward from the logits) against the
+// unfused one it replaces (log_softmax rows, then the backward from logp): equal bit for bit
+// (NaN for NaN) on every kind of row of fill_rows, awkward lengths, unaligned rows, label
+// smoothing, ignored rows, for the f32 kernel on every ISA path and for the twins (float and
+// double); in place (dlogits = x) equal to out of place.
+template <class T>
+bool same_bits(T a, T b) {
+  return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+template <class T>
+void check_fused_cross_entropy(bool kernel, const std::string& what) {
+  qkv::Generator g(29);
+  constexpr std::int64_t kIgnore = -100;
+  for (std::int64_t n : {1, 2, 7, 8, 9, 15, 16, 17, 33, 100, 1000}) {
+    for (double ls : {0.0, 0.1}) {
+      const std::int64_t off = n % 8, rows = kRows;
+      std::vector<float> xf(static_cast<std::size_t>(rows * n));
+      fill_rows(xf.data(), n, 3.0, g);
+      std::vector<T> bx(xf.size() + 8), lp(xf.size()), want(xf.size()), got(xf.size()), m(rows), lse(rows);
+      T* x = bx.data() + off;
+      for (std::size_t i = 0; i < xf.size(); ++i) x[i] = static_cast<T>(xf[i]);
+      std::vector<std::int64_t> t(static_cast<std::size_t>(rows));
+      for (std::int64_t r = 0; r < rows; ++r)
+        t[static_cast<std::size_t>(r)] = r == 4 ? kIgnore : (r * 7 + n / 3) % n;
+      const double scale = 1.0 / 3;
+      if constexpr (std::is_same_v<T, float>) {
+        if (kernel) {
+          qkv::kernels::log_softmax_rows_f32(lp.data(), x, rows, n);
+          qkv::kernels::cross_entropy_backward_rows_f32(want.data(), lp.data(), t.data(), rows, n, scale, ls, kIgnore);
+          qkv::kernels::log_softmax_stats_rows_f32(m.data(), lse.data(), x, rows, n);
+          qkv::kernels::cross_entropy_backward_logits_rows_f32(got.data(), x, m.data(), lse.data(), t.data(), rows, n,
+                                                               scale, ls, kIgnore);
+        }
+      }
+      if (!kernel) {
+        qkv::kernels::log_softmax_rows_ref<T>(lp.data(), x, rows, n);
+        qkv::kernels::cross_entropy_backward_rows_ref<T>(want.data(), lp.data(), t.data(), rows, n, scale, ls, kIgnore);
+        qkv::kernels::log_softmax_stats_rows_ref<T>(m.data(), lse.data(), x, rows, n);
+        qkv::kernels::cross_entropy_backward_logits_rows_ref<T>(got.data(), x, m.data(), lse.data(), t.data(), rows, n,
+                                                                scale, ls, kIgnore);
+      }
+      // logp = (x - m) - lse reproduces the stored log-softmax (masked rows: -inf).
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t i = 0; i < n; ++i) {
+          const T re = m[r] == -std::numeric_limits<T>::infinity() ? -std::numeric_limits<T>::infinity()
+                                                                    : x[r * n + i] - m[r] - lse[r];
+          ASSERT_TRUE(same_bits(re, lp[static_cast<std::size_t>(r * n + i)]))
+              << what << " n " << n << " row " << r << " i " << i << ": " << re << " vs " << lp[r * n + i];
+        }
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_TRUE(same_bits(got[i], want[i])) << what << " n " << n << " ls " << ls << " row " << i / n << " i "
+                                                << i % n << ": fused " << got[i] << " unfused " << want[i];
+      // In place: the gradient overwrites the logits.
+      if constexpr (std::is_same_v<T, float>) {
+        if (kernel)
+          qkv::kernels::cross_entropy_backward_logits_rows_f32(x, x, m.data(), lse.data(), t.data(), rows, n, scale,
+                                                               ls, kIgnore);
+      }
+      if (!kernel)
+        qkv::kernels::cross_entropy_backward_logits_rows_ref<T>(x, x, m.data(), lse.data(), t.data(), rows, n, scale,
+                                                                ls, kIgnore);
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_TRUE(same_bits(x[i], want[i])) << what << " in place, n " << n << " i " << i;
+    }
+  }
+}
+
+TEST(FusedCrossEntropyKernel, EqualsLogSoftmaxThenBackwardBitwise) {
+  IsaGuard ig;
+  std::vector<Isa> isas{Isa::Scalar};
+  if (qkv::kernels::detected_isa() >= Isa::Avx2) isas.push_back(Isa::Avx2);
+  for (Isa isa : isas) {
+    qkv::kernels::set_isa(isa);
+    check_fused_cross_entropy<float>(true, std::string("f32 kernel on ") + qkv::kernels::isa_name(isa));
+  }
+  check_fused_cross_entropy<float>(false, "float twin");
+  check_fused_cross_entropy<double>(false, "double twin");
 }
 
 // The double twin (what qkv::log_softmax runs for float64) against the same formula.

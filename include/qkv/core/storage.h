@@ -26,7 +26,8 @@ class Storage {
 // Aligned allocation used by Storage and by workspaces. Blocks come from the engine's
 // block cache when one of the same size class is free (see storage.cpp), else from the
 // system. Free with aligned_free(p, nbytes) to return the block to the cache (bounded by
-// $QKV_CACHE_MB, default 256; 0 disables it), or aligned_free(p) to give it back to the system.
+// $QKV_CACHE_MB, default 1024 or an eighth of the physical memory if less; 0 disables it), or aligned_free(p) to give it back to the system.
+// All of these may be called from any number of threads at once (the cache takes a mutex).
 void* aligned_alloc_bytes(std::size_t nbytes, const char* what);
 void aligned_free(void* p);
 void aligned_free(void* p, std::size_t nbytes);

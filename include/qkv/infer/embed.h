@@ -5,6 +5,10 @@
 // Texts are sorted by token length and cut into batches, each padded to its own longest row
 // with the padded keys masked, so padding never changes a sentence's embedding beyond float
 // rounding; results come back in input order.
+//
+// Thread safety: a SentenceEmbedder (tokenizer and model shared, read-only) may serve embed()
+// calls from several threads at once; each call's batches and activations are its own, and a
+// request's embeddings are bitwise those it gets alone.
 #pragma once
 #include <cstdint>
 #include <functional>

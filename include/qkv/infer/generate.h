@@ -4,6 +4,10 @@
 // slot, at its own positions), so each prompt's tokens are those it gets alone.
 //
 //   auto results = infer::generate(model, {{464, 3290}, {40}}, {.max_new_tokens = 32, .eos_id = 50256});
+//
+// Thread safety: one loaded model (in eval mode) may serve generate() calls from several
+// threads at once; each call makes its own KV cache and samplers (seeded by the options), so a
+// request's tokens are the same as when it runs alone.
 #pragma once
 #include <cstdint>
 #include <functional>

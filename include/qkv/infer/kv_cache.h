@@ -12,6 +12,9 @@
 //
 // Letters (docs/shapes.md): B batch (sequence slots), H heads, T_max capacity,
 // Tn new tokens per step (the longest of the batch), D head dim.
+//
+// Thread safety: a cache is one request's mutable state: use each from one thread at a time.
+// The model that fills it may be shared by many caches in many threads.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -14,6 +14,8 @@
 //
 // Kernels do not validate shapes (ops/ does that); they require B,H,Lq,Lk >= 0,
 // D,Dv >= 1, 0 <= dropout_p < 1, and non-overlapping outputs.
+// Thread safety: several threads may call the kernels at once (workspaces are per thread,
+// indexed by the calling thread's own team), each with bitwise the results of the call alone.
 #pragma once
 #include <cstdint>
 

@@ -16,6 +16,9 @@
 // threads and its blocking depends only on K, so results are bitwise identical
 // from run to run and for any thread count (for a given ISA).
 // threaded=false runs on the calling thread only (use it inside parallel_for).
+// Thread safety: any number of threads may call these at once (workspaces are thread_local;
+// see core/parallel.h for how concurrent calls share the pool), with bitwise the results of
+// each call made alone.
 #pragma once
 #include <cstdint>
 

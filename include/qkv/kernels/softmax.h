@@ -55,4 +55,26 @@ template <class T>
 void cross_entropy_backward_rows_ref(T* dlogits, const T* logp, const std::int64_t* targets, std::int64_t rows,
                                      std::int64_t n, double scale, double label_smoothing, std::int64_t ignore_index);
 
+// Fused cross-entropy over the logits (no log-softmax tensor): the statistics of log-softmax per
+// row, m[r] = the row's maximum and lse[r] = log(sum_i exp(x[r][i] - m[r])) rounded to T, so
+// that logp[r][i] = (x[r][i] - m[r]) - lse[r] is exactly what log_softmax_rows_* writes (same
+// operations in the same order: the f32 kernel's lse equals log_softmax_rows_f32's, the twin's
+// the twin's). A row holding NaN gets m = NaN (every logp NaN); a fully masked row (maximum -inf)
+// gets m = -inf and lse = 0 (every logp -inf). m, lse: rows; x: rows x n contiguous. Not threaded.
+void log_softmax_stats_rows_f32(float* m, float* lse, const float* x, std::int64_t rows, std::int64_t n);
+template <class T>
+void log_softmax_stats_rows_ref(T* m, T* lse, const T* x, std::int64_t rows, std::int64_t n);
+
+// Backward of cross-entropy from the logits and their statistics: logp recomputed as above, then
+// exactly cross_entropy_backward_rows_* (the f32 kernel is bitwise equal to
+// cross_entropy_backward_rows_f32 on log_softmax_rows_f32's output, the twin to the twins').
+// dlogits may equal x (in place). A fully masked row's logp is -inf (exp 0).
+void cross_entropy_backward_logits_rows_f32(float* dlogits, const float* x, const float* m, const float* lse,
+                                            const std::int64_t* targets, std::int64_t rows, std::int64_t n,
+                                            double scale, double label_smoothing, std::int64_t ignore_index);
+template <class T>
+void cross_entropy_backward_logits_rows_ref(T* dlogits, const T* x, const T* m, const T* lse,
+                                            const std::int64_t* targets, std::int64_t rows, std::int64_t n,
+                                            double scale, double label_smoothing, std::int64_t ignore_index);
+
 }  // namespace qkv::kernels

@@ -63,7 +63,8 @@ class BertModel : public nn::Module {
   // 256 rows (B*T) then run their products as x @ W^T + b with W^T read row by row, which the
   // GEMM packs cheaply or reads in place, instead of transposing W on every call. Inference only: the copies are
   // detached, so no gradient reaches the weights through them. Call again after changing the
-  // weights (a model never prepared runs its nn::Linear modules, with autograd).
+  // weights (a model never prepared runs its nn::Linear modules, with autograd). Not while
+  // another thread runs forward(): prepare once, then share.
   void prepare_for_inference();
   // Multiply-add FLOPs (2 per multiply-add) of the matrix products of one forward over rows of
   // these lengths, padded to `padded_len` each: projections and feed-forward per token, QK^T and

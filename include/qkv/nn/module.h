@@ -1,6 +1,12 @@
 // Module: parameters, buffers and children with dotted PyTorch-style names
 // ("encoder.layers.0.self_attn.w_q.weight"), train/eval mode, state dicts.
 // Modules only combine ops; each has its own forward() signature.
+//
+// Thread safety: forward() is const and keeps no state, so one module (weights shared,
+// read-only) may serve several threads at once once it is in eval mode (in training mode
+// dropout draws from the shared default_generator()); every call's activations, autograd
+// graph and workspaces are its own. Anything that changes the module (train/eval, load_state_dict,
+// to, zero_grad, an optimiser step) must not run while another thread uses it.
 #pragma once
 #include <map>
 #include <memory>
