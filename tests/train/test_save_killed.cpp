@@ -15,7 +15,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <iostream>
+#include <memory>
 
 #include "qkv/io/checkpoint.h"
 #include "qkv/io/files.h"
@@ -108,6 +110,27 @@ void report(const char* what, const KillCounts& a, const KillCounts& b) {
             << b.new_landed << " distinct steps found)\n";
 }
 
+// Harness::check for a trainer whose save is one checkpoint file: the save at `path` must
+// equal the reference save of its step, and resumed (`open` a trainer from it, train to the
+// end, save) equal the reference end.
+template <class Open>
+std::function<int(const std::string&)> single_file_check(int total, std::function<std::string(int)> ref, Open open,
+                                                         std::string dir) {
+  auto end = std::make_shared<io::Checkpoint>(io::load_checkpoint(ref(total)));
+  return [=](const std::string& p) {
+    const io::Checkpoint c = io::load_checkpoint(p);
+    const int s = static_cast<int>(step_of(c));
+    expect_same_checkpoint_tensors(c, io::load_checkpoint(ref(s)));
+    if (s < total) {
+      auto t = open(p);
+      t->train();
+      t->save(dir + "/resumed.safetensors");
+      expect_same_checkpoint_tensors(io::load_checkpoint(dir + "/resumed.safetensors"), *end);
+    }
+    return s;
+  };
+}
+
 // ------------------------------------------------------------------ classifier
 
 train::ClassifyRunOptions clf_run() {
@@ -139,19 +162,7 @@ TEST(SaveKilled, ClassifierAtEveryWritePointAndAfterDelays) {
     auto t = open(p);
     t->train({}, [&](std::int64_t, double) { t->save(p); });
   };
-  const io::Checkpoint end = io::load_checkpoint(ref(h.total));
-  h.check = [&](const std::string& p) {
-    const io::Checkpoint c = io::load_checkpoint(p);
-    const int s = static_cast<int>(step_of(c));
-    expect_same_checkpoint_tensors(c, io::load_checkpoint(ref(s)));
-    if (s < h.total) {
-      auto t = open(p);
-      t->train();
-      t->save(d + "/resumed.safetensors");
-      expect_same_checkpoint_tensors(io::load_checkpoint(d + "/resumed.safetensors"), end);
-    }
-    return s;
-  };
+  h.check = single_file_check(h.total, ref, open, d);
   const KillCounts a = kill_at_every_point(h, d + "/run.safetensors", 3);
   const KillCounts b = kill_after_delays(h, d + "/run.safetensors", 0);
   report("classifier", a, b);
@@ -195,19 +206,7 @@ TEST(SaveKilled, Seq2SeqAtEveryWritePointAndAfterDelays) {
     cb.on_step = [&](std::int64_t, std::int64_t, double) { t->save(p); };
     t->train(cb);
   };
-  const io::Checkpoint end = io::load_checkpoint(ref(total));
-  h.check = [&](const std::string& p) {
-    const io::Checkpoint c = io::load_checkpoint(p);
-    const int s = static_cast<int>(step_of(c));
-    expect_same_checkpoint_tensors(c, io::load_checkpoint(ref(s)));
-    if (s < total) {
-      auto t = open(p);
-      t->train();
-      t->save(d + "/resumed.safetensors");
-      expect_same_checkpoint_tensors(io::load_checkpoint(d + "/resumed.safetensors"), end);
-    }
-    return s;
-  };
+  h.check = single_file_check(total, ref, open, d);
   const KillCounts a = kill_at_every_point(h, d + "/run.safetensors", 3);
   const KillCounts b = kill_after_delays(h, d + "/run.safetensors", 0);
   report("seq2seq", a, b);
