@@ -14,9 +14,24 @@
 #include "qkv/core/error.h"
 #include "qkv/core/memory.h"
 
+// Under AddressSanitizer every block is its own allocation of exactly the bytes asked for: no
+// block cache and no size-class rounding, so ASan sees each tensor's bounds (an overrun into the
+// rounded-up tail of its class) and every use after free (a cached block would hide it).
+#if defined(__SANITIZE_ADDRESS__)
+#define QKV_EXACT_BLOCKS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define QKV_EXACT_BLOCKS 1
+#endif
+#endif
+#ifndef QKV_EXACT_BLOCKS
+#define QKV_EXACT_BLOCKS 0
+#endif
+
 namespace qkv {
 
 namespace {
+constexpr bool kExactBlocks = QKV_EXACT_BLOCKS;
 constexpr std::size_t kHuge = std::size_t{2} << 20;  // 2 MiB
 constexpr std::size_t kMaxBytes = std::size_t{1} << 46;  // 64 TiB: anything larger is a bug
 
@@ -101,8 +116,9 @@ void* aligned_alloc_bytes(std::size_t nbytes, const char* what) {
   if (nbytes > kMaxBytes)
     throw AllocError(std::string(what) + ": refusing to allocate " + std::to_string(nbytes) + " bytes");
   if (nbytes == 0) nbytes = 64;
-  const std::size_t cls = size_class(nbytes);
-  if (void* p = cache().take(cls)) return p;
+  const std::size_t cls = kExactBlocks ? nbytes : size_class(nbytes);
+  if (!kExactBlocks)
+    if (void* p = cache().take(cls)) return p;
   if (cls >= kCheckedAllocationBytes) {
     // Fail before the system hands out pages that cannot all be touched; the cache's blocks
     // count as available, so give them back first when the system alone has too little.
@@ -110,10 +126,16 @@ void* aligned_alloc_bytes(std::size_t nbytes, const char* what) {
     check_allocation(cls, what);
   }
   const std::size_t align = cls >= kHuge ? kHuge : 64;
-  void* p = std::aligned_alloc(align, cls);
+  // aligned_alloc needs a multiple of the alignment (every class is one); an exact block need not be.
+  auto allocate = [&]() -> void* {
+    void* q = nullptr;
+    if (!kExactBlocks) return std::aligned_alloc(align, cls);
+    return ::posix_memalign(&q, align, cls) == 0 ? q : nullptr;
+  };
+  void* p = allocate();
   if (!p) {
     cache().release();  // the cache may hold what the system now lacks
-    p = std::aligned_alloc(align, cls);
+    p = allocate();
   }
   if (!p)
     throw AllocError(std::string(what) + ": out of memory allocating " + std::to_string(nbytes) + " bytes");
@@ -128,8 +150,10 @@ void aligned_free(void* p) { std::free(p); }
 
 void aligned_free(void* p, std::size_t nbytes) {
   if (!p) return;
-  if (!cache().give(p, size_class(nbytes == 0 ? 64 : nbytes))) std::free(p);
+  if (kExactBlocks || !cache().give(p, size_class(nbytes == 0 ? 64 : nbytes))) std::free(p);
 }
+
+bool block_cache_enabled() { return !kExactBlocks; }
 
 void release_cached_memory() { cache().release(); }
 

@@ -29,6 +29,9 @@ class Storage {
 // $QKV_CACHE_MB, default 1024 or an eighth of the physical memory if less; 0 disables it), or aligned_free(p) to give it back to the system.
 // All of these may be called from any number of threads at once (the cache takes a mutex).
 void* aligned_alloc_bytes(std::size_t nbytes, const char* what);
+// False in AddressSanitizer builds: there every block is allocated and freed on its own, with
+// exactly the bytes asked for, so ASan sees each block's bounds and every use after free.
+bool block_cache_enabled();
 void aligned_free(void* p);
 void aligned_free(void* p, std::size_t nbytes);
 // Returns every cached block to the system (memory measurements, low-memory situations).
