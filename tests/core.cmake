@@ -19,8 +19,15 @@ qkv_add_test(test_bad_inputs SOURCES ops/test_bad_inputs.cpp LIBS qkv)
 qkv_add_test(test_nn SOURCES nn/test_nn.cpp optim/test_optim.cpp LIBS qkv)
 
 # The library installs as a CMake package; a tiny consumer builds against it.
+# The consumer is built with this build's compiler, and with its sanitizers (a program linking an
+# instrumented qkv needs their runtime).
+set(consumer_flags "")
+if(QKV_SANITIZE)
+  set(consumer_flags "-fsanitize=${QKV_SANITIZE}")
+endif()
 add_test(NAME package_consumer
-         COMMAND ${PROJECT_SOURCE_DIR}/tests/package/run_consumer.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR})
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/package/run_consumer.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR}
+                 ${CMAKE_CXX_COMPILER} "${consumer_flags}")
 set_tests_properties(package_consumer PROPERTIES TIMEOUT 600 PASS_REGULAR_EXPRESSION "weights \\[2,4,6,6\\]")
 # Resource limits: overflowing or unaffordable sizes (tensors, modules, models, configs) fail up front.
 qkv_add_test(test_memory SOURCES core/test_memory.cpp LIBS qkv)

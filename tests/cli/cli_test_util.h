@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "testing/sanitizers.h"
+
 namespace qkv::cli_test {
 
 namespace fs = std::filesystem;
@@ -37,8 +39,23 @@ inline fs::path unique_temp(const std::string& stem) {
          ("qkv_cli_" + stem + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
 }
 
+// A shell prefix for run() that caps one run of qkv at `kib` KiB of memory, so a command that
+// started allocating what it should refuse dies of it instead of printing its message: the
+// address space (`ulimit -v`). Under AddressSanitizer, which reserves terabytes of address space
+// for its shadow memory at start-up, the cap is ASan's own instead: no allocation larger than
+// the cap (max_allocation_size_mb) and a resident size under it (hard_rss_limit_mb); passing
+// either is an ASan error, which fails the test (and make test-asan through its report).
+inline std::string memory_cap(long long kib) {
+  if (qkv::testing::kUnderAsan) {
+    const std::string mb = std::to_string(kib / 1024);
+    return "export ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}max_allocation_size_mb=" + mb + ":hard_rss_limit_mb=" +
+           mb + "\"; ";
+  }
+  return "ulimit -v " + std::to_string(kib) + "; ";
+}
+
 // Runs `qkv ARGS` through the shell (quote paths in ARGS), capturing stdout and
-// stderr separately. `limits` is prepended in the shell, e.g. "ulimit -v 4000000;".
+// stderr separately. `limits` is prepended in the shell, e.g. memory_cap(4000000).
 inline Result run(const std::string& args, const std::string& limits = "") {
   const fs::path err_path = unique_temp("stderr");
   // exec: the shell becomes qkv, so a signal that kills qkv is what pclose reports.

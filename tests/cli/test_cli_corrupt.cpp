@@ -117,7 +117,7 @@ TEST(CliCorruptFiles, EveryRejectionRuleGivesOneClearLineFromEveryCommand) {
     ASSERT_FALSE(lib.empty()) << "the library accepts the file meant to break rule " << c.rule;
     for (const std::string& args : commands_reading(path, dir)) {
       SCOPED_TRACE("qkv " + args);
-      const Result r = run(args, "ulimit -v 1000000; ");
+      const Result r = run(args, memory_cap(1000000));
       EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal << " (" << ::strsignal(r.signal) << ")";
       EXPECT_EQ(r.code, 1) << r.err;
       EXPECT_EQ(count_lines(r.err), 1) << r.err;
@@ -184,7 +184,7 @@ TEST(CliCorruptFiles, ValidSafetensorsThatAreNotCheckpoints) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.args);
-    const Result r = run(c.args, "ulimit -v 1000000; ");
+    const Result r = run(c.args, memory_cap(1000000));
     EXPECT_EQ(r.signal, 0);
     EXPECT_EQ(r.code, 1) << r.err;
     EXPECT_EQ(count_lines(r.err), 1) << r.err;

@@ -1,6 +1,6 @@
 // Resource limits end to end: CLI flags and config files asking for absurd sizes fail up
 // front, exit 1 with one message naming the command's sizes, the memory they need and
-// the memory available. Each run is capped at 4 GB of address space, so a command that
+// the memory available. Each run is capped at 4 GB (memory_cap: of address space, or ASan's limits), so a command that
 // started allocating its gigabytes would die of it instead of giving this message.
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 namespace qkv::cli_test {
 namespace {
 
-constexpr const char* kCap = "ulimit -v 4000000; ";
+const std::string kCap = memory_cap(4000000);
 
 void expect_refused(const Result& r, const std::vector<std::string>& parts) {
   EXPECT_EQ(r.signal, 0);

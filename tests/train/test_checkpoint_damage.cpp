@@ -16,6 +16,9 @@
 //    (sampled so that make test stays fast: every bit everywhere took 70-95 s per file);
 //  - through the CLI (qkv train classify --resume): 40 truncations, 48 header flips and
 //    16 data flips spread over the file, each one line on stderr and exit code 1.
+// Under the sanitizers (make test-asan sets QKV_TEST_REDUCED) each load is ~10x slower, so the
+// library tests sample five times sparser: every 5th header byte (truncated there, every bit
+// flipped) and every 5th data position of the plan above (the seq2seq test took 290 s).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -30,6 +33,7 @@
 #include "qkv/train/classify.h"
 #include "qkv/train/lm.h"
 #include "qkv/train/seq2seq.h"
+#include "testing/sanitizers.h"
 #include "train/fault_util.h"
 
 namespace qkv {
@@ -49,11 +53,22 @@ std::size_t header_end(const std::string& b) {
 }
 
 struct Plan {
-  std::size_t truncate_data_stride = 1;  // truncate at every header byte and every k-th data byte
+  std::size_t header_stride = 1;         // truncate at / flip every bit of every k-th header byte
+  std::size_t truncate_data_stride = 1;  // truncate at every k-th data byte
   bool flip_every_data_bit = false;      // else one bit of every data_flip_stride-th data byte
   std::size_t data_flip_stride = 1;
   bool data_flips_detectable = true;     // false: a plain safetensors file (no checksum)
 };
+
+// The plan as given, or five times sparser under QKV_TEST_REDUCED (see the top of the file).
+Plan sized(Plan p) {
+  if (qkv::testing::reduced_size()) {
+    p.header_stride *= 5;
+    p.truncate_data_stride *= 5;
+    p.data_flip_stride *= 5;
+  }
+  return p;
+}
 
 struct Counts {
   int truncations = 0, header_flips = 0, data_flips = 0, errors = 0, undetected_data_flips = 0,
@@ -84,7 +99,7 @@ Counts damage(const std::string& good, const std::string& path, const Plan& plan
       return true;
     }
   };
-  for (std::size_t len = 0; len < good.size(); len += len < h ? 1 : plan.truncate_data_stride) {
+  for (std::size_t len = 0; len < good.size(); len += len < h ? plan.header_stride : plan.truncate_data_stride) {
     write_bytes(path, std::string_view(good).substr(0, len));
     ++n.truncations;
     expect_error("truncated to " + std::to_string(len) + " bytes");
@@ -93,6 +108,7 @@ Counts damage(const std::string& good, const std::string& path, const Plan& plan
   std::string bad = good;
   for (std::size_t i = 0; i < good.size(); ++i) {
     const bool header = i < h;
+    if (header && i % plan.header_stride != 0) continue;
     if (!header && !plan.flip_every_data_bit && (i - h) % plan.data_flip_stride != 0) continue;
     for (int bit = 0; bit < 8; ++bit) {
       if (!header && !plan.flip_every_data_bit && bit != static_cast<int>(i % 8)) continue;
@@ -160,14 +176,16 @@ std::string classifier_checkpoint(const std::string& path) {
 TEST(CheckpointDamage, ClassifierEveryTruncationEveryHeaderBitAndEveryDataByte) {
   const std::string d = fault_test::scratch_dir("damage_clf");
   const std::string good = classifier_checkpoint(d + "/good.safetensors");
-  const Counts n = damage(good, d + "/clf.safetensors", {.data_flip_stride = 1}, [](const std::string& p) {
+  const Counts n = damage(good, d + "/clf.safetensors", sized({.data_flip_stride = 1}), [](const std::string& p) {
     const io::Checkpoint c = io::load_checkpoint(p);
     train::ClassifyTrainer t(c, p, 5, 5);  // the trainer accepts what the loader accepts
     return std::string();
   });
-  EXPECT_EQ(n.truncations, static_cast<int>(good.size()));
-  EXPECT_EQ(n.header_flips, static_cast<int>(8 * header_end(good)));
-  EXPECT_EQ(n.data_flips, static_cast<int>(good.size() - header_end(good)));
+  const std::size_t k = sized({}).header_stride;  // 1, or 5 under QKV_TEST_REDUCED
+  const std::size_t h = header_end(good), data = good.size() - h;
+  EXPECT_EQ(n.truncations, static_cast<int>((good.size() + k - 1) / k));  // both strides are k here
+  EXPECT_EQ(n.header_flips, static_cast<int>(8 * ((h + k - 1) / k)));
+  EXPECT_EQ(n.data_flips, static_cast<int>((data + k - 1) / k));
   report("classifier checkpoint", good.size(), header_end(good), n);
   fs::remove_all(d);
 }
@@ -185,7 +203,7 @@ TEST(CheckpointDamage, Seq2SeqHeaderEveryByteDataSampled) {
     t.save(d + "/good.safetensors");
   }
   const std::string good = io::read_file(d + "/good.safetensors", "test");
-  const Counts n = damage(good, d + "/s2s.safetensors", {.truncate_data_stride = 61, .data_flip_stride = 29},
+  const Counts n = damage(good, d + "/s2s.safetensors", sized({.truncate_data_stride = 61, .data_flip_stride = 29}),
                           [](const std::string& p) {
                             train::Seq2SeqTrainer t(io::load_checkpoint(p), p);
                             return std::string();
@@ -212,7 +230,7 @@ TEST(CheckpointDamage, LanguageModelStateAndModelFile) {
   }
   const std::string state = d + "/run/" + train::LMTrainer::kStateFile;
   const std::string good = io::read_file(state, "test");
-  const Counts n = damage(good, state, {.truncate_data_stride = 61, .data_flip_stride = 29}, [&](const std::string&) {
+  const Counts n = damage(good, state, sized({.truncate_data_stride = 61, .data_flip_stride = 29}), [&](const std::string&) {
     train::LMTrainer::resume(d + "/run", corpus.tokens, bpe);
     return std::string();
   });
@@ -221,7 +239,7 @@ TEST(CheckpointDamage, LanguageModelStateAndModelFile) {
   // model.safetensors: no checksum of its own (a Hugging Face file).
   const std::string model = d + "/run/model.safetensors";
   const std::string good_model = io::read_file(model, "test");
-  const Counts mn = damage(good_model, model, {.truncate_data_stride = 61, .data_flip_stride = 29, .data_flips_detectable = false},
+  const Counts mn = damage(good_model, model, sized({.truncate_data_stride = 61, .data_flip_stride = 29, .data_flips_detectable = false}),
                            [](const std::string& p) {
                              std::string fp;  // every tensor's bytes, by name
                              for (const auto& [name, t] : models::load_gpt2(fs::path(p).parent_path().string())->state_dict()) {
