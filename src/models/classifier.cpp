@@ -2,6 +2,7 @@
 #include "qkv/models/classifier.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <sstream>
 
@@ -72,6 +73,8 @@ ClassifierOptions classifier_config_from_json(const std::string& text) {
   if (j.contains("norm_first") && j.at("norm_first") != false)
     throw ValueError("classifier config: only post-norm (norm_first false) is supported");
   if (j.contains("dtype")) {
+    if (!j.at("dtype").is_string())
+      throw ValueError("classifier config: dtype must be \"float32\" or \"float64\", got " + j.at("dtype").dump());
     const auto s = j.at("dtype").get<std::string>();
     if (s == dtype_name(DType::F64)) o.dtype = DType::F64;
     else if (s != dtype_name(DType::F32)) throw ValueError("classifier config: dtype must be float32 or float64, got " + s);
@@ -84,6 +87,19 @@ ClassifierOptions classifier_config_from_json(const std::string& text) {
   return o;
 }
 
+namespace {
+
+// A count that may be astronomically large (from a hostile config), printed as an integer or
+// like 1.2e+18 (a double beyond the int64 range must not be cast to one).
+std::string general_count(double v) {
+  if (v < 1e15) return std::to_string(static_cast<std::int64_t>(v));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+}  // namespace
+
 void check_classifier_config_fits(const ClassifierOptions& o, const nn::StateDict& model) {
   double have = 0;
   for (const auto& [name, t] : model) have += static_cast<double>(t.numel());
@@ -93,13 +109,11 @@ void check_classifier_config_fits(const ClassifierOptions& o, const nn::StateDic
   const double need = static_cast<double>(o.vocab_size) * d + static_cast<double>(o.num_layers) * (4 * d * d + 2 * d * f) +
                       d * static_cast<double>(o.num_classes);
   if (need > have)
-    throw ValueError("classifier config describes a model of at least " + std::to_string(static_cast<long long>(need)) +
-                     " parameters, but the checkpoint's tensors hold only " +
-                     std::to_string(static_cast<long long>(have)) + " values");
+    throw ValueError("classifier config describes a model of at least " + general_count(need) +
+                     " parameters, but the checkpoint's tensors hold only " + general_count(have) + " values");
   if (static_cast<double>(o.max_len) * d > have + (1 << 20))
     throw ValueError("classifier config asks for a positional table of " + std::to_string(o.max_len) + " x " +
-                     std::to_string(o.d_model) + ", far larger than its model (" +
-                     std::to_string(static_cast<long long>(have)) + " values)");
+                     std::to_string(o.d_model) + ", far larger than its model (" + general_count(have) + " values)");
 }
 
 // ---- model ----
