@@ -30,15 +30,22 @@ MemoryEstimate gpt2_memory(const GPT2Config& c) {
   return est.add(block.scale(c.n_layer));
 }
 
-GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c) : cfg_(c) {
+void check_gpt2_config(const GPT2Config& c) {
   if (c.vocab_size < 1 || c.n_positions < 1 || c.n_embd < 1 || c.n_layer < 1 || c.n_head < 1 || c.n_embd % c.n_head)
     throw ValueError("GPT2LMHeadModel: need vocab_size, n_positions, n_embd, n_layer, n_head >= 1 and n_embd % n_head "
                      "== 0 (got vocab_size " + std::to_string(c.vocab_size) + ", n_positions " +
                      std::to_string(c.n_positions) + ", n_embd " + std::to_string(c.n_embd) + ", n_layer " +
                      std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) + ")");
+  if (c.n_embd > kGpt2MaxWidth || c.n_inner > kGpt2MaxWidth)
+    throw ValueError("GPT2LMHeadModel: n_embd " + std::to_string(c.n_embd) + " or n_inner " + std::to_string(c.n_inner) +
+                     " is more than qkv supports (" + std::to_string(kGpt2MaxWidth) + ")");
   gpt2_memory(c).check("GPT2LMHeadModel (vocab_size " + std::to_string(c.vocab_size) + ", n_positions " +
                        std::to_string(c.n_positions) + ", n_embd " + std::to_string(c.n_embd) + ", n_layer " +
                        std::to_string(c.n_layer) + ", n_inner " + std::to_string(c.d_ff()) + ")");
+}
+
+GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c) : cfg_(c) {
+  check_gpt2_config(c);
   wte = register_module("wte", std::make_shared<nn::Embedding>(
                                    nn::EmbeddingOptions{.num_embeddings = c.vocab_size, .embedding_dim = c.n_embd}));
   wpe = register_module("wpe", std::make_shared<nn::Embedding>(

@@ -1,6 +1,7 @@
 // GPT-2 files: Hugging Face config.json and model.safetensors (Conv1D [in, out]
 // weights, fused c_attn) read into and written from qkv's modules ([out, in] Linear
 // weights, separate w_q / w_k / w_v). See the name table in gpt2.h.
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -125,7 +126,7 @@ GPT2Config gpt2_config_from_json(const std::string& text, const std::string& src
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number beyond double (1e400)
     bad(src, std::string("not valid JSON: ") + e.what());
   }
   if (!j.is_object()) bad(src, "config must be a JSON object");
@@ -138,6 +139,12 @@ GPT2Config gpt2_config_from_json(const std::string& text, const std::string& src
   c.n_layer = get_int(j, "n_layer", src);
   c.n_head = get_int(j, "n_head", src);
   c.n_inner = j.contains("n_inner") && !j["n_inner"].is_null() ? get_int(j, "n_inner", src) : 0;
+  // Widths are multiplied (3 * n_embd for c_attn, 4 * n_embd for the default n_inner): bounded
+  // so those products cannot overflow; no real model is within orders of magnitude of 2^24.
+  for (auto [key, v] : {std::pair{"n_embd", c.n_embd}, {"n_inner", c.n_inner}})
+    if (v > kGpt2MaxWidth)
+      bad(src, std::string("field '") + key + "' is " + std::to_string(v) + ", more than qkv supports (" +
+                   std::to_string(kGpt2MaxWidth) + ")");
   if (c.n_embd % c.n_head)
     bad(src, "n_embd " + std::to_string(c.n_embd) + " is not divisible by n_head " + std::to_string(c.n_head));
   c.layer_norm_epsilon = get_double(j, "layer_norm_epsilon", src, 1e-5);
@@ -189,8 +196,9 @@ std::string gpt2_config_to_json(const GPT2Config& c) {
   return j.dump(2) + "\n";
 }
 
-void load_gpt2_weights(GPT2LMHeadModel& model, const std::string& path) {
-  const io::SafetensorsFile f = io::SafetensorsFile::open(path);
+namespace {
+
+void load_weights_from(GPT2LMHeadModel& model, const io::SafetensorsFile& f, const std::string& path) {
   std::map<std::string, Slot> slots = hf_slots(model);
   std::vector<std::string> missing, unexpected, wrong;
   std::map<std::string, const io::StTensorInfo*> found;
@@ -233,13 +241,45 @@ void load_gpt2_weights(GPT2LMHeadModel& model, const std::string& path) {
   release_cached_memory();
 }
 
+// A count that may be astronomically large (from a hostile config): an integer or like 1.2e+18.
+std::string general_count(double v) {
+  if (v < 1e15) return std::to_string(static_cast<std::int64_t>(v));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+// The model is built (and its memory taken) before its tensors are matched against the file, so
+// a config far larger than the file's tensors is refused first: a small folder must not make qkv
+// allocate gigabytes. A smaller disagreement is left to the detailed list of load_weights_from.
+void check_config_fits_file(const GPT2Config& c, const io::SafetensorsFile& f, const std::string& cfg_path,
+                            const std::string& st_path) {
+  double have = 0;
+  for (const io::StTensorInfo& t : f.tensors()) have += static_cast<double>(t.numel());
+  const double C = static_cast<double>(c.n_embd), F = static_cast<double>(c.d_ff());
+  const double need = (static_cast<double>(c.vocab_size) + static_cast<double>(c.n_positions)) * C +
+                      static_cast<double>(c.n_layer) * (4 * C * C + 2 * C * F);
+  if (need > 2 * have + (1 << 20))
+    throw FormatError(cfg_path + " describes a model of at least " + general_count(need) + " parameters, far more than the " +
+                      general_count(have) + " values of " + st_path);
+}
+
+}  // namespace
+
+void load_gpt2_weights(GPT2LMHeadModel& model, const std::string& path) {
+  load_weights_from(model, io::SafetensorsFile::open(path), path);
+}
+
 std::shared_ptr<GPT2LMHeadModel> load_gpt2(const std::string& dir) {
   const std::string cfg_path = (std::filesystem::path(dir) / "config.json").string();
   const std::string st_path = (std::filesystem::path(dir) / "model.safetensors").string();
   const GPT2Config cfg = gpt2_config_from_json(io::read_file(cfg_path, "load_gpt2"), cfg_path);
   if (!std::filesystem::exists(st_path)) throw IOError("load_gpt2: '" + st_path + "' does not exist");
+  check_gpt2_config(cfg);  // an unaffordable config is refused before its file is read
+  const io::SafetensorsFile f = io::SafetensorsFile::open(st_path);
+  check_config_fits_file(cfg, f, cfg_path, st_path);
   auto model = std::make_shared<GPT2LMHeadModel>(cfg);
-  load_gpt2_weights(*model, st_path);
+  load_weights_from(*model, f, st_path);
   model->eval();
   return model;
 }

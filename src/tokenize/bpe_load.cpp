@@ -102,7 +102,7 @@ void read_vocab(ByteLevelBPE::Impl& m, const std::string& path) {
   json j;
   try {
     j = json::parse(text, on_event);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number beyond double (1e400)
     throw FormatError(where + "not valid JSON: " + e.what());
   }
   if (!j.is_object())

@@ -26,6 +26,9 @@
 
 namespace qkv::models {
 
+// The largest n_embd and n_inner qkv accepts (2^24): the products of widths stay far from overflow.
+inline constexpr std::int64_t kGpt2MaxWidth = std::int64_t{1} << 24;
+
 struct GPT2Config {
   std::int64_t vocab_size = 50257;
   std::int64_t n_positions = 1024;
@@ -50,6 +53,9 @@ GPT2Config gpt2_config_from_json(const std::string& text, const std::string& sou
 // The bytes of a model of this config's parameters (what the constructor checks against
 // the memory available before allocating anything).
 MemoryEstimate gpt2_memory(const GPT2Config& c);
+// What the constructor checks first: sizes >= 1, n_embd % n_head == 0, widths within
+// kGpt2MaxWidth (ValueError), then gpt2_memory against the memory available (ResourceError).
+void check_gpt2_config(const GPT2Config& c);
 // config.json as transformers writes it for GPT2LMHeadModel.
 std::string gpt2_config_to_json(const GPT2Config& c);
 
