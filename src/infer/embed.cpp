@@ -62,7 +62,11 @@ PoolingConfig read_pooling_config(const std::string& dir) {
     if (type != "sentence_transformers.models.Pooling")
       throw ValueError(modules_path + ": unsupported module type '" + type + "'");
     const std::string cfg_path = (fs::path(dir) / path / "config.json").string();
-    if (!fs::exists(cfg_path)) throw IOError("sentence embedder: " + cfg_path + " is missing (named by " + modules_path + ")");
+    std::error_code ec;  // a path the file system refuses (too long, a loop) is an error, not an exception
+    const bool exists = fs::exists(cfg_path, ec);
+    if (ec)
+      throw IOError("sentence embedder: cannot read " + cfg_path + " (named by " + modules_path + "): " + ec.message());
+    if (!exists) throw IOError("sentence embedder: " + cfg_path + " is missing (named by " + modules_path + ")");
     const nlohmann::json p = read_json(cfg_path);
     if (!p.is_object()) throw FormatError(cfg_path + ": expected a JSON object");
     for (const char* unsupported : {"pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens",
