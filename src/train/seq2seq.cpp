@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <set>
 
@@ -72,9 +73,16 @@ void validate_run(const Seq2SeqOptions& mo, const Seq2SeqTrainOptions& o) {
   if (o.batch < 1) throw ValueError("train seq2seq: batch must be >= 1");
   if (o.epochs < 1 && o.steps < 1) throw ValueError("train seq2seq: need epochs >= 1 or steps >= 1");
   if (!(o.lr > 0)) throw ValueError("train seq2seq: lr must be > 0");
-  if (o.data.max_len + 1 > mo.max_positions)
-    throw ValueError("train seq2seq: max_len + 1 = " + std::to_string(o.data.max_len + 1) +
-                     " exceeds the model's max_positions " + std::to_string(mo.max_positions));
+  if (o.data.max_len >= mo.max_positions)  // max_len + 1 > max_positions, without overflowing
+    throw ValueError("train seq2seq: max_len " + std::to_string(o.data.max_len) + " needs max_len + 1 positions, more than " +
+                     "the model's max_positions " + std::to_string(mo.max_positions));
+  // The counts a run multiplies (from flags or a checkpoint's train_config) must not overflow.
+  if (o.data.train_size > 0 && o.steps < 1) {
+    const std::int64_t per_epoch = o.data.train_size / o.batch + (o.data.train_size % o.batch != 0);
+    if (o.epochs > std::numeric_limits<std::int64_t>::max() / per_epoch)
+      throw ValueError("train seq2seq: epochs " + std::to_string(o.epochs) + " x " + std::to_string(per_epoch) +
+                       " steps per epoch overflows a 64-bit step count");
+  }
 }
 
 Generator shuffle_generator(std::uint64_t seed) { return Generator(mix64(seed ^ 0x5b0ff1e)); }
@@ -248,7 +256,7 @@ Seq2SeqTrainer::Seq2SeqTrainer(const io::Checkpoint& c, const std::string& sourc
 
 void Seq2SeqTrainer::init_run() {
   const auto n = static_cast<std::int64_t>(data_.train.size());
-  per_epoch_ = (n + opt_.batch - 1) / opt_.batch;
+  per_epoch_ = n / opt_.batch + (n % opt_.batch != 0);  // ceil(n / batch), for any batch
   total_ = opt_.steps > 0 ? opt_.steps : per_epoch_ * opt_.epochs;
   const std::int64_t eval_every = std::max<std::int64_t>(1, per_epoch_ / std::max<std::int64_t>(1, opt_.evals_per_epoch));
   // A fixed sample of training examples for train_acc, as large as the held-out set.
