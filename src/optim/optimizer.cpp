@@ -93,11 +93,17 @@ void Optimizer::load_state(const NamedParams& st) {
   std::vector<std::tuple<std::string, std::size_t, Tensor>> bufs;
   for (auto& [name, t] : st) {
     if (name == "step") {
-      step = static_cast<std::int64_t>(t.item());
+      // A count stored as a double: a whole number in [0, 2^53] (casting anything else is undefined).
+      const double v = t.item();
+      if (!(v >= 0 && v <= 9007199254740992.0 && v == std::floor(v)))
+        throw ValueError(kind_ + ".load_state: 'step' must be a whole number of steps >= 0, got " + std::to_string(v));
+      step = static_cast<std::int64_t>(v);
       continue;
     }
     if (name == "lr") {
       lr = t.item();
+      if (!(lr >= 0.0) || !std::isfinite(lr))
+        throw ValueError(kind_ + ".load_state: 'lr' must be a finite number >= 0, got " + std::to_string(lr));
       continue;
     }
     const std::string pre = kind_ + ".";
