@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup models data configure build demo test bench clean test-tsan test-asan
+.PHONY: all setup models data configure build demo test bench clean test-tsan test-asan fuzz-smoke
 
 all: build
 
@@ -54,13 +54,16 @@ test-tsan: models
 # (-fno-sanitize-recover), ASan halts on the first error, and every report of any process (the
 # tests and the qkv binaries they run) is written to asan-logs/, which must stay empty.
 # QKV_TEST_REDUCED=1: the tests too slow under the sanitizers run in reduced size (never skipped).
+# The same build holds the libFuzzer targets of `make fuzz-smoke` (QKV_BUILD_FUZZERS).
 ASAN_BUILD ?= build-asan
 ASAN_CXX ?= clang++-14
 ASAN_SYMBOLIZER := $(firstword $(wildcard /usr/lib/llvm-14/bin/llvm-symbolizer) $(shell command -v llvm-symbolizer))
+FUZZ_TARGETS := fuzz_safetensors fuzz_checkpoint fuzz_model_folder fuzz_bpe fuzz_wordpiece fuzz_make_seeds
+FUZZ_SECONDS ?= 60
 define asan_configure
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=$(ASAN_CXX) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" -DQKV_OPT_KERNELS=-O2 -DQKV_OPT_LIBRARY=-O1 \
-	  -DQKV_SANITIZE=address,undefined -DQKV_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
+	  -DQKV_SANITIZE=address,undefined -DQKV_BUILD_FUZZERS=ON -DQKV_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 endef
 test-asan: models data
 	$(asan_configure)
@@ -75,6 +78,14 @@ test-asan: models data
 	  ctest --output-on-failure -j $(JOBS) --timeout 1800 || rc=$$?; \
 	  if [ -n "$$(ls asan-logs)" ]; then cat asan-logs/*; echo "test-asan: sanitizer reports (above, in $(ASAN_BUILD)/asan-logs)"; exit 1; fi; \
 	  exit $$rc
+
+# libFuzzer targets of the parsers (fuzz/: safetensors, checkpoints, model folders and their
+# config.json readers, byte-level BPE, WordPiece), each run $(FUZZ_SECONDS) s under ASan + UBSan
+# from its seeds; any crash, leak, hang or report fails (scripts/fuzz_smoke.sh prints a table).
+fuzz-smoke: setup
+	$(asan_configure)
+	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS)
+	@bash scripts/fuzz_smoke.sh $(ASAN_BUILD) $(FUZZ_SECONDS) $(JOBS)
 
 bench: build
 	@$(BUILD)/bench/qkv_bench
