@@ -6,6 +6,9 @@
 //       ./bench_gemm --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
 
+#include <array>
+
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
@@ -14,6 +17,7 @@
 
 #include "qkv/core/parallel.h"
 #include "qkv/core/storage.h"
+#include "qkv/kernels/activation.h"
 #include "qkv/kernels/cpu.h"
 #include "qkv/kernels/gemm.h"
 
@@ -61,7 +65,56 @@ void run(benchmark::State& state, Lib lib, bool ta, bool tb, i64 M, i64 N, i64 K
   state.counters["threads"] = qkv::num_threads();
 }
 
+// The Linear layers of all-MiniLM-L6-v2 inference (x [M, in] @ W^T, W stored [out, in]): plain
+// sgemm then the separate bias (+ GELU) pass, sgemm_ex with the epilogue, and sgemm_packed (the
+// weight packed once) with the epilogue. M = 34: one sentence; M = 640: a batch of 32.
+enum class Fused { Unfused, Epilogue, Packed };
+void run_inference(benchmark::State& state, Fused mode, i64 M, i64 N, i64 K, bool gelu) {
+  Buf A(M * K), W(N * K), C(M * N), bias(N);
+  // Products of unit-variance size, as a trained layer's (uniform [-1, 1] everywhere would give
+  // |x| ~ 6.5 and GELU tails deep in the denormals).
+  const float w_scale = std::sqrt(3.0f / static_cast<float>(K));
+  for (i64 i = 0; i < N * K; ++i) W.p[i] *= w_scale;
+  qkv::kernels::GemmEpilogue e;
+  e.bias = bias.p;
+  e.act = gelu ? qkv::kernels::GemmAct::GeluErf : qkv::kernels::GemmAct::None;
+  const qkv::kernels::PackedB packed = qkv::kernels::PackedB::pack(true, K, N, W.p, K);
+  for (auto _ : state) {
+    if (mode == Fused::Unfused) {
+      qkv::kernels::sgemm(false, true, M, N, K, 1.0f, A.p, K, W.p, K, 0.0f, C.p, N);
+      for (i64 i = 0; i < M; ++i) {
+        float* row = C.p + i * N;
+        for (i64 j = 0; j < N; ++j) row[j] += bias.p[j];
+        if (gelu) qkv::kernels::gelu_forward_f32(row, row, N, qkv::kernels::GeluForm::Erf);
+      }
+    } else if (mode == Fused::Epilogue) {
+      qkv::kernels::sgemm_ex(false, true, M, N, K, 1.0f, A.p, K, W.p, K, 0.0f, C.p, N, e);
+    } else {
+      qkv::kernels::sgemm_packed(M, A.p, K, packed, C.p, N, e);
+    }
+    benchmark::DoNotOptimize(C.p);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOPS"] =
+      benchmark::Counter(2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) / 1e9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = qkv::num_threads();
+}
+
 void register_all() {
+  for (i64 M : {34, 640})
+    for (const auto& s : {std::array<i64, 3>{1152, 384, 0}, std::array<i64, 3>{384, 384, 0},
+                          std::array<i64, 3>{1536, 384, 1}, std::array<i64, 3>{384, 1536, 0}})
+      for (Fused mode : {Fused::Unfused, Fused::Epilogue, Fused::Packed}) {
+        const char* mname = mode == Fused::Unfused ? "unfused" : mode == Fused::Epilogue ? "epilogue" : "packed";
+        const std::string name = std::string("minilm_linear/") + mname + "/" + std::to_string(M) + "x" +
+                                 std::to_string(s[0]) + "x" + std::to_string(s[1]) + (s[2] ? "+gelu" : "");
+        const i64 N = s[0], K = s[1];
+        const bool gelu = s[2] != 0;
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { run_inference(st, mode, M, N, K, gelu); })
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+      }
   const i64 main_shapes[][3] = {{1024, 1024, 1024}, {512, 64, 512}, {2048, 512, 512}};
   const i64 small_shapes[][3] = {{1600, 16, 16}, {16, 16, 1600}, {64, 64, 64}, {256, 64, 64}};
   std::vector<Lib> libs = {Lib::Qkv};

@@ -29,6 +29,7 @@ set(QKV_SOURCES
   models/bert.cpp
   tokenize/wordpiece.cpp
   tokenize/wordpiece_unicode.cpp
+  infer/bert_runner.cpp
   infer/embed.cpp
   viz/heatmap.cpp
   viz/font.cpp

@@ -31,3 +31,11 @@ add_test(NAME package_consumer
 set_tests_properties(package_consumer PROPERTIES TIMEOUT 600 PASS_REGULAR_EXPRESSION "weights \\[2,4,6,6\\]")
 # Resource limits: overflowing or unaffordable sizes (tensors, modules, models, configs) fail up front.
 qkv_add_test(test_memory SOURCES core/test_memory.cpp LIBS qkv)
+
+# The GELU kernel tests again with the AVX-512 float path compiled on SIMDe and a CPU stand-in
+# that reports AVX-512 (kernels/gemm_emulated_cpu.cpp), so that path also runs without AVX-512.
+qkv_add_avx512_emulated_test(test_gelu_avx512_emulated
+  KERNELS activation.cmake KERNELS_VAR QKV_ACTIVATION_SOURCES
+  DEFINE QKV_ACT_AVX512_EMULATED
+  WHAT "the AVX-512 GELU kernel"
+  SOURCES kernels/gemm_emulated_cpu.cpp core/test_gelu_kernel.cpp)

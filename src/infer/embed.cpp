@@ -10,7 +10,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "qkv/autograd/autograd.h"
 #include "qkv/core/error.h"
 
 namespace qkv::infer {
@@ -87,6 +86,32 @@ PoolingConfig read_pooling_config(const std::string& dir) {
   return pc;
 }
 
+namespace {
+
+// One sentence's embedding from its token rows hidden [n, C] (contiguous; the real tokens only):
+// the mean over the rows in double (0 for no rows: sum / max(count, 1e-9)) or the first row.
+void pool_rows(const float* hidden, std::int64_t n, std::int64_t C, Pooling mode, float* out, double* acc) {
+  if (mode == Pooling::Cls) {
+    for (std::int64_t c = 0; c < C; ++c) out[c] = n > 0 ? hidden[c] : 0.f;
+    return;
+  }
+  std::fill(acc, acc + C, 0.0);
+  for (std::int64_t t = 0; t < n; ++t)
+    for (std::int64_t c = 0; c < C; ++c) acc[c] += hidden[t * C + c];
+  const double denom = std::max(static_cast<double>(n), 1e-9);
+  for (std::int64_t c = 0; c < C; ++c) out[c] = static_cast<float>(acc[c] / denom);
+}
+
+// x / max(||x||_2, 1e-12) in place, the norm in double.
+void l2_normalize_row(float* p, std::int64_t C) {
+  double ss = 0;
+  for (std::int64_t c = 0; c < C; ++c) ss += static_cast<double>(p[c]) * p[c];
+  const double inv = 1.0 / std::max(std::sqrt(ss), 1e-12);
+  for (std::int64_t c = 0; c < C; ++c) p[c] = static_cast<float>(p[c] * inv);
+}
+
+}  // namespace
+
 Tensor pool(const Tensor& hidden, const Tensor& attention_mask, Pooling mode) {
   if (hidden.dim() != 3 || attention_mask.dim() != 2 || attention_mask.size(0) != hidden.size(0) ||
       attention_mask.size(1) != hidden.size(1))
@@ -98,23 +123,17 @@ Tensor pool(const Tensor& hidden, const Tensor& attention_mask, Pooling mode) {
   Tensor out = Tensor::zeros({B, C});
   const float* hp = h.data<float>();
   const std::int64_t* mp = m.data<std::int64_t>();
-  float* op = out.data<float>();
   std::vector<double> acc(static_cast<std::size_t>(C));
+  std::vector<float> rows;
   for (std::int64_t b = 0; b < B; ++b) {
-    if (mode == Pooling::Cls) {
-      std::copy(hp + b * T * C, hp + b * T * C + C, op + b * C);
-      continue;
-    }
-    std::fill(acc.begin(), acc.end(), 0.0);
-    double count = 0;
-    for (std::int64_t t = 0; t < T; ++t) {
-      if (mp[b * T + t] == 0) continue;
-      count += 1;
-      const float* row = hp + (b * T + t) * C;
-      for (std::int64_t c = 0; c < C; ++c) acc[c] += row[c];
-    }
-    const double denom = std::max(count, 1e-9);
-    for (std::int64_t c = 0; c < C; ++c) op[b * C + c] = static_cast<float>(acc[c] / denom);
+    rows.clear();  // the real tokens' rows, in order
+    for (std::int64_t t = 0; t < T; ++t)
+      if (mp[b * T + t] != 0) rows.insert(rows.end(), hp + (b * T + t) * C, hp + (b * T + t + 1) * C);
+    if (mode == Pooling::Cls)  // the first token, masked or not (sentence-transformers' CLS pooling)
+      std::copy(hp + b * T * C, hp + b * T * C + (T > 0 ? C : 0), out.data<float>() + b * C);
+    else
+      pool_rows(rows.data(), static_cast<std::int64_t>(rows.size()) / std::max<std::int64_t>(C, 1), C, mode,
+                out.data<float>() + b * C, acc.data());
   }
   return out;
 }
@@ -123,13 +142,7 @@ Tensor l2_normalize(const Tensor& x) {
   if (x.dim() != 2) throw ShapeError("l2_normalize: x must be [N, C], got " + x.shape_str());
   Tensor out = x.to(DType::F32).contiguous().clone();
   const std::int64_t N = out.size(0), C = out.size(1);
-  float* p = out.data<float>();
-  for (std::int64_t n = 0; n < N; ++n) {
-    double ss = 0;
-    for (std::int64_t c = 0; c < C; ++c) ss += static_cast<double>(p[n * C + c]) * p[n * C + c];
-    const double inv = 1.0 / std::max(std::sqrt(ss), 1e-12);
-    for (std::int64_t c = 0; c < C; ++c) p[n * C + c] = static_cast<float>(p[n * C + c] * inv);
-  }
+  for (std::int64_t n = 0; n < N; ++n) l2_normalize_row(out.data<float>() + n * C, C);
   return out;
 }
 
@@ -137,6 +150,7 @@ SentenceEmbedder::SentenceEmbedder(std::shared_ptr<const tokenize::WordPieceToke
                                    std::shared_ptr<const models::BertModel> model, const PoolingConfig& pooling)
     : tok_(std::move(tok)), model_(std::move(model)), pooling_(pooling) {
   if (!tok_ || !model_) throw ValueError("SentenceEmbedder: tokenizer and model must be non-null");
+  runner_ = std::make_shared<const BertRunner>(model_);
   const auto& c = model_->config();
   if (tok_->vocab_size() != c.vocab_size)
     throw ValueError("SentenceEmbedder: the vocabulary has " + std::to_string(tok_->vocab_size()) +
@@ -175,27 +189,27 @@ Tensor SentenceEmbedder::embed_ids(const std::vector<std::vector<std::int64_t>>&
   const auto N = static_cast<std::int64_t>(rows.size());
   const std::int64_t C = dimension();
   Tensor out = Tensor::zeros({N, C});
-  // Longest first (stable, so equal lengths keep input order): each batch pads to little.
+  // Longest first (stable, so equal lengths keep input order), as sentence-transformers batches.
+  // The runner computes no padding, so a sentence's embedding is bitwise the same in any batch.
   std::vector<std::size_t> order(rows.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return rows[a].size() > rows[b].size(); });
-  autograd::NoGradGuard no_grad;
+  BertRunner::Workspace ws;  // sized by the first (longest) batch, reused by the others
+  std::vector<double> acc(static_cast<std::size_t>(C));
   float* op = out.data<float>();
+  std::vector<const std::vector<std::int64_t>*> batch;
   for (std::int64_t start = 0; start < N; start += o.batch_size) {
     const std::int64_t n = std::min(o.batch_size, N - start);
-    std::vector<std::vector<std::int64_t>> batch;
-    batch.reserve(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) batch.push_back(rows[order[static_cast<std::size_t>(start + i)]]);
-    const tokenize::EncodedBatch eb = tok_->pad(batch);
-    bool padded = false;
-    for (std::int64_t len : eb.lengths) padded = padded || len != eb.input_ids.size(1);
-    // An unpadded batch needs no mask (the attention kernel's unmasked path).
-    const Tensor hidden = model_->forward(eb.input_ids, padded ? eb.attention_mask : Tensor());
-    Tensor e = pool(hidden, eb.attention_mask, pooling_.mode);
-    if (pooling_.normalize) e = l2_normalize(e);
-    const float* ep = e.data<float>();
-    for (std::int64_t i = 0; i < n; ++i)
-      std::copy(ep + i * C, ep + (i + 1) * C, op + static_cast<std::int64_t>(order[static_cast<std::size_t>(start + i)]) * C);
+    batch.clear();
+    for (std::int64_t i = 0; i < n; ++i) batch.push_back(&rows[order[static_cast<std::size_t>(start + i)]]);
+    const float* hidden = runner_->forward(batch, ws);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto len = static_cast<std::int64_t>(batch[static_cast<std::size_t>(i)]->size());
+      float* dst = op + static_cast<std::int64_t>(order[static_cast<std::size_t>(start + i)]) * C;
+      pool_rows(hidden, len, C, pooling_.mode, dst, acc.data());
+      if (pooling_.normalize) l2_normalize_row(dst, C);
+      hidden += len * C;
+    }
     if (o.progress) o.progress(start + n, N);
   }
   return out;

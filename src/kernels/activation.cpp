@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "qkv/kernels/cpu.h"
+#include "activation_internal.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -237,10 +238,19 @@ __attribute__((target("avx2,fma"))) void gelu_backward_avx2(float* dx, const flo
 #endif
 
 void gelu_forward_f32(float* y, const float* x, std::int64_t n, GeluForm form) {
+  if (form == GeluForm::Erf && active_isa() == Isa::Avx512 && detail::gelu_erf_forward_avx512_available())
+    return detail::gelu_erf_forward_avx512(y, n, x, n, 1, n);
 #if defined(__x86_64__) || defined(__i386__)
   if (active_isa() >= Isa::Avx2) return gelu_forward_avx2(y, x, n, form);
 #endif
   gelu_forward_ref<float>(y, x, n, form);
+}
+
+void gelu_forward_f32_rows(float* y, std::int64_t ldy, const float* x, std::int64_t ldx, std::int64_t rows,
+                           std::int64_t n, GeluForm form) {
+  if (form == GeluForm::Erf && active_isa() == Isa::Avx512 && detail::gelu_erf_forward_avx512_available())
+    return detail::gelu_erf_forward_avx512(y, ldy, x, ldx, rows, n);
+  for (std::int64_t r = 0; r < rows; ++r) gelu_forward_f32(y + r * ldy, x + r * ldx, n, form);
 }
 
 void gelu_backward_f32(float* dx, const float* dy, const float* x, std::int64_t n, GeluForm form) {

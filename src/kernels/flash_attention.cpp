@@ -37,7 +37,8 @@ CallWorkspace& call_workspace() {
 }
 
 static bool use_rows(const AttnParams& p) {
-  return p.kernel == AttnKernel::Rows || (p.kernel == AttnKernel::Auto && p.Lk <= kRowsKernelMaxKeys);
+  return p.kernel == AttnKernel::Rows ||
+         (p.kernel == AttnKernel::Auto && p.Lk <= kRowsKernelMaxKeys && p.D <= kRowsKernelMaxDim);
 }
 
 }  // namespace flash

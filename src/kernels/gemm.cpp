@@ -20,10 +20,12 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "gemm_internal.h"
 #include "qkv/core/parallel.h"
 #include "qkv/core/storage.h"
+#include "qkv/kernels/activation.h"
 #include "qkv/kernels/cpu.h"
 #include "qkv/kernels/gemm.h"
 
@@ -248,17 +250,71 @@ i64 k_block(i64 K, i64 kc_max) {
   return (K + nb - 1) / nb;
 }
 
+// ---- epilogue and pre-packed B, as a sub-GEMM sees them ----
+
+// GemmEpilogue of a sub-GEMM: bias at its first column, residual at its first element.
+template <class T>
+struct Epi {
+  const T* bias = nullptr;
+  GemmAct act = GemmAct::None;
+  const T* residual = nullptr;
+  i64 ldr = 0;
+  bool empty() const { return bias == nullptr && act == GemmAct::None && residual == nullptr; }
+  Epi shifted(i64 r0, i64 c0) const {
+    Epi e = *this;
+    if (e.bias) e.bias += c0;
+    if (e.residual) e.residual += r0 * ldr + c0;
+    return e;
+  }
+};
+
+// The epilogue on rows [r0, r0+mb) x columns [c0, c0+nb) of a sub-GEMM's C (c points at (r0, c0)),
+// each step as the unfused op rounds it: c + bias, then act, then residual + c. The activation
+// takes the whole tile in one call (independent vectors in flight; see gelu_forward_f32_rows).
+template <class T>
+void apply_epilogue(const Epi<T>& e, T* c, i64 ldc, i64 r0, i64 c0, i64 mb, i64 nb) {
+  if (e.bias)
+    for (i64 i = 0; i < mb; ++i) {
+      T* row = c + i * ldc;
+      const T* b = e.bias + c0;
+      for (i64 j = 0; j < nb; ++j) row[j] = row[j] + b[j];
+    }
+  if (e.act != GemmAct::None) {
+    const GeluForm form = e.act == GemmAct::GeluErf ? GeluForm::Erf : GeluForm::Tanh;
+    if constexpr (std::is_same_v<T, float>)
+      gelu_forward_f32_rows(c, ldc, c, ldc, mb, nb, form);
+    else
+      for (i64 i = 0; i < mb; ++i) gelu_forward_ref<T>(c + i * ldc, c + i * ldc, nb, form);
+  }
+  if (e.residual)
+    for (i64 i = 0; i < mb; ++i) {
+      T* row = c + i * ldc;
+      const T* r = e.residual + (r0 + i) * e.ldr + c0;
+      for (i64 j = 0; j < nb; ++j) row[j] = r[j] + row[j];
+    }
+}
+
+// B packed ahead of time (PackedB): K block starting at row pc is at data + pc * n_pad, its
+// sliver s (columns s*NR..) at + s * kc * NR; col0 (a multiple of NR) is the sub-GEMM's first column.
+template <class T>
+struct Prepacked {
+  const T* data = nullptr;
+  i64 n_pad = 0, col0 = 0;
+};
+
 // One sub-GEMM on the calling thread (M, N, K > 0, alpha != 0).
 template <class T>
 void gemm_serial(const GemmKernelSet<T>& ks, i64 kcb, bool ta, bool tb, i64 M, i64 N, i64 K, T alpha, const T* A,
-                 i64 lda, const T* B, i64 ldb, T beta, T* C, i64 ldc) {
+                 i64 lda, const T* B, i64 ldb, T beta, T* C, i64 ldc, const Epi<T>& epi = {},
+                 const Prepacked<T>& pre = {}) {
   const int MR = ks.mr, NR = ks.nr;
   // A^T read in place walks K with stride lda: fine for one pass over a sliver,
   // but with a power-of-two lda the lines of a sliver share a few L1 sets, so
   // re-reading it for each B sliver thrashes (2048x96x512 TN ran at 30 GFLOP/s).
   const bool pack_a = N > (ta ? NR : kDirectAMaxN);
-  const bool pack_b =
-      tb || (M > kDirectBMaxM && std::min<i64>(kcb, K) * ldb * static_cast<i64>(sizeof(T)) > kDirectBMaxBytes);
+  const bool prepacked = pre.data != nullptr;
+  const bool pack_b = !prepacked && (tb || (M > kDirectBMaxM &&
+                                            std::min<i64>(kcb, K) * ldb * static_cast<i64>(sizeof(T)) > kDirectBMaxBytes));
   const i64 mc_max = std::min<i64>(ks.mc, (M + MR - 1) / MR * MR);
   const i64 nc_max = std::min<i64>(ks.nc, (N + NR - 1) / NR * NR);
   const i64 kc_max = std::min<i64>(kcb, K);
@@ -277,9 +333,10 @@ void gemm_serial(const GemmKernelSet<T>& ks, i64 kcb, bool ta, bool tb, i64 M, i
     for (i64 pc = 0; pc < K; pc += kcb) {
       const i64 kc = std::min<i64>(kcb, K - pc);
       const T beta_eff = pc == 0 ? beta : T(1);
+      const bool last_k = pc + kc == K;
       if (pack_b)
         pack_b_any(ks, tb, B, ldb, pc, kc, jc, nc, bbuf);
-      else if (nfull < nc)
+      else if (!prepacked && nfull < nc)
         pack_b_any(ks, tb, B, ldb, pc, kc, jc + nfull, nc - nfull, b_edge);
 
       for (i64 ic = 0; ic < M; ic += ks.mc) {
@@ -294,7 +351,9 @@ void gemm_serial(const GemmKernelSet<T>& ks, i64 kcb, bool ta, bool tb, i64 M, i
           const i64 nb = std::min<i64>(NR, nc - jr);
           const T* bp;
           i64 rs_b = NR;
-          if (pack_b) {
+          if (prepacked) {
+            bp = pre.data + pc * pre.n_pad + ((pre.col0 + jc + jr) / NR) * kc * NR;
+          } else if (pack_b) {
             bp = bbuf + (jr / NR) * kc * NR;
           } else if (nb == NR) {
             bp = B + pc * ldb + jc + jr;
@@ -320,6 +379,9 @@ void gemm_serial(const GemmKernelSet<T>& ks, i64 kcb, bool ta, bool tb, i64 M, i
             T* cp = C + (ic + ir) * ldc + jc + jr;
             if (mb == MR && nb == NR) {
               ukr(kc, ap, rs_a, cs_a, bp, rs_b, alpha, beta_eff, cp, ldc);
+            } else if (nb == NR && ukr == ks.packed_a && ks.rows_a[mb] != nullptr) {
+              // A block's edge rows: a kernel of exactly mb rows on the packed (zero-padded) sliver.
+              ks.rows_a[mb](kc, ap, rs_a, cs_a, bp, rs_b, alpha, beta_eff, cp, ldc);
             } else {
               ukr(kc, ap, rs_a, cs_a, bp, rs_b, alpha, T(0), tile, NR);
               for (i64 i = 0; i < mb; ++i)
@@ -328,6 +390,7 @@ void gemm_serial(const GemmKernelSet<T>& ks, i64 kcb, bool ta, bool tb, i64 M, i
                   cp[i * ldc + j] = beta_eff == T(0) ? t : t + beta_eff * cp[i * ldc + j];
                 }
             }
+            if (last_k && !epi.empty()) apply_epilogue(epi, cp, ldc, ic + ir, jc + jr, mb, nb);
           }
         }
       }
@@ -377,24 +440,31 @@ Grid choose_grid(i64 M, i64 N, i64 K, int MR, int NR, bool threaded) {
   return Grid{};
 }
 
+// C = epi(alpha * op(A) @ op(B) + beta * C); with pre.data set, B is ignored and op(B) is read
+// from the packed layout (which must be that of kernels<T>()).
 template <class T>
 void gemm_impl(const char* op, bool ta, bool tb, i64 M, i64 N, i64 K, T alpha, const T* A, i64 lda, const T* B,
-               i64 ldb, T beta, T* C, i64 ldc, bool threaded) {
+               i64 ldb, T beta, T* C, i64 ldc, bool threaded, const Epi<T>& epi = {}, const Prepacked<T>& pre = {}) {
   detail::check_gemm_args(op, ta, tb, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0 || alpha == T(0)) {
     scale_c(M, N, beta, C, ldc);
+    if (!epi.empty()) apply_epilogue(epi, C, ldc, 0, 0, M, N);
     return;
   }
   if constexpr (std::is_same_v<T, float>) {
     // A few rows against B stored as rows (a Linear layer during generation): stream B once.
-    if (!ta && tb && M <= detail::kSkinnyMaxM) {
+    if (!ta && tb && M <= detail::kSkinnyMaxM && pre.data == nullptr) {
+      bool done = false;
       if (active_isa() == Isa::Avx512 && detail::sgemm_skinny_nt_avx512_available()) {
         detail::sgemm_skinny_nt_avx512(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threaded);
-        return;
-      }
-      if (active_isa() >= Isa::Avx2 && detail::sgemm_skinny_nt_available()) {
+        done = true;
+      } else if (active_isa() >= Isa::Avx2 && detail::sgemm_skinny_nt_available()) {
         detail::sgemm_skinny_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threaded);
+        done = true;
+      }
+      if (done) {
+        if (!epi.empty()) apply_epilogue(epi, C, ldc, 0, 0, M, N);
         return;
       }
     }
@@ -403,7 +473,7 @@ void gemm_impl(const char* op, bool ta, bool tb, i64 M, i64 N, i64 K, T alpha, c
   const i64 kcb = k_block(K, ks.kc);
   const Grid g = choose_grid(M, N, K, ks.mr, ks.nr, threaded);
   if (g.tm * g.tn == 1) {
-    gemm_serial(ks, kcb, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm_serial(ks, kcb, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epi, pre);
     return;
   }
   // Tile t covers MR-aligned rows [m0, m1) and NR-aligned columns [n0, n1).
@@ -415,8 +485,11 @@ void gemm_impl(const char* op, bool ta, bool tb, i64 M, i64 N, i64 K, T alpha, c
       const i64 n0 = std::min(N, un * tj / g.tn * ks.nr), n1 = std::min(N, un * (tj + 1) / g.tn * ks.nr);
       if (m0 >= m1 || n0 >= n1) continue;
       const T* As = ta ? A + m0 : A + m0 * lda;
-      const T* Bs = tb ? B + n0 * ldb : B + n0;
-      gemm_serial(ks, kcb, ta, tb, m1 - m0, n1 - n0, K, alpha, As, lda, Bs, ldb, beta, C + m0 * ldc + n0, ldc);
+      const T* Bs = pre.data ? B : tb ? B + n0 * ldb : B + n0;
+      Prepacked<T> ps = pre;
+      ps.col0 += n0;
+      gemm_serial(ks, kcb, ta, tb, m1 - m0, n1 - n0, K, alpha, As, lda, Bs, ldb, beta, C + m0 * ldc + n0, ldc,
+                  epi.shifted(m0, n0), ps);
     }
   });
 }
@@ -468,6 +541,91 @@ void dgemm_batched(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, double alpha
                    i64 stride_c, i64 batch) {
   gemm_batched_impl<double>("dgemm_batched", trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b,
                             beta, C, ldc, stride_c, batch);
+}
+
+void sgemm_ex(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda, const float* B,
+              i64 ldb, float beta, float* C, i64 ldc, const GemmEpilogue& e, bool threaded) {
+  if (!e.empty() && beta != 0.f)
+    throw ValueError("sgemm_ex: beta must be 0 with an epilogue (got " + std::to_string(beta) + ")");
+  if (e.residual && e.ldr < N)
+    throw ValueError("sgemm_ex: ldr " + std::to_string(e.ldr) + " must be >= N " + std::to_string(N));
+  const Epi<float> epi{e.bias, e.act, e.residual, e.ldr};
+  gemm_impl<float>("sgemm_ex", trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threaded, epi);
+}
+
+PackedB& PackedB::operator=(PackedB&& o) noexcept {
+  if (this != &o) {
+    aligned_free(data_);
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+    K_ = o.K_;
+    N_ = o.N_;
+    n_pad_ = o.n_pad_;
+    kcb_ = o.kcb_;
+    isa_ = o.isa_;
+    nr_ = o.nr_;
+  }
+  return *this;
+}
+
+PackedB::~PackedB() { aligned_free(data_); }
+
+bool PackedB::matches_active_isa() const {
+  const GemmKernelSet<float>& ks = kernels<float>();
+  return data_ != nullptr && ks.nr == nr_ && k_block(K_, ks.kc) == kcb_ &&
+         isa_ == static_cast<int>(active_isa());
+}
+
+PackedB PackedB::pack(bool trans_b, i64 K, i64 N, const float* B, i64 ldb) {
+  detail::check_gemm_args("PackedB::pack", false, trans_b, 0, N, K, K, ldb, N);
+  PackedB p;
+  const GemmKernelSet<float>& ks = kernels<float>();
+  p.K_ = K;
+  p.N_ = N;
+  p.nr_ = ks.nr;
+  p.isa_ = static_cast<int>(active_isa());
+  p.kcb_ = k_block(std::max<i64>(K, 1), ks.kc);
+  p.n_pad_ = (N + ks.nr - 1) / ks.nr * ks.nr;
+  const std::size_t n = static_cast<std::size_t>(std::max<i64>(K * p.n_pad_, 1)) + 8;  // +8: interleave slack
+  p.bytes_ = n * sizeof(float);
+  p.data_ = static_cast<float*>(aligned_alloc_bytes(p.bytes_, "PackedB"));
+  for (i64 pc = 0; pc < K; pc += p.kcb_)
+    pack_b_any(ks, trans_b, B, ldb, pc, std::min<i64>(p.kcb_, K - pc), 0, N, p.data_ + pc * p.n_pad_);
+  return p;
+}
+
+void sgemm_packed(i64 M, const float* A, i64 lda, const PackedB& B, float* C, i64 ldc, const GemmEpilogue& e,
+                  bool threaded) {
+  if (B.empty()) throw ValueError("sgemm_packed: B is empty (not packed)");
+  if (!B.matches_active_isa())
+    throw ValueError(std::string("sgemm_packed: B was packed for another micro-kernel than the active ISA's (") +
+                     isa_name(active_isa()) + "); pack it again after set_isa");
+  if (e.residual && e.ldr < B.N_)
+    throw ValueError("sgemm_packed: ldr " + std::to_string(e.ldr) + " must be >= N " + std::to_string(B.N_));
+  const Epi<float> epi{e.bias, e.act, e.residual, e.ldr};
+  const Prepacked<float> pre{B.data_, B.n_pad_, 0};
+  // ldb = N: unused with pre.data, but it must pass the argument check.
+  gemm_impl<float>("sgemm_packed", false, false, M, B.N_, B.K_, 1.f, A, lda, nullptr, B.N_, 0.f, C, ldc, threaded,
+                   epi, pre);
+}
+
+void sgemm_epilogue_ref(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda,
+                        const float* B, i64 ldb, float* C, i64 ldc, const GemmEpilogue& e) {
+  detail::check_gemm_args("sgemm_epilogue_ref", trans_a, trans_b, M, N, K, lda, ldb, ldc);
+  for (i64 i = 0; i < M; ++i)
+    for (i64 j = 0; j < N; ++j) {
+      double sum = 0;
+      for (i64 k = 0; k < K; ++k) {
+        const float a = trans_a ? A[k * lda + i] : A[i * lda + k];
+        const float b = trans_b ? B[j * ldb + k] : B[k * ldb + j];
+        sum += static_cast<double>(a) * static_cast<double>(b);
+      }
+      double c = static_cast<double>(alpha) * sum;
+      if (e.bias) c += e.bias[j];
+      if (e.act != GemmAct::None) c = gelu_ref(c, e.act == GemmAct::GeluErf ? GeluForm::Erf : GeluForm::Tanh);
+      if (e.residual) c += e.residual[i * e.ldr + j];
+      C[i * ldc + j] = static_cast<float>(c);
+    }
 }
 
 GemmTile sgemm_tile() {

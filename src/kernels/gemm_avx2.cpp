@@ -92,6 +92,7 @@ GemmKernelSet<float> sgemm_kernels_avx2() {
   s.nc = 2048;
   s.packed_a = &gemm_ukernel<F32x8, 6, 2, true>;
   s.strided_a = &gemm_ukernel<F32x8, 6, 2, false>;
+  fill_row_kernels<F32x8, 6, 2>(s.rows_a, std::make_integer_sequence<int, 5>{});
   s.interleave_mr = &interleave_rows<6>;
   s.interleave_nr = &interleave_rows<16>;
 #endif

@@ -64,6 +64,9 @@ struct GemmKernelSet {
   std::int64_t nc = 0;   // N block (multiple of nr): the packed B panel kc x nc stays in L3
   GemmUkr<T> packed_a = nullptr;
   GemmUkr<T> strided_a = nullptr;
+  // rows_a[m]: the packed kernel for the first m < mr rows of a packed sliver (null: the full
+  // kernel on the zero-padded sliver, through a scratch tile).
+  GemmUkr<T> rows_a[16] = {};
   GemmInterleave<T> interleave_mr = nullptr;  // R = mr (null: portable loop)
   GemmInterleave<T> interleave_nr = nullptr;  // R = nr (null: portable loop)
 };

@@ -7,15 +7,17 @@
 // linkage (anonymous namespace) so no instantiation is shared across ISAs.
 //
 // Shape contract (see GemmUkr in gemm_internal.h):
-//   a   packed: [kc][MR] (a[k*MR + i]);  strided: a[i*rs_a + k*cs_a]
+//   a   packed: [kc][AS] (a[k*AS + i], AS = MR unless given: a sliver of AS rows of which
+//       the kernel computes the first MR, for the edge of a packed block);  strided: a[i*rs_a + k*cs_a]
 //   b   [kc] rows of NV*W contiguous values, row stride rs_b
 //   c   [MR, NV*W], row stride ldc
 #pragma once
 #include <cstdint>
+#include <utility>
 
 namespace {
 
-template <class V, int MR, int NV, bool kPackedA>
+template <class V, int MR, int NV, bool kPackedA, int AS = MR>
 void gemm_ukernel(std::int64_t kc, const typename V::T* a, std::int64_t rs_a, std::int64_t cs_a,
                   const typename V::T* b, std::int64_t rs_b, typename V::T alpha, typename V::T beta,
                   typename V::T* c, std::int64_t ldc) {
@@ -24,7 +26,7 @@ void gemm_ukernel(std::int64_t kc, const typename V::T* a, std::int64_t rs_a, st
   constexpr int W = V::W;
   if constexpr (kPackedA) {
     rs_a = 1;
-    cs_a = MR;
+    cs_a = AS;
   }
   // Warm the C tile while the k loop runs (its rows are ldc apart).
 #pragma GCC unroll 16
@@ -43,7 +45,7 @@ void gemm_ukernel(std::int64_t kc, const typename V::T* a, std::int64_t rs_a, st
     R bv[NV];
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) bv[j] = V::load(b + j * W);
-    if constexpr (kPackedA) __builtin_prefetch(a + 8 * MR, 0, 3);
+    if constexpr (kPackedA) __builtin_prefetch(a + 8 * AS, 0, 3);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       const R ai = V::bcast(a + (kPackedA ? i : i * rs_a));
@@ -70,6 +72,16 @@ void gemm_ukernel(std::int64_t kc, const typename V::T* a, std::int64_t rs_a, st
         V::store(p, V::fma(vb, V::load(p), V::mul(va, acc[i][j])));
       }
   }
+}
+
+// table[m] = the packed-A kernel computing the first m rows (1 <= m < MR) of an MR-row sliver:
+// the rows past the edge of a block are not computed (each row's bits do not depend on MR).
+template <class V, int MR, int NV, int... Ms>
+void fill_row_kernels(void (**table)(std::int64_t, const typename V::T*, std::int64_t, std::int64_t,
+                                     const typename V::T*, std::int64_t, typename V::T, typename V::T,
+                                     typename V::T*, std::int64_t),
+                      std::integer_sequence<int, Ms...>) {
+  ((table[Ms + 1] = &gemm_ukernel<V, Ms + 1, NV, true, MR>), ...);
 }
 
 }  // namespace

@@ -128,35 +128,17 @@ BertLayer::BertLayer(const BertConfig& c) : cfg_(c) {
   output_norm = norm("output.LayerNorm");
 }
 
-void BertLayer::prepare_for_inference() {
-  wt_.clear();
-  for (const auto* lin : {query.get(), key.get(), value.get(), attn_out.get(), intermediate.get(), output.get()})
-    wt_.push_back(lin->weight.detach().transpose(0, 1).contiguous());  // [out, in] -> [in, out]
-}
-
-Tensor BertLayer::project(const nn::Linear& lin, std::size_t slot, const Tensor& x) const {
-  // Few rows (short sentences, batch 1): the GEMM's cost is dominated by preparing W, which
-  // W^T [in, out] avoids (read in place, or packed by row copies); perf at batch 1 showed
-  // transposing W as ~half the samples. Many rows: packing W is amortised and linear() folds
-  // the bias into the product, while the separate add below is a pass over the output
-  // (batch 32 in perf: the bias adds ~4% of samples vs ~3% for linear's packing).
-  constexpr std::int64_t kMaxRowsForTransposed = 256;
-  const std::int64_t rows = x.numel() / std::max<std::int64_t>(x.size(-1), 1);
-  if (wt_.empty() || rows > kMaxRowsForTransposed) return lin.forward(x);
-  return add(matmul(x, wt_[slot]), lin.bias);  // x [..., in] @ W^T [in, out] + b [out]
-}
-
 Tensor BertLayer::forward(const Tensor& x, const Tensor& key_mask) const {
   const std::int64_t B = x.size(0), T = x.size(1), H = cfg_.num_attention_heads, D = cfg_.hidden_size / H;
   // [B, T, C] -> view [B, T, H, D] -> transpose(1, 2) -> [B, H, T, D]
   auto heads = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
   const Mask mask = key_mask.defined() ? Mask::keep(key_mask) : Mask();
-  Tensor a = scaled_dot_product_attention(heads(project(*query, 0, x)), heads(project(*key, 1, x)),
-                                          heads(project(*value, 2, x)), mask)
+  Tensor a = scaled_dot_product_attention(heads(query->forward(x)), heads(key->forward(x)), heads(value->forward(x)),
+                                          mask)
                  .output;                                                    // [B, H, T, D]
   a = a.transpose(1, 2).contiguous().view({B, T, cfg_.hidden_size});         // merge heads [B, T, C]
-  const Tensor h = attn_norm->forward(add(x, project(*attn_out, 3, a)));     // post-norm
-  const Tensor f = project(*output, 5, gelu(project(*intermediate, 4, h), GeluApprox::None));
+  const Tensor h = attn_norm->forward(add(x, attn_out->forward(a)));         // post-norm
+  const Tensor f = output->forward(gelu(intermediate->forward(h), GeluApprox::None));
   return output_norm->forward(add(h, f));
 }
 
@@ -211,19 +193,6 @@ Tensor BertModel::forward(const Tensor& ids, const Tensor& attention_mask, std::
     if (hidden_states) hidden_states->push_back(x);
   }
   return x;
-}
-
-void BertModel::prepare_for_inference() {
-  for (auto& l : layers) l->prepare_for_inference();
-}
-
-double BertModel::matmul_flops(std::int64_t batch, std::int64_t padded_len) const {
-  const double tokens = static_cast<double>(batch) * static_cast<double>(padded_len);
-  const double C = static_cast<double>(cfg_.hidden_size), F = static_cast<double>(cfg_.intermediate_size);
-  const double per_layer = 2.0 * tokens * (4.0 * C * C + 2.0 * C * F)                       // q, k, v, out, FFN
-                           + 2.0 * 2.0 * static_cast<double>(batch) * static_cast<double>(padded_len) *
-                                 static_cast<double>(padded_len) * C;                         // QK^T and PV
-  return per_layer * static_cast<double>(cfg_.num_hidden_layers);
 }
 
 // ---- loading ----
@@ -293,7 +262,6 @@ std::shared_ptr<BertModel> BertModel::from_folder(const std::string& dir) {
   model->load_state_dict(sd, true);
   for (auto& p : model->parameters()) p.requires_grad_(false);
   model->eval();
-  model->prepare_for_inference();
   return model;
 }
 

@@ -1,4 +1,4 @@
-qkv_add_test(test_gemm SOURCES kernels/test_gemm.cpp LIBS qkv_gemm)
+qkv_add_test(test_gemm SOURCES kernels/test_gemm.cpp kernels/test_gemm_fused.cpp LIBS qkv_gemm)
 
 # Optional: the same tests with the AVX-512 micro-kernels compiled on SIMDe and
 # gemm_emulated_cpu.cpp as a CPU stand-in that reports AVX-512 (AVX-512 instance
@@ -7,4 +7,4 @@ qkv_add_avx512_emulated_test(test_gemm_avx512_emulated
   KERNELS gemm.cmake KERNELS_VAR QKV_GEMM_SOURCES
   DEFINE QKV_GEMM_AVX512_EMULATED
   WHAT "the AVX-512 GEMM kernels"
-  SOURCES kernels/gemm_emulated_cpu.cpp kernels/test_gemm.cpp)
+  SOURCES kernels/gemm_emulated_cpu.cpp kernels/test_gemm.cpp kernels/test_gemm_fused.cpp)

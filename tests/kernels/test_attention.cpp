@@ -839,7 +839,7 @@ TEST(FlashAttention, DeterministicSplitHeadsAndEmptyShapes) {
 }
 
 // Auto runs the row kernel up to kRowsKernelMaxKeys keys and the tiled one beyond: bitwise the
-// same results as forcing that kernel.
+// same results as forcing that kernel, for head dims up to kRowsKernelMaxDim.
 TEST(FlashAttention, AutoPicksRowsForShortKeys) {
   const i64 T = qkv::kernels::kRowsKernelMaxKeys;
   for (i64 Lk : {T - 1, T, T + 1}) {
@@ -853,6 +853,16 @@ TEST(FlashAttention, AutoPicksRowsForShortKeys) {
                 same_bits(a.dv, want.dv)) << "Lk " << Lk;
     EXPECT_FALSE(same_bits(a.o, other.o) && same_bits(a.dq, other.dq)) << "Lk " << Lk << ": kernels indistinguishable";
   }
+  // Above kRowsKernelMaxDim both passes are tiled at any length.
+  Spec s;
+  s.B = 2, s.H = 3, s.Lq = 9, s.Lk = T, s.D = qkv::kernels::kRowsKernelMaxDim + 1, s.dropout = 0.2f;
+  const Problem pr = make_problem(s);
+  const auto a = run_flash(pr, true, AttnKernel::Auto);
+  const auto tiled = run_flash(pr, true, AttnKernel::Tiled);
+  const auto rows = run_flash(pr, true, AttnKernel::Rows);
+  EXPECT_TRUE(same_bits(a.o, tiled.o) && same_bits(a.dq, tiled.dq) && same_bits(a.dk, tiled.dk) &&
+              same_bits(a.dv, tiled.dv)) << "D " << s.D;
+  EXPECT_FALSE(same_bits(a.o, rows.o) && same_bits(a.dq, rows.dq)) << "D " << s.D << ": kernels indistinguishable";
 }
 
 }  // namespace

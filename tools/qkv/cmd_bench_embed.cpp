@@ -67,19 +67,18 @@ int run_bench_embed(const BenchEmbedOptions& o) {
     if (!f) throw IOError("bench embed: cannot write " + o.dump);
   }
   const infer::SentenceEmbedder e = infer::SentenceEmbedder::from_folder(o.model);
-  // FLOPs of the matrix products as the batches are actually padded (sorted by length, as embed does).
+  // FLOPs of the matrix products embed() runs: no padding (BertRunner), so per token and per
+  // query-key pair of each sentence. padded_tokens: what batches padded to their longest row
+  // (sentence-transformers' way, sorted by length as embed sorts) would have computed.
   std::vector<std::int64_t> lens;
   std::int64_t tokens = 0;
   for (const auto& t : texts) lens.push_back(static_cast<std::int64_t>(e.tokenizer().encode(t).size()));
   for (auto l : lens) tokens += l;
+  const double flops = e.runner().matmul_flops(lens);
   std::sort(lens.rbegin(), lens.rend());
-  double flops = 0;
   std::int64_t padded = 0;
-  for (std::size_t s = 0; s < lens.size(); s += static_cast<std::size_t>(o.batch)) {
-    const auto n = std::min<std::size_t>(static_cast<std::size_t>(o.batch), lens.size() - s);
-    flops += e.model().matmul_flops(static_cast<std::int64_t>(n), lens[s]);
-    padded += static_cast<std::int64_t>(n) * lens[s];
-  }
+  for (std::size_t s = 0; s < lens.size(); s += static_cast<std::size_t>(o.batch))
+    padded += static_cast<std::int64_t>(std::min<std::size_t>(static_cast<std::size_t>(o.batch), lens.size() - s)) * lens[s];
   const infer::EmbedOptions eo{.batch_size = o.batch};
   for (int i = 0; i < o.warmup; ++i)
     e.embed(std::vector<std::string>(texts.begin(), texts.begin() + std::min<std::int64_t>(o.sentences, 4 * o.batch)), eo);

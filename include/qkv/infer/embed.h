@@ -2,9 +2,9 @@
 // pooling over the attention mask (1_Pooling/config.json) -> L2 normalisation (when
 // modules.json lists sentence_transformers.models.Normalize).
 //
-// Texts are sorted by token length and cut into batches, each padded to its own longest row
-// with the padded keys masked, so padding never changes a sentence's embedding beyond float
-// rounding; results come back in input order.
+// Texts are sorted by token length (longest first) and cut into batches, which BertRunner runs
+// without padding (the batch's tokens end to end, attention within each sentence): a sentence's
+// embedding is bitwise the same in any batch, and results come back in input order.
 //
 // Thread safety: a SentenceEmbedder (tokenizer and model shared, read-only) may serve embed()
 // calls from several threads at once; each call's batches and activations are its own, and a
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "qkv/core/tensor.h"
+#include "qkv/infer/bert_runner.h"
 #include "qkv/models/bert.h"
 #include "qkv/tokenize/wordpiece.h"
 
@@ -62,12 +63,14 @@ class SentenceEmbedder {
 
   const tokenize::WordPieceTokenizer& tokenizer() const { return *tok_; }
   const models::BertModel& model() const { return *model_; }
+  const BertRunner& runner() const { return *runner_; }
   const PoolingConfig& pooling() const { return pooling_; }
   std::int64_t dimension() const { return model_->config().hidden_size; }
 
  private:
   std::shared_ptr<const tokenize::WordPieceTokenizer> tok_;
   std::shared_ptr<const models::BertModel> model_;
+  std::shared_ptr<const BertRunner> runner_;
   PoolingConfig pooling_;
 };
 

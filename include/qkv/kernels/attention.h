@@ -25,8 +25,14 @@ namespace qkv::kernels {
 // sequences (a whole score row in a few vectors, see attention_rows_impl.h) and the tiled one
 // otherwise; tests force either to check both against the reference.
 enum class AttnKernel : std::uint8_t { Auto, Tiled, Rows };
-// Auto uses the row kernel when Lk <= this.
+// Auto uses the row kernel when Lk <= kRowsKernelMaxKeys and D <= kRowsKernelMaxDim: its K
+// transpose is unrolled up to D = 16, and beyond that the tiled kernel is faster at every length
+// (one thread, 12 heads, Lq = Lk in 8..32, Zen 5): forward D = 32 tiled 4.9-37 us vs rows
+// 15.7-79 us (AVX-512), D = 64 2.4-51 vs 13.5-184 us (AVX2); backward D = 32 11.7-32 vs 20-72 us
+// (AVX-512), 10.6-56 vs 16-167 us (AVX2). At D <= 16 the forward's rows win (D = 8, L = 16:
+// 3.6 vs 11.4 us) and the backward's are within 1.5x either way.
 inline constexpr std::int64_t kRowsKernelMaxKeys = 32;
+inline constexpr std::int64_t kRowsKernelMaxDim = 16;
 
 struct AttnParams {
   std::int64_t B = 1, H = 1, Lq = 0, Lk = 0, D = 0, Dv = 0;  // Dv: value head dim (often == D)

@@ -54,6 +54,72 @@ void dgemm_ref(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::
                const double* A, std::int64_t lda, const double* B, std::int64_t ldb, double beta, double* C,
                std::int64_t ldc);
 
+// ---- fused epilogue and pre-packed weights (the Linear layers of inference) ----
+
+// What happens to each element of C = alpha * op(A) @ op(B) once its product is complete:
+//   C[i,j] = act(alpha * sum_k a_ik b_kj + bias[j]) + residual[i*ldr + j]
+// in that order, each step in float and rounded as the unfused ops round them, so the result
+// is bitwise that of sgemm followed by add(bias), gelu (kernels/activation.h) and add(residual).
+// The epilogue runs on each register tile right after its last K block, while it is in L1.
+enum class GemmAct : std::uint8_t { None, GeluErf, GeluTanh };
+struct GemmEpilogue {
+  const float* bias = nullptr;      // [N], or null
+  GemmAct act = GemmAct::None;
+  const float* residual = nullptr;  // [M, N] with row stride ldr (>= N), or null; must not overlap C
+  std::int64_t ldr = 0;
+  bool empty() const { return bias == nullptr && act == GemmAct::None && residual == nullptr; }
+};
+
+// sgemm with an epilogue. beta must be 0 when the epilogue is not empty (ValueError otherwise):
+// a fused layer writes C, it does not accumulate into it.
+void sgemm_ex(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+              const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C,
+              std::int64_t ldc, const GemmEpilogue& epilogue, bool threaded = true);
+
+// op(B) [K, N] packed once into the micro-kernel's sliver layout of the ISA active when it was
+// packed (a weight matrix, used for every call of its layer): sgemm_packed then skips B's
+// packing, which at a few rows (one short sentence) costs as much as the product. The layout is
+// a pure re-arrangement: sgemm_packed gives bitwise the result of sgemm_ex(false, trans_b, ...)
+// on the original B for M > the skinny kernel's rows. Read-only once made: any number of
+// threads may use one PackedB at once.
+class PackedB {
+ public:
+  PackedB() = default;
+  // B as in sgemm (trans_b=true: stored [N,K] with row stride ldb, e.g. nn.Linear's weight).
+  static PackedB pack(bool trans_b, std::int64_t K, std::int64_t N, const float* B, std::int64_t ldb);
+  std::int64_t K() const { return K_; }
+  std::int64_t N() const { return N_; }
+  bool empty() const { return data_ == nullptr; }
+  // True when the active ISA's micro-kernel is the one this was packed for (set_isa may change
+  // it; sgemm_packed throws ValueError when it is not).
+  bool matches_active_isa() const;
+  std::size_t bytes() const { return bytes_; }
+
+  PackedB(PackedB&& o) noexcept { *this = static_cast<PackedB&&>(o); }
+  PackedB& operator=(PackedB&& o) noexcept;
+  PackedB(const PackedB&) = delete;
+  PackedB& operator=(const PackedB&) = delete;
+  ~PackedB();
+
+ private:
+  friend void sgemm_packed(std::int64_t, const float*, std::int64_t, const PackedB&, float*, std::int64_t,
+                           const GemmEpilogue&, bool);
+  float* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::int64_t K_ = 0, N_ = 0, n_pad_ = 0, kcb_ = 0;
+  int isa_ = -1, nr_ = 0;
+};
+
+// C [M, N] (row stride ldc) = epilogue(A [M, K] (row stride lda) @ B), B packed.
+void sgemm_packed(std::int64_t M, const float* A, std::int64_t lda, const PackedB& B, float* C, std::int64_t ldc,
+                  const GemmEpilogue& epilogue = {}, bool threaded = true);
+
+// Naive twin: sgemm_ref, then the epilogue in double (bias added, GELU by gelu_ref, residual
+// added) and one rounding to float.
+void sgemm_epilogue_ref(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+                        const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float* C,
+                        std::int64_t ldc, const GemmEpilogue& epilogue);
+
 // Register tile of the fp32 micro-kernel for the active ISA: C is computed in
 // mr x nr blocks (AVX-512 14x32, AVX2 6x16, scalar 4x16). Fused kernels can use
 // it to choose tile sizes that are multiples of the micro-tile.

@@ -59,18 +59,6 @@ class BertModel : public nn::Module {
   Tensor forward(const Tensor& ids, const Tensor& attention_mask = Tensor(),
                  std::vector<Tensor>* hidden_states = nullptr) const;
   const BertConfig& config() const { return cfg_; }
-  // Caches a contiguous W^T copy of every projection (from_folder does this): inputs of up to
-  // 256 rows (B*T) then run their products as x @ W^T + b with W^T read row by row, which the
-  // GEMM packs cheaply or reads in place, instead of transposing W on every call. Inference only: the copies are
-  // detached, so no gradient reaches the weights through them. Call again after changing the
-  // weights (a model never prepared runs its nn::Linear modules, with autograd). Not while
-  // another thread runs forward(): prepare once, then share.
-  void prepare_for_inference();
-  // Multiply-add FLOPs (2 per multiply-add) of the matrix products of one forward over rows of
-  // these lengths, padded to `padded_len` each: projections and feed-forward per token, QK^T and
-  // PV per query-key pair.
-  double matmul_flops(std::int64_t batch, std::int64_t padded_len) const;
-
   std::shared_ptr<nn::Embedding> word_embeddings, position_embeddings, token_type_embeddings;
   std::shared_ptr<nn::LayerNorm> embeddings_norm;
   std::vector<std::shared_ptr<BertLayer>> layers;
@@ -86,16 +74,11 @@ class BertLayer : public nn::Module {
   explicit BertLayer(const BertConfig& c);
   // x [B, T, C], key_mask Bool [B, 1, 1, T] or undefined -> [B, T, C].
   Tensor forward(const Tensor& x, const Tensor& key_mask) const;
-  // See BertModel::prepare_for_inference.
-  void prepare_for_inference();
   std::shared_ptr<nn::Linear> query, key, value, attn_out, intermediate, output;
   std::shared_ptr<nn::LayerNorm> attn_norm, output_norm;
 
  private:
-  // x [..., in] -> x @ W^T + b [..., out], through the cached W^T when prepared.
-  Tensor project(const nn::Linear& lin, std::size_t slot, const Tensor& x) const;
   BertConfig cfg_;
-  std::vector<Tensor> wt_;  // [in, out] contiguous copies of query, key, value, attn_out, intermediate, output
 };
 
 }  // namespace qkv::models
