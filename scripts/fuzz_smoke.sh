@@ -33,8 +33,11 @@ run_one() {
   ASAN_OPTIONS="halt_on_error=1 detect_leaks=1 allocator_may_return_null=0" \
   UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1" \
     "$build/fuzz/fuzz_$t" -max_total_time="$secs" -timeout=25 -rss_limit_mb=2048 -print_final_stats=1 \
-      -artifact_prefix="$run/artifacts/$t-" "${dict[@]}" "$run/corpus/$t" "${dirs[@]}" > "$run/logs/$t.log" 2>&1
-  echo $? > "$run/logs/$t.rc"
+      -artifact_prefix="$run/artifacts/$t-" "${dict[@]}" "$run/corpus/$t" "${dirs[@]}" > "$run/logs/$t.log" 2>&1 &
+  local pid=$! rc=0
+  wait "$pid" || rc=$?
+  echo "$rc" > "$run/logs/$t.rc"
+  rm -rf /dev/shm/qkv-fuzz-"$pid"-* "${TMPDIR:-/tmp}"/qkv-fuzz-"$pid"-*  # a crashed harness leaves its scratch folder
 }
 
 echo "fuzz-smoke: ${#targets[@]} targets x ${secs} s, $jobs at a time (logs in $run/logs)"
