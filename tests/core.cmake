@@ -9,7 +9,8 @@ qkv_add_test(test_core_kernels SOURCES core/test_dropout_mask.cpp core/test_soft
 qkv_add_test(test_layer_norm_kernel SOURCES core/test_layer_norm_kernel.cpp LIBS qkv_core)
 # parallel_for's static chunks and parallel_claim's run-time balancing; the thread pool under
 # them (many calls, exceptions, nesting, concurrent callers, resizing, idle sleep, fork).
-qkv_add_test(test_parallel SOURCES core/test_parallel.cpp core/test_thread_pool.cpp LIBS qkv_core LABELS concurrency)
+qkv_add_test(test_parallel SOURCES core/test_parallel.cpp core/test_thread_pool.cpp core/test_team.cpp LIBS qkv_core
+             LABELS concurrency)
 # The FMA peak loop of `qkv bench peak` (exact counts and checksum per ISA and thread count).
 qkv_add_test(test_fma_peak SOURCES core/test_fma_peak.cpp LIBS qkv_core)
 qkv_add_test(test_autograd SOURCES autograd/test_autograd.cpp LIBS qkv)

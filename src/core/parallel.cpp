@@ -94,6 +94,14 @@ void futex_wake(std::atomic<std::uint32_t>& word) {
 #endif
 }
 
+void futex_wake_all(std::atomic<std::uint32_t>& word) {
+#if defined(__linux__)
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 0x7fffffff, nullptr, nullptr, 0);
+#else
+  word.notify_all();
+#endif
+}
+
 // Waits until pred() is true: spins up to kSpin, then sleeps on `word` (announced in
 // `sleeping`; the side that makes pred() true wakes the sleeper when it sees the flag).
 template <class Pred>
@@ -173,6 +181,13 @@ class Pool {
   }
 
   int size() const { return static_cast<int>(workers_.size()); }
+
+  // With the pool held: how many of nt members run() would run at once (the caller and the
+  // workers it could start), after growing the pool as run() would.
+  int concurrent(int nt) {
+    sync_size(nt - 1);
+    return std::min(nt, size() + 1);
+  }
 
  private:
   struct alignas(64) Worker {
@@ -408,6 +423,107 @@ void parallel_claim(std::int64_t begin, std::int64_t end, const std::function<vo
     run_as_worker(0, errs, [&] { claim_in_order(begin, end, fn); });
   }
   errs.rethrow();
+}
+
+// ---- teams ----
+
+// Longest spin of a member waiting at a barrier before it sleeps. Unlike the pool's idle wait
+// (kSpin, 0), the members of a team are all running the same call, each on its own core, so
+// the wait is only the others' share of one step; sleeping at once would cost a futex wake-up
+// (tens of us on a VM) per step.
+constexpr std::chrono::microseconds kBarrierSpin{200};
+
+// Thrown inside the other members when one member has thrown; parallel_team swallows it and
+// rethrows the original error.
+struct TeamAborted {};
+
+struct Team::Shared {
+  alignas(64) std::atomic<std::uint32_t> arrived{0};
+  alignas(64) std::atomic<std::uint32_t> gen{0};
+  std::atomic<std::uint32_t> sleepers{0};
+  std::atomic<bool> failed{false};
+  WorkerErrors errs;
+
+  void fail() {
+    failed.store(true, std::memory_order_seq_cst);
+    gen.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(gen);
+  }
+};
+
+void Team::barrier() {
+  if (size_ <= 1) return;
+  Shared& s = *shared_;
+  const std::uint32_t g = s.gen.load(std::memory_order_acquire);
+  if (s.failed.load(std::memory_order_acquire)) throw TeamAborted{};
+  if (s.arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<std::uint32_t>(size_)) {
+    // Last to arrive: reset the count (nobody can arrive at the next barrier before gen moves),
+    // then release the others.
+    s.arrived.store(0, std::memory_order_relaxed);
+    s.gen.fetch_add(1, std::memory_order_seq_cst);
+    if (s.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(s.gen);
+    return;
+  }
+  auto moved = [&] { return s.gen.load(std::memory_order_acquire) != g; };
+  const auto t0 = std::chrono::steady_clock::now();
+  for (unsigned i = 1; !moved(); ++i) {
+    cpu_relax();
+    if ((i & 63) == 0 && std::chrono::steady_clock::now() - t0 >= kBarrierSpin) {
+      s.sleepers.fetch_add(1, std::memory_order_seq_cst);
+      while (!moved()) futex_wait(s.gen, g);
+      s.sleepers.fetch_sub(1, std::memory_order_relaxed);
+      break;
+    }
+  }
+  if (s.failed.load(std::memory_order_acquire)) throw TeamAborted{};
+}
+
+std::pair<std::int64_t, std::int64_t> Team::part(std::int64_t begin, std::int64_t end, std::int64_t align) const {
+  const std::int64_t n = std::max<std::int64_t>(end - begin, 0);
+  align = std::max<std::int64_t>(align, 1);
+  auto edge = [&](int r) {
+    if (r >= size_) return end;
+    return begin + n * r / size_ / align * align;
+  };
+  return {edge(rank_), edge(rank_ + 1)};
+}
+
+void parallel_team(int max_size, const std::function<void(Team&)>& fn) {
+  Team::Shared shared;
+  const int nt = std::max(1, std::min(num_threads(), max_size));
+  if (nt <= 1 || t_in_parallel) {
+    Team solo(&shared, 0, 1);
+    fn(solo);
+    return;
+  }
+  Pool& p = pool();
+  if (p.try_acquire()) {
+    // Only members that run at once can meet at a barrier: as many as the pool could start.
+    const int size = p.concurrent(nt);
+    auto sized = [&](int tid) {
+      run_as_worker(tid, shared.errs, [&] {
+        Team team(&shared, tid, size);
+        try {
+          fn(team);
+        } catch (const TeamAborted&) {
+          // another member failed first: its error is the one reported
+        } catch (...) {
+          shared.fail();
+          throw;
+        }
+      });
+    };
+    p.run(size, sized);
+    p.release();
+  } else {
+    // Pool taken by another call: a team of one, here (a barrier cannot wait for members that
+    // would run after this one on the same thread).
+    run_as_worker(0, shared.errs, [&] {
+      Team solo(&shared, 0, 1);
+      fn(solo);
+    });
+  }
+  shared.errs.rethrow();
 }
 
 }  // namespace qkv

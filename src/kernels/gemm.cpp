@@ -273,10 +273,21 @@ struct Epi {
 // takes the whole tile in one call (independent vectors in flight; see gelu_forward_f32_rows).
 template <class T>
 void apply_epilogue(const Epi<T>& e, T* c, i64 ldc, i64 r0, i64 c0, i64 mb, i64 nb) {
+  if (e.act == GemmAct::None && e.bias && e.residual) {  // one pass: (c + bias), then residual + that
+    const T* b = e.bias + c0;
+    for (i64 i = 0; i < mb; ++i) {
+      T* __restrict row = c + i * ldc;
+      const T* __restrict r = e.residual + (r0 + i) * e.ldr + c0;
+#pragma omp simd
+      for (i64 j = 0; j < nb; ++j) row[j] = r[j] + (row[j] + b[j]);
+    }
+    return;
+  }
   if (e.bias)
     for (i64 i = 0; i < mb; ++i) {
-      T* row = c + i * ldc;
+      T* __restrict row = c + i * ldc;
       const T* b = e.bias + c0;
+#pragma omp simd
       for (i64 j = 0; j < nb; ++j) row[j] = row[j] + b[j];
     }
   if (e.act != GemmAct::None) {
@@ -288,8 +299,9 @@ void apply_epilogue(const Epi<T>& e, T* c, i64 ldc, i64 r0, i64 c0, i64 mb, i64 
   }
   if (e.residual)
     for (i64 i = 0; i < mb; ++i) {
-      T* row = c + i * ldc;
-      const T* r = e.residual + (r0 + i) * e.ldr + c0;
+      T* __restrict row = c + i * ldc;
+      const T* __restrict r = e.residual + (r0 + i) * e.ldr + c0;
+#pragma omp simd
       for (i64 j = 0; j < nb; ++j) row[j] = r[j] + row[j];
     }
 }
@@ -416,11 +428,11 @@ void scale_c(i64 M, i64 N, T beta, T* C, i64 ldc) {
 struct Grid {
   int tm = 1, tn = 1;
 };
-Grid choose_grid(i64 M, i64 N, i64 K, int MR, int NR, bool threaded) {
+Grid choose_grid(i64 M, i64 N, i64 K, int MR, int NR, int threads) {
   Grid g;
-  if (!threaded) return g;
+  if (threads <= 1) return g;
   const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  int nt = static_cast<int>(std::min<double>(num_threads(), std::floor(flops / kMinFlopsPerThread)));
+  int nt = static_cast<int>(std::min<double>(threads, std::floor(flops / kMinFlopsPerThread)));
   const i64 um = (M + MR - 1) / MR, un = (N + NR - 1) / NR;
   for (; nt > 1; --nt) {
     double best = -1;
@@ -442,12 +454,23 @@ Grid choose_grid(i64 M, i64 N, i64 K, int MR, int NR, bool threaded) {
 
 // C = epi(alpha * op(A) @ op(B) + beta * C); with pre.data set, B is ignored and op(B) is read
 // from the packed layout (which must be that of kernels<T>()).
+// Part: with part >= 0, only the tiles the threaded call would give thread `part` of `threads`,
+// on the calling thread (a member of the caller's own team); part < 0: the whole product,
+// forked over `threads` (1: serial).
+struct Part {
+  int part = -1;
+  int threads = 1;
+};
+
 template <class T>
 void gemm_impl(const char* op, bool ta, bool tb, i64 M, i64 N, i64 K, T alpha, const T* A, i64 lda, const T* B,
-               i64 ldb, T beta, T* C, i64 ldc, bool threaded, const Epi<T>& epi = {}, const Prepacked<T>& pre = {}) {
+               i64 ldb, T beta, T* C, i64 ldc, bool threaded, const Epi<T>& epi = {}, const Prepacked<T>& pre = {},
+               Part part = {-1, 0}) {
   detail::check_gemm_args(op, ta, tb, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
+  const int threads = part.part >= 0 ? part.threads : threaded ? num_threads() : 1;
   if (K == 0 || alpha == T(0)) {
+    if (part.part > 0) return;
     scale_c(M, N, beta, C, ldc);
     if (!epi.empty()) apply_epilogue(epi, C, ldc, 0, 0, M, N);
     return;
@@ -471,26 +494,31 @@ void gemm_impl(const char* op, bool ta, bool tb, i64 M, i64 N, i64 K, T alpha, c
   }
   const GemmKernelSet<T>& ks = kernels<T>();
   const i64 kcb = k_block(K, ks.kc);
-  const Grid g = choose_grid(M, N, K, ks.mr, ks.nr, threaded);
+  const Grid g = choose_grid(M, N, K, ks.mr, ks.nr, threads);
   if (g.tm * g.tn == 1) {
-    gemm_serial(ks, kcb, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epi, pre);
+    if (part.part <= 0) gemm_serial(ks, kcb, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epi, pre);
     return;
   }
   // Tile t covers MR-aligned rows [m0, m1) and NR-aligned columns [n0, n1).
   const i64 um = (M + ks.mr - 1) / ks.mr, un = (N + ks.nr - 1) / ks.nr;
+  auto tile = [&](i64 t) {
+    const i64 ti = t / g.tn, tj = t % g.tn;
+    const i64 m0 = std::min(M, um * ti / g.tm * ks.mr), m1 = std::min(M, um * (ti + 1) / g.tm * ks.mr);
+    const i64 n0 = std::min(N, un * tj / g.tn * ks.nr), n1 = std::min(N, un * (tj + 1) / g.tn * ks.nr);
+    if (m0 >= m1 || n0 >= n1) return;
+    const T* As = ta ? A + m0 : A + m0 * lda;
+    const T* Bs = pre.data ? B : tb ? B + n0 * ldb : B + n0;
+    Prepacked<T> ps = pre;
+    ps.col0 += n0;
+    gemm_serial(ks, kcb, ta, tb, m1 - m0, n1 - n0, K, alpha, As, lda, Bs, ldb, beta, C + m0 * ldc + n0, ldc,
+                epi.shifted(m0, n0), ps);
+  };
+  if (part.part >= 0) {
+    if (part.part < g.tm * g.tn) tile(part.part);
+    return;
+  }
   parallel_for(0, g.tm * g.tn, 1, [&](i64 b, i64 e) {
-    for (i64 t = b; t < e; ++t) {
-      const i64 ti = t / g.tn, tj = t % g.tn;
-      const i64 m0 = std::min(M, um * ti / g.tm * ks.mr), m1 = std::min(M, um * (ti + 1) / g.tm * ks.mr);
-      const i64 n0 = std::min(N, un * tj / g.tn * ks.nr), n1 = std::min(N, un * (tj + 1) / g.tn * ks.nr);
-      if (m0 >= m1 || n0 >= n1) continue;
-      const T* As = ta ? A + m0 : A + m0 * lda;
-      const T* Bs = pre.data ? B : tb ? B + n0 * ldb : B + n0;
-      Prepacked<T> ps = pre;
-      ps.col0 += n0;
-      gemm_serial(ks, kcb, ta, tb, m1 - m0, n1 - n0, K, alpha, As, lda, Bs, ldb, beta, C + m0 * ldc + n0, ldc,
-                  epi.shifted(m0, n0), ps);
-    }
+    for (i64 t = b; t < e; ++t) tile(t);
   });
 }
 
@@ -607,6 +635,23 @@ void sgemm_packed(i64 M, const float* A, i64 lda, const PackedB& B, float* C, i6
   // ldb = N: unused with pre.data, but it must pass the argument check.
   gemm_impl<float>("sgemm_packed", false, false, M, B.N_, B.K_, 1.f, A, lda, nullptr, B.N_, 0.f, C, ldc, threaded,
                    epi, pre);
+}
+
+void sgemm_packed_part(i64 M, const float* A, i64 lda, const PackedB& B, float* C, i64 ldc, const GemmEpilogue& e,
+                       int part, int parts) {
+  if (B.empty()) throw ValueError("sgemm_packed_part: B is empty (not packed)");
+  if (!B.matches_active_isa())
+    throw ValueError(std::string("sgemm_packed_part: B was packed for another micro-kernel than the active ISA's (") +
+                     isa_name(active_isa()) + "); pack it again after set_isa");
+  if (parts < 1 || part < 0 || part >= parts)
+    throw ValueError("sgemm_packed_part: part " + std::to_string(part) + " of " + std::to_string(parts) +
+                     " is not in [0, parts)");
+  if (e.residual && e.ldr < B.N_)
+    throw ValueError("sgemm_packed_part: ldr " + std::to_string(e.ldr) + " must be >= N " + std::to_string(B.N_));
+  const Epi<float> epi{e.bias, e.act, e.residual, e.ldr};
+  const Prepacked<float> pre{B.data_, B.n_pad_, 0};
+  gemm_impl<float>("sgemm_packed_part", false, false, M, B.N_, B.K_, 1.f, A, lda, nullptr, B.N_, 0.f, C, ldc, false,
+                   epi, pre, Part{part, parts});
 }
 
 void sgemm_epilogue_ref(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda,

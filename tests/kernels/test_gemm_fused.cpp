@@ -223,6 +223,26 @@ TEST_P(GemmFused, RowsOfAPackedProductDoNotDependOnTheOtherRows) {
     }
 }
 
+TEST_P(GemmFused, PartsOfAPackedProductTogetherAreBitwiseTheWhole) {
+  // sgemm_packed_part for every part of 1..4 parts (what the members of a team compute) writes
+  // all of C, bitwise as one sgemm_packed call, small products (one tile) included.
+  set_num_threads(2);
+  for (const Case& c : {Case{34, 1152, 384, true, GemmAct::None, true, false}, Case{61, 384, 1536, true, GemmAct::None, true, true},
+                        Case{700, 384, 384, true, GemmAct::GeluErf, true, false}, Case{3, 40, 5, false, GemmAct::None, false, false}}) {
+    const Operands o = make(c, 77);
+    const PackedB pb = PackedB::pack(c.tb, c.K, c.N, o.B.data(), o.ldb);
+    std::vector<float> whole(static_cast<std::size_t>(c.M * o.ldc), 7.f);
+    sgemm_packed(c.M, o.A.data(), o.lda, pb, whole.data(), o.ldc, epilogue(c, o));
+    for (int parts = 1; parts <= 4; ++parts) {
+      std::vector<float> got(whole.size(), 7.f);
+      for (int p = parts - 1; p >= 0; --p)  // any order
+        sgemm_packed_part(c.M, o.A.data(), o.lda, pb, got.data(), o.ldc, epilogue(c, o), p, parts);
+      ASSERT_EQ(0, std::memcmp(got.data(), whole.data(), got.size() * sizeof(float))) << describe(c) << " parts " << parts;
+    }
+  }
+  EXPECT_THROW(sgemm_packed_part(1, nullptr, 1, PackedB(), nullptr, 1, {}, 0, 1), ValueError);
+}
+
 #ifdef QKV_GEMM_AVX512_EMULATED
 INSTANTIATE_TEST_SUITE_P(, GemmFused, ::testing::Values(Isa::Avx512),
                          [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });

@@ -19,6 +19,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 namespace qkv {
 
@@ -56,8 +57,41 @@ using ClaimNext = std::function<bool(std::int64_t&)>;
 // Serial, inline and exception behaviour as parallel_for.
 void parallel_claim(std::int64_t begin, std::int64_t end, const std::function<void(const ClaimNext&)>& fn);
 
-// Index of the calling worker inside parallel_for or parallel_claim (0 outside), in
-// [0, num_threads()); use it to pick a per-thread workspace.
+// Index of the calling worker inside parallel_for, parallel_claim or parallel_team (0
+// outside), in [0, num_threads()); use it to pick a per-thread workspace.
 int thread_index();
+
+// The members of one parallel_team call. Each runs the same function; barrier() separates its
+// steps, so a pipeline of small parallel steps (the layers of one short sentence) costs one
+// wake-up of the workers instead of one per step.
+class Team {
+ public:
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Returns when every member has arrived. Members run on their own cores during a call, so a
+  // waiting member spins for a bounded time (the others are busy with their part of the same
+  // step), then sleeps. Every member must call barrier() the same number of times. If another
+  // member has thrown, barrier() unwinds this one too (parallel_team rethrows the first error).
+  void barrier();
+  // This member's share [b, e) of [begin, end): the static, even split of parallel_for, each
+  // boundary rounded down to a multiple of `align` (except `end`).
+  std::pair<std::int64_t, std::int64_t> part(std::int64_t begin, std::int64_t end, std::int64_t align = 1) const;
+
+  struct Shared;
+  Team(Shared* shared, int rank, int size) : shared_(shared), rank_(rank), size_(size) {}
+
+ private:
+  Shared* shared_;
+  int rank_, size_;
+};
+
+// Runs fn(team) on min(num_threads(), max_size) members at once, member 0 on the calling
+// thread. Inside, parallel_for and parallel_claim run inline. When the pool is taken by
+// another thread's call, or when called inside a parallel call, or with one thread, fn runs
+// once, here, as a team of size 1 (barrier() returns at once): fn must be correct for any team
+// size, and gives bitwise the same results for any size when each output's arithmetic does not
+// depend on which member computes it. An exception from any member is rethrown here after all
+// members have left fn.
+void parallel_team(int max_size, const std::function<void(Team&)>& fn);
 
 }  // namespace qkv

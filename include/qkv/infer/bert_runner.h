@@ -14,7 +14,8 @@
 //   x'   [T, C]  = LayerNorm(h + f @ Wout^T + bout)
 // Because no sequence shares a product row or an attention call with another, a sequence's
 // hidden states are bitwise the same whatever other sequences run with it (batch 1 or 32), and
-// for any thread count (the GEMM never splits K; attention tasks own their outputs).
+// for any thread count (the GEMM never splits K; attention tasks own their outputs). The whole
+// forward is one parallel_team: every step split over the members, barriers in between.
 //
 // The numbers are the module path's (BertModel::forward) up to float rounding: the products sum
 // in the GEMM's K blocks and the bias is added after them (nn::Linear adds it first).
@@ -26,6 +27,7 @@
 #include <memory>
 #include <vector>
 
+#include "qkv/core/parallel.h"
 #include "qkv/core/tensor.h"
 #include "qkv/kernels/gemm.h"
 #include "qkv/models/bert.h"
@@ -76,8 +78,9 @@ class BertRunner {
   };
   // One Linear through the packed weight (or, when set_isa changed the micro-kernel since the
   // packing, the same product from the unpacked weight).
+  // This team member's part of it.
   void linear(const kernels::PackedB& packed, const Tensor& weight, std::int64_t T, const float* x, float* y,
-              const kernels::GemmEpilogue& e) const;
+              const kernels::GemmEpilogue& e, const Team& team) const;
 
   std::shared_ptr<const models::BertModel> model_;
   std::vector<Layer> layers_;

@@ -104,6 +104,8 @@ class PackedB {
  private:
   friend void sgemm_packed(std::int64_t, const float*, std::int64_t, const PackedB&, float*, std::int64_t,
                            const GemmEpilogue&, bool);
+  friend void sgemm_packed_part(std::int64_t, const float*, std::int64_t, const PackedB&, float*, std::int64_t,
+                                const GemmEpilogue&, int, int);
   float* data_ = nullptr;
   std::size_t bytes_ = 0;
   std::int64_t K_ = 0, N_ = 0, n_pad_ = 0, kcb_ = 0;
@@ -113,6 +115,13 @@ class PackedB {
 // C [M, N] (row stride ldc) = epilogue(A [M, K] (row stride lda) @ B), B packed.
 void sgemm_packed(std::int64_t M, const float* A, std::int64_t lda, const PackedB& B, float* C, std::int64_t ldc,
                   const GemmEpilogue& epilogue = {}, bool threaded = true);
+
+// Part `part` of `parts` of sgemm_packed's work, on the calling thread: the tiles of C that a
+// call on `parts` threads gives its thread `part` (possibly none; small products run whole in
+// part 0). All parts together write all of C, bitwise as sgemm_packed, for any `parts`. For the
+// members of a team (core/parallel.h, parallel_team) that cannot fork inside it.
+void sgemm_packed_part(std::int64_t M, const float* A, std::int64_t lda, const PackedB& B, float* C, std::int64_t ldc,
+                       const GemmEpilogue& epilogue, int part, int parts);
 
 // Naive twin: sgemm_ref, then the epilogue in double (bias added, GELU by gelu_ref, residual
 // added) and one rounding to float.
