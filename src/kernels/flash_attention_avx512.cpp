@@ -2,6 +2,12 @@
 // 16-float vectors, 12 x 32 register micro-kernel (24 accumulators of 32 zmm).
 // Compiled with #pragma GCC target, so it builds with QKV_NATIVE=OFF; only
 // called when the CPU has AVX-512F/BW/VL/DQ (dispatch in flash_attention.cpp).
+// The same GCC 12 false positive (PR 105593) also comes as a plain -Wuninitialized on the
+// intrinsics' `__m512 __Y = __Y;` once micro_exp inlines them; that check reads the state at the
+// intrinsics header, so it is silenced before the includes (this file holds only kernel code).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include "flash_attention_prelude.h"
 
 #if defined(QKV_FLASH_AVX512_EMULATED)
@@ -54,6 +60,35 @@ struct IsaAvx512 {
     return _mm_cvtss_f32(s);
   }
   QKV_INL V exp2(V t) { return fastexp::exp2_avx512(t); }
+  // dst[d * dst_ld + j] = src[j * src_ld + d] for j, d < 16: a 16 x 16 block through registers
+  // (the sequence of gemm_avx512.cpp's A packing), for the key panels of S = Q K^T, where the
+  // element-by-element transpose cost as much as the short heads' products.
+  QKV_INL void transpose(float* dst, std::int64_t dst_ld, const float* src, std::int64_t src_ld) {
+    __m512 r[16], t[16], u[16];
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_ld);
+    for (int i = 0; i < 8; ++i) {
+      t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; ++i) {
+      u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+      u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
+      u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+      u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; ++c) {
+      t[c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+      t[4 + c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+      t[8 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+      t[12 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+    }
+    for (int c = 0; c < 4; ++c) {
+      _mm512_storeu_ps(dst + c * dst_ld, _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88));
+      _mm512_storeu_ps(dst + (8 + c) * dst_ld, _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD));
+      _mm512_storeu_ps(dst + (4 + c) * dst_ld, _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88));
+      _mm512_storeu_ps(dst + (12 + c) * dst_ld, _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD));
+    }
+  }
 };
 #undef QKV_INL
 

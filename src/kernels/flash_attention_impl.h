@@ -26,11 +26,12 @@
 // inside a (b,h) zig-zags (0, n-1, 1, n-2, ...) so that the static contiguous
 // chunks get equal work.
 //
-// After a row panel's first key tile (where m_i is still -inf) and wherever a tile needs no mask,
-// the online softmax step is fused into S = Q K^T: P = exp2(S - m_i) with the m_i known before
-// the tile, on the products while still in registers, and m_i moves only when the tile's max
-// rises by more than kMaxSlack (FlashAttention-4's conditional rescaling); the other tiles take
-// the two-pass step (S stored, masked, row max, then exp).
+// Wherever a tile needs no mask, the online softmax step is fused into S = Q K^T: P =
+// exp2(S - m_i) with the m_i known before the tile (0 for a row's first tile, where m_i is still
+// -inf), on the products while still in registers, and m_i moves only when the tile's max rises
+// by more than kMaxSlack (FlashAttention-4's conditional rescaling); the other tiles (and a first
+// tile whose max is far from 0) take the two-pass step (S stored, masked, row max, then exp).
+// A tile computes its keys rounded up to whole vectors, not to whole key panels.
 //
 // Inner products are one register-blocked micro-kernel, C[MR x NV*W] (+)=
 // A B, with A broadcast from any strided layout and B streamed as NV vectors
@@ -202,13 +203,20 @@ struct Engine {
 
   // dst[(j/KP)][d][j%KP] = src[j*ld + d] for j < n, zero up to round_up(n, KP): key panels the
   // micro-kernel streams as B for S = Q K^T (and dP = dO V^T).
+  // Whole W x W blocks go through the ISA's register transpose where it has one (I::transpose).
   static void pack_panels(float* dst, const float* src, i64 ld, i64 n, i64 dim) {
     for (i64 j0 = 0; j0 < n; j0 += KP) {
       const i64 jn = std::min<i64>(KP, n - j0);
       float* dp = dst + j0 * dim;
+      i64 jb = 0, db = 0;  // keys [0, jb) x dims [0, db) done by blocks
+      if constexpr (requires(float* d, const float* s) { I::transpose(d, i64{}, s, i64{}); }) {
+        jb = jn / W * W, db = dim / W * W;
+        for (i64 j = 0; j < jb; j += W)
+          for (i64 d = 0; d < db; d += W) I::transpose(dp + d * KP + j, KP, src + (j0 + j) * ld + d, ld);
+      }
       for (i64 jj = 0; jj < jn; ++jj) {
         const float* s = src + (j0 + jj) * ld;
-        for (i64 d = 0; d < dim; ++d) dp[d * KP + jj] = s[d];
+        for (i64 d = jj < jb ? db : 0; d < dim; ++d) dp[d * KP + jj] = s[d];
       }
       for (i64 jj = jn; jj < KP; ++jj)
         for (i64 d = 0; d < dim; ++d) dp[d * KP + jj] = 0.f;
@@ -329,20 +337,27 @@ struct Engine {
 
   // One MR x KP tile of the fused step: C = A B as in micro<M, NV> (A the packed Q panel [K][MR],
   // B a key panel [K][KP]), then, still in registers, per row r: rmax[r] = max(rmax[r], C_r),
-  // P_r = exp2(C_r + moff[r]) stored at p + r*BK, rsum[r] += P_r.
+  // P_r = exp2(C_r + moff[r]) stored at p + r*BK, rsum[r] += P_r. tail (or null): W values, 0
+  // or -inf, added to the last vector's products first, so the zero-padded keys past the tile's
+  // last key count as masked (P = 0, never the max).
   // Kept out of line: inlined into its caller, GCC 12 spilled the accumulators of the product loop.
-  template <int M>
+  template <int M, int NVc>
   __attribute__((noinline)) static void micro_exp(i64 K, const float* a, const float* b, float* p, const float* moff,
-                                                  V* rmax, V* rsum) {
-    V acc[M][NV];
+                                                  V* rmax, V* rsum, const float* tail) {
+    V acc[M][NVc];
     zero_acc(acc);
     mac(acc, K, a, MR, 1, b, KP);
+    if (tail) {
+      const V tv = I::load(tail);
+#pragma GCC unroll 16
+      for (int r = 0; r < M; ++r) acc[r][NVc - 1] = I::add(acc[r][NVc - 1], tv);
+    }
 #pragma GCC unroll 16
     for (int r = 0; r < M; ++r) {
       const V off = I::set1(moff[r]);
       V mx = rmax[r], sm = rsum[r];
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
+      for (int v = 0; v < NVc; ++v) {
         mx = I::max(mx, acc[r][v]);
         const V e = I::exp2(I::add(acc[r][v], off));
         I::store(p + r * BK + v * W, e);
@@ -352,36 +367,57 @@ struct Engine {
       rsum[r] = sm;
     }
   }
+  // nv (<= NV) vectors of the panel: the last panel of a tile whose keys end inside it.
   template <int M = MR>
-  static void micro_exp_m(int m, i64 K, const float* a, const float* b, float* p, const float* moff, V* rmax,
-                          V* rsum) {
+  static void micro_exp_m(int m, int nv, i64 K, const float* a, const float* b, float* p, const float* moff,
+                          V* rmax, V* rsum, const float* tail) {
     if constexpr (M > 1) {
-      if (m < M) return micro_exp_m<M - 1>(m, K, a, b, p, moff, rmax, rsum);
+      if (m < M) return micro_exp_m<M - 1>(m, nv, K, a, b, p, moff, rmax, rsum, tail);
     }
-    micro_exp<M>(K, a, b, p, moff, rmax, rsum);
+    if constexpr (NV >= 4) {
+      if (nv == 4) return micro_exp<M, 4>(K, a, b, p, moff, rmax, rsum, tail);
+      if (nv == 3) return micro_exp<M, 3>(K, a, b, p, moff, rmax, rsum, tail);
+    }
+    if constexpr (NV >= 2) {
+      if (nv == 2) return micro_exp<M, 2>(K, a, b, p, moff, rmax, rsum, tail);
+    }
+    micro_exp<M, 1>(K, a, b, p, moff, rmax, rsum, tail);
   }
 
-  // The online softmax step of one row panel fused into S = Q K^T, for a tile with no masked
-  // column whose rows all have a finite running max m_i (every tile after a row's first): the
-  // exponentials use the m_i known before the tile, P = exp2(S - m_i), computed on the
-  // products while they are still in registers, and the tile's row max comes out of the same
-  // registers; no pass over S reads it back. Only a row whose max rose by more than kMaxSlack
-  // moves m_i (its P, l_i and O_i are multiplied by exp2(m_i - m_new)). Returns false, with m,
-  // l and acc untouched, when a row's max rose by kMaxRise or more (or is NaN): the caller
-  // then redoes the tile with the two-pass step.
-  static bool fused_scores_softmax(const float* qp, const float* kp, i64 D, float* S, i64 mr, i64 ncols, float* m,
-                                   float* l, float* acc, i64 Dvp) {
+  // A row's first tile (m_i = -inf: no key yet, so l_i = 0 and O_i = 0) is fused at m_i = 0 when
+  // its max lands in (-kMaxDrop, kMaxRise): its P then stays far above the denormals.
+  static constexpr float kMaxDrop = 64.f;
+
+  // The online softmax step of one row panel fused into S = Q K^T, for a tile of kn keys that no
+  // row masks (ncols = kn rounded up to W columns, the padding masked here): the exponentials use the m_i known before the tile
+  // (0 for a row's first tile), P = exp2(S - m_i), computed on the products while they are still
+  // in registers, and the tile's row max comes out of the same registers; no pass over S reads
+  // it back. Only a row whose max rose by more than kMaxSlack moves m_i (its P, l_i and O_i are
+  // multiplied by exp2(m_i - m_new)). Returns false, with m, l and acc untouched, when a row's max
+  // rose by kMaxRise or more (or is NaN), or a first tile's max is kMaxDrop or more below 0: the
+  // caller then redoes the tile with the two-pass step.
+  static bool fused_scores_softmax(const float* qp, const float* kp, i64 D, float* S, i64 mr, i64 kn, i64 ncols,
+                                   float* m, float* l, float* acc, i64 Dvp) {
+    alignas(64) float tail[W];
+    for (i64 j = 0; j < W; ++j) tail[j] = ncols - W + j < kn ? 0.f : kNegInf;
     V rmax[MR], rsum[MR];
-    float moff[MR];
-    for (i64 r = 0; r < mr; ++r) rmax[r] = I::set1(kNegInf), rsum[r] = I::zero(), moff[r] = -m[r];
+    float moff[MR], base[MR];
+    for (i64 r = 0; r < mr; ++r) {
+      base[r] = m[r] == kNegInf ? 0.f : m[r];
+      rmax[r] = I::set1(kNegInf), rsum[r] = I::zero(), moff[r] = -base[r];
+    }
     const int mi = static_cast<int>(mr);
-    for (i64 c = 0; c < ncols; c += KP) micro_exp_m(mi, D, qp, kp + c * D, S + c, moff, rmax, rsum);
+    for (i64 c = 0; c < ncols; c += KP)
+      micro_exp_m(mi, static_cast<int>(std::min<i64>(NV, (ncols - c) / W)), D, qp, kp + c * D, S + c, moff, rmax,
+                  rsum, c + KP >= ncols && kn < ncols ? tail : nullptr);
     float tmax[MR];
     for (i64 r = 0; r < mr; ++r) {
       tmax[r] = I::hmax(rmax[r]);
-      if (!(tmax[r] - m[r] < kMaxRise)) return false;
+      if (!(tmax[r] - base[r] < kMaxRise)) return false;
+      if (m[r] == kNegInf && !(tmax[r] > -kMaxDrop)) return false;
     }
     for (i64 r = 0; r < mr; ++r) {
+      m[r] = base[r];
       float sum = I::hsum(rsum[r]);
       if (tmax[r] > m[r] + kMaxSlack) {
         const float alpha = fastexp::exp2_scalar(m[r] - tmax[r]);
@@ -492,14 +528,16 @@ struct Engine {
             const i64 mr = std::min<i64>(MR, s1 - r0);
             const i64 pend = row_key_end(p, kv, i0 + r0 + mr - 1);
             if (k0 >= pend) continue;  // causal: tile fully masked for this panel
-            const i64 kn = std::min(BK, pend - k0), ncols = round_up(kn, KP);
-            bool fused = kvs.Kp && !p.bias;  // no masked column and a finite running max in every row
+            // Score columns: the tile's keys rounded up to whole vectors (a key panel's last
+            // vectors past them are not computed).
+            const i64 kn = std::min(BK, pend - k0), ncols = round_up(kn, W);
+            bool fused = kvs.Kp && !p.bias;  // no row masks any of the tile's keys
             for (i64 r = 0; r < mr; ++r) {
               lim[r] = row_key_end(p, kv, i0 + r0 + r) - k0;  // allowed columns of row r: [0, lim)
-              fused = fused && lim[r] >= ncols && std::isfinite(m[r0 + r]);
+              fused = fused && lim[r] >= kn;
             }
             if (!fused ||
-                !fused_scores_softmax(qp + r0 * p.D, kvs.Kp + k0 * p.D, p.D, S, mr, ncols, m + r0, l + r0,
+                !fused_scores_softmax(qp + r0 * p.D, kvs.Kp + k0 * p.D, p.D, S, mr, kn, ncols, m + r0, l + r0,
                                       acc + r0 * Dvp, Dvp)) {
               // S = scale * log2(e) * Q_panel K_tile^T, masked, then the two-pass online softmax step
               if (kvs.Kp)

@@ -789,6 +789,42 @@ TEST(FlashAttention, RunningMaxRisesAcrossKeyTiles) {
   }
 }
 
+// A row panel's first key tile is fused at a running max of 0 when every row's tile max lands in
+// (-64, 126) base-2 units, else redone in two passes; a tile whose keys end inside a vector masks
+// the panel's padding in the fused step. Rows shifted to tile maxima from -400 to +300 (all keys
+// shifted alike through one coordinate: q_i0 = c_i, k_j0 = 1), so the panels see each outcome;
+// key counts 1-2 past a vector, a panel and a tile; causal too (fused only where no row masks).
+TEST(FlashAttention, FirstTileFusedAtZeroOrRedoneByItsMax) {
+  const float targets[] = {-400.f, -90.f, -60.f, -20.f, 0.f, 5.f, 20.f, 100.f, 120.f, 140.f, 300.f, 2.f};
+  for (i64 Lk : {17, 34, 50, 129})
+    for (bool causal : {false, true}) {
+      Spec s;
+      s.B = 1, s.H = 2, s.Lq = 40, s.Lk = Lk, s.D = 32, s.causal = causal, s.seed = 60 + Lk + causal;
+      Problem pr = make_problem(s);
+      const float unit = pr.p.scale * 1.4426950408889634f;  // base-2 score of q_0 k_0 = 1
+      for (i64 h = 0; h < s.H; ++h) {
+        for (i64 i = 0; i < s.Lq; ++i) pr.q[h * pr.p.q_sh + i * pr.p.q_st] = targets[(i + 5 * h) % 12] / unit;
+        for (i64 j = 0; j < s.Lk; ++j) pr.k[h * pr.p.k_sh + j * pr.p.k_st] = 1.f;
+      }
+      const auto hp = run_ref<double>(pr, false);
+      const auto lp = run_ref<float>(pr, false);
+      const View vl{1, s.H, s.Lq, 1, s.H * s.Lq, s.Lq, 1};
+      double max_lse = 0;
+      for (double x : hp.lse) max_lse = std::max(max_lse, std::fabs(x));
+      const double extra = 2 * max_lse * 0x1.0p-23;  // logits of size |L| are exact to |L| 2^-24
+      ThreadsGuard tg;
+      IsaGuard ig;
+      for (Isa isa : isas_to_test()) {
+        qkv::kernels::set_isa(isa);
+        const std::string ctx = s.str() + " isa=" + qkv::kernels::isa_name(isa);
+        const auto r = run_flash(pr, false, AttnKernel::Tiled);
+        expect_r1("O", r.o, hp.o, lp.o, pr.vo, 2, ctx, extra);
+        expect_r1("LSE", r.lse, hp.lse, lp.lse, vl, 2, ctx, extra);
+        if (HasFailure()) return;
+      }
+    }
+}
+
 // Heads whose K and V outgrow the cache (Lk (D + Dv) 4 bytes > 1.5 MiB) are run by tasks of four
 // query blocks that walk the keys in chunks together: partial chunks, partial tiles, a partial
 // group of blocks, causal (where the blocks of a group see different key ranges) and key
