@@ -430,7 +430,9 @@ void parallel_claim(std::int64_t begin, std::int64_t end, const std::function<vo
 // Longest spin of a member waiting at a barrier before it sleeps. Unlike the pool's idle wait
 // (kSpin, 0), the members of a team are all running the same call, each on its own core, so
 // the wait is only the others' share of one step; sleeping at once would cost a futex wake-up
-// (tens of us on a VM) per step.
+// (tens of us on a VM) per step. Once a member's spin has run out (a member that was late by more
+// than that: its core is most likely taken by another process), the team's members sleep at once
+// at every later barrier of the call, so a busy machine costs at most one spin per call.
 constexpr std::chrono::microseconds kBarrierSpin{200};
 
 // Thrown inside the other members when one member has thrown; parallel_team swallows it and
@@ -442,6 +444,7 @@ struct Team::Shared {
   alignas(64) std::atomic<std::uint32_t> gen{0};
   std::atomic<std::uint32_t> sleepers{0};
   std::atomic<bool> failed{false};
+  std::atomic<bool> no_spin{false};  // a spin ran out: sleep at once from now on
   WorkerErrors errs;
 
   void fail() {
@@ -466,9 +469,11 @@ void Team::barrier() {
   }
   auto moved = [&] { return s.gen.load(std::memory_order_acquire) != g; };
   const auto t0 = std::chrono::steady_clock::now();
+  const bool spin = !s.no_spin.load(std::memory_order_relaxed);
   for (unsigned i = 1; !moved(); ++i) {
-    cpu_relax();
-    if ((i & 63) == 0 && std::chrono::steady_clock::now() - t0 >= kBarrierSpin) {
+    if (spin) cpu_relax();
+    if (!spin || ((i & 63) == 0 && std::chrono::steady_clock::now() - t0 >= kBarrierSpin)) {
+      if (spin) s.no_spin.store(true, std::memory_order_relaxed);
       s.sleepers.fetch_add(1, std::memory_order_seq_cst);
       while (!moved()) futex_wait(s.gen, g);
       s.sleepers.fetch_sub(1, std::memory_order_relaxed);
