@@ -75,13 +75,20 @@ int run_bench_embed(const BenchEmbedOptions& o) {
   for (const auto& t : texts) lens.push_back(static_cast<std::int64_t>(e.tokenizer().encode(t).size()));
   for (auto l : lens) tokens += l;
   const double flops = e.runner().matmul_flops(lens);
+  // The warm-up runs the first 4 batches embed() runs: the 4 x batch longest sentences (embed
+  // sorts longest first), so the timed runs find their largest buffers already allocated.
+  std::vector<std::size_t> by_len(texts.size());
+  for (std::size_t i = 0; i < by_len.size(); ++i) by_len[i] = i;
+  std::stable_sort(by_len.begin(), by_len.end(), [&](std::size_t a, std::size_t b) { return lens[a] > lens[b]; });
+  std::vector<std::string> warm;
+  for (std::size_t i = 0; i < std::min<std::size_t>(by_len.size(), 4 * static_cast<std::size_t>(o.batch)); ++i)
+    warm.push_back(texts[by_len[i]]);
   std::sort(lens.rbegin(), lens.rend());
   std::int64_t padded = 0;
   for (std::size_t s = 0; s < lens.size(); s += static_cast<std::size_t>(o.batch))
     padded += static_cast<std::int64_t>(std::min<std::size_t>(static_cast<std::size_t>(o.batch), lens.size() - s)) * lens[s];
   const infer::EmbedOptions eo{.batch_size = o.batch};
-  for (int i = 0; i < o.warmup; ++i)
-    e.embed(std::vector<std::string>(texts.begin(), texts.begin() + std::min<std::int64_t>(o.sentences, 4 * o.batch)), eo);
+  for (int i = 0; i < o.warmup; ++i) e.embed(warm, eo);
   std::vector<double> secs;
   for (int i = 0; i < o.repeat; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -122,7 +129,7 @@ std::pair<CLI::App*, Action> add_bench_embed(CLI::App& bench) {
   s->add_option("--batch", o->batch, "Sentences per forward pass (default 32)")->check(int_range(1, 4096));
   s->add_option("--sentences", o->sentences, "How many generated sentences (default 1000)")->check(int_range(1, 1000000));
   s->add_option("--repeat", o->repeat, "Timed runs over all sentences (default 3)")->check(int_range(1, 1000));
-  s->add_option("--warmup", o->warmup, "Untimed runs over the first 4 batches first (default 1)")->check(int_range(0, 100));
+  s->add_option("--warmup", o->warmup, "Untimed runs over the first 4 batches (the 4 x batch longest sentences) first (default 1)")->check(int_range(0, 100));
   s->add_option("--dump-sentences", o->dump, "Also write the generated sentences to this file (one per line)");
   s->add_flag("--json", o->json, "One JSON object (sentences_per_s, batch, threads, gflops, ...)");
   return {s, [o] { return run_bench_embed(*o); }};
