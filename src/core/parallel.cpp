@@ -86,19 +86,16 @@ void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t old) {
 #endif
 }
 
-void futex_wake(std::atomic<std::uint32_t>& word) {
+// Wakes one sleeper on `word`, or every sleeper (a team's barrier).
+void futex_wake(std::atomic<std::uint32_t>& word, bool all = false) {
 #if defined(__linux__)
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, all ? 0x7fffffff : 1, nullptr,
+          nullptr, 0);
 #else
-  word.notify_one();
-#endif
-}
-
-void futex_wake_all(std::atomic<std::uint32_t>& word) {
-#if defined(__linux__)
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 0x7fffffff, nullptr, nullptr, 0);
-#else
-  word.notify_all();
+  if (all)
+    word.notify_all();
+  else
+    word.notify_one();
 #endif
 }
 
@@ -450,7 +447,7 @@ struct Team::Shared {
   void fail() {
     failed.store(true, std::memory_order_seq_cst);
     gen.fetch_add(1, std::memory_order_seq_cst);
-    futex_wake_all(gen);
+    futex_wake(gen, true);
   }
 };
 
@@ -464,7 +461,7 @@ void Team::barrier() {
     // then release the others.
     s.arrived.store(0, std::memory_order_relaxed);
     s.gen.fetch_add(1, std::memory_order_seq_cst);
-    if (s.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(s.gen);
+    if (s.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(s.gen, true);
     return;
   }
   auto moved = [&] { return s.gen.load(std::memory_order_acquire) != g; };

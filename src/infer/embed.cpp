@@ -126,14 +126,15 @@ Tensor pool(const Tensor& hidden, const Tensor& attention_mask, Pooling mode) {
   std::vector<double> acc(static_cast<std::size_t>(C));
   std::vector<float> rows;
   for (std::int64_t b = 0; b < B; ++b) {
+    if (mode == Pooling::Cls) {  // the first token, masked or not (sentence-transformers' CLS pooling)
+      std::copy(hp + b * T * C, hp + b * T * C + (T > 0 ? C : 0), out.data<float>() + b * C);
+      continue;
+    }
     rows.clear();  // the real tokens' rows, in order
     for (std::int64_t t = 0; t < T; ++t)
       if (mp[b * T + t] != 0) rows.insert(rows.end(), hp + (b * T + t) * C, hp + (b * T + t + 1) * C);
-    if (mode == Pooling::Cls)  // the first token, masked or not (sentence-transformers' CLS pooling)
-      std::copy(hp + b * T * C, hp + b * T * C + (T > 0 ? C : 0), out.data<float>() + b * C);
-    else
-      pool_rows(rows.data(), static_cast<std::int64_t>(rows.size()) / std::max<std::int64_t>(C, 1), C, mode,
-                out.data<float>() + b * C, acc.data());
+    pool_rows(rows.data(), static_cast<std::int64_t>(rows.size()) / std::max<std::int64_t>(C, 1), C, mode,
+              out.data<float>() + b * C, acc.data());
   }
   return out;
 }

@@ -25,6 +25,7 @@
 #endif
 
 #ifdef QKV_FLASH_HAVE_AVX512
+#include "transpose_avx512.h"
 
 namespace qkv::kernels::flash {
 namespace {
@@ -60,34 +61,14 @@ struct IsaAvx512 {
     return _mm_cvtss_f32(s);
   }
   QKV_INL V exp2(V t) { return fastexp::exp2_avx512(t); }
-  // dst[d * dst_ld + j] = src[j * src_ld + d] for j, d < 16: a 16 x 16 block through registers
-  // (the sequence of gemm_avx512.cpp's A packing), for the key panels of S = Q K^T, where the
-  // element-by-element transpose cost as much as the short heads' products.
+  // dst[d * dst_ld + j] = src[j * src_ld + d] for j, d < 16, through registers (transpose16),
+  // for the key panels of S = Q K^T, where the element-by-element transpose cost as much as the
+  // short heads' products.
   QKV_INL void transpose(float* dst, std::int64_t dst_ld, const float* src, std::int64_t src_ld) {
-    __m512 r[16], t[16], u[16];
+    __m512 r[16];
     for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_ld);
-    for (int i = 0; i < 8; ++i) {
-      t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-      t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; ++i) {
-      u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
-      u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
-      u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-      u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
-    for (int c = 0; c < 4; ++c) {
-      t[c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
-      t[4 + c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
-      t[8 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-      t[12 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-    }
-    for (int c = 0; c < 4; ++c) {
-      _mm512_storeu_ps(dst + c * dst_ld, _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88));
-      _mm512_storeu_ps(dst + (8 + c) * dst_ld, _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD));
-      _mm512_storeu_ps(dst + (4 + c) * dst_ld, _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88));
-      _mm512_storeu_ps(dst + (12 + c) * dst_ld, _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD));
-    }
+    transpose16(r);
+    for (int d = 0; d < 16; ++d) _mm512_storeu_ps(dst + d * dst_ld, r[d]);
   }
 };
 #undef QKV_INL

@@ -571,13 +571,29 @@ void dgemm_batched(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, double alpha
                             beta, C, ldc, stride_c, batch);
 }
 
+namespace {
+
+// The epilogue as a sub-GEMM takes it, after checking the residual's row stride against N.
+Epi<float> checked_epilogue(const char* op, const GemmEpilogue& e, i64 N) {
+  if (e.residual && e.ldr < N)
+    throw ValueError(std::string(op) + ": ldr " + std::to_string(e.ldr) + " must be >= N " + std::to_string(N));
+  return Epi<float>{e.bias, e.act, e.residual, e.ldr};
+}
+
+void check_packed(const char* op, const PackedB& B) {
+  if (B.empty()) throw ValueError(std::string(op) + ": B is empty (not packed)");
+  if (!B.matches_active_isa())
+    throw ValueError(std::string(op) + ": B was packed for another micro-kernel than the active ISA's (" +
+                     isa_name(active_isa()) + "); pack it again after set_isa");
+}
+
+}  // namespace
+
 void sgemm_ex(bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha, const float* A, i64 lda, const float* B,
               i64 ldb, float beta, float* C, i64 ldc, const GemmEpilogue& e, bool threaded) {
   if (!e.empty() && beta != 0.f)
     throw ValueError("sgemm_ex: beta must be 0 with an epilogue (got " + std::to_string(beta) + ")");
-  if (e.residual && e.ldr < N)
-    throw ValueError("sgemm_ex: ldr " + std::to_string(e.ldr) + " must be >= N " + std::to_string(N));
-  const Epi<float> epi{e.bias, e.act, e.residual, e.ldr};
+  const Epi<float> epi = checked_epilogue("sgemm_ex", e, N);
   gemm_impl<float>("sgemm_ex", trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threaded, epi);
 }
 
@@ -624,13 +640,8 @@ PackedB PackedB::pack(bool trans_b, i64 K, i64 N, const float* B, i64 ldb) {
 
 void sgemm_packed(i64 M, const float* A, i64 lda, const PackedB& B, float* C, i64 ldc, const GemmEpilogue& e,
                   bool threaded) {
-  if (B.empty()) throw ValueError("sgemm_packed: B is empty (not packed)");
-  if (!B.matches_active_isa())
-    throw ValueError(std::string("sgemm_packed: B was packed for another micro-kernel than the active ISA's (") +
-                     isa_name(active_isa()) + "); pack it again after set_isa");
-  if (e.residual && e.ldr < B.N_)
-    throw ValueError("sgemm_packed: ldr " + std::to_string(e.ldr) + " must be >= N " + std::to_string(B.N_));
-  const Epi<float> epi{e.bias, e.act, e.residual, e.ldr};
+  check_packed("sgemm_packed", B);
+  const Epi<float> epi = checked_epilogue("sgemm_packed", e, B.N_);
   const Prepacked<float> pre{B.data_, B.n_pad_, 0};
   // ldb = N: unused with pre.data, but it must pass the argument check.
   gemm_impl<float>("sgemm_packed", false, false, M, B.N_, B.K_, 1.f, A, lda, nullptr, B.N_, 0.f, C, ldc, threaded,
@@ -639,16 +650,11 @@ void sgemm_packed(i64 M, const float* A, i64 lda, const PackedB& B, float* C, i6
 
 void sgemm_packed_part(i64 M, const float* A, i64 lda, const PackedB& B, float* C, i64 ldc, const GemmEpilogue& e,
                        int part, int parts) {
-  if (B.empty()) throw ValueError("sgemm_packed_part: B is empty (not packed)");
-  if (!B.matches_active_isa())
-    throw ValueError(std::string("sgemm_packed_part: B was packed for another micro-kernel than the active ISA's (") +
-                     isa_name(active_isa()) + "); pack it again after set_isa");
+  check_packed("sgemm_packed_part", B);
   if (parts < 1 || part < 0 || part >= parts)
     throw ValueError("sgemm_packed_part: part " + std::to_string(part) + " of " + std::to_string(parts) +
                      " is not in [0, parts)");
-  if (e.residual && e.ldr < B.N_)
-    throw ValueError("sgemm_packed_part: ldr " + std::to_string(e.ldr) + " must be >= N " + std::to_string(B.N_));
-  const Epi<float> epi{e.bias, e.act, e.residual, e.ldr};
+  const Epi<float> epi = checked_epilogue("sgemm_packed_part", e, B.N_);
   const Prepacked<float> pre{B.data_, B.n_pad_, 0};
   gemm_impl<float>("sgemm_packed_part", false, false, M, B.N_, B.K_, 1.f, A, lda, nullptr, B.N_, 0.f, C, ldc, false,
                    epi, pre, Part{part, parts});

@@ -18,11 +18,15 @@
 #define QKV_GEMM_AVX512_PRAGMA 1
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() and trip a false
+// -Wmaybe-uninitialized once inlined (GCC PR 105593, fixed in GCC 13), here in transpose16.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #endif
 
 #ifdef QKV_GEMM_HAVE_AVX512
 #include "gemm_ukernel.h"
+#include "transpose_avx512.h"
 
 namespace {
 
@@ -51,34 +55,6 @@ struct F64x8 {
   static inline R mul(R a, R b) { return _mm512_mul_pd(a, b); }
   static inline R fma(R a, R b, R c) { return _mm512_fmadd_pd(a, b, c); }
 };
-
-// 16x16 transpose in registers: on return r[j] holds column j of the input rows r[0..15].
-inline void transpose16(__m512 r[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
-    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
-    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-  }
-  // u[4i + c] holds, in each 128-bit lane L, column 4L + c of rows 4i..4i+3.
-  for (int c = 0; c < 4; ++c) {
-    t[c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);       // lanes 0, 2 of rows 0-3 | 4-7
-    t[4 + c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);   // lanes 1, 3
-    t[8 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-    t[12 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-  }
-  for (int c = 0; c < 4; ++c) {
-    r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);            // column c
-    r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);        // column 8 + c
-    r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);   // column 4 + c
-    r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);  // column 12 + c
-  }
-}
 
 // Packs 14 rows of A (row stride ld) into an A sliver, out[k*14 + i] = src[i*ld + k] for k < kc,
 // 16 k at a time through a register transpose (rows 14 and 15 read as zero). Each 16-wide store
