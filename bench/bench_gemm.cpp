@@ -43,6 +43,14 @@ struct Buf {
 
 enum class Lib { Qkv, OpenBlas };
 
+// GFLOPS (2MNK per second / 1e9) and the thread count.
+void set_counters(benchmark::State& state, i64 M, i64 N, i64 K) {
+  state.counters["GFLOPS"] =
+      benchmark::Counter(2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) / 1e9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = qkv::num_threads();
+}
+
 void run(benchmark::State& state, Lib lib, bool ta, bool tb, i64 M, i64 N, i64 K) {
   Buf A(M * K), B(K * N), C(M * N);
   const i64 lda = ta ? M : K, ldb = tb ? K : N, ldc = N;
@@ -59,10 +67,7 @@ void run(benchmark::State& state, Lib lib, bool ta, bool tb, i64 M, i64 N, i64 K
     benchmark::DoNotOptimize(C.p);
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOPS"] =
-      benchmark::Counter(2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) / 1e9,
-                         benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["threads"] = qkv::num_threads();
+  set_counters(state, M, N, K);
 }
 
 // The Linear layers of all-MiniLM-L6-v2 inference (x [M, in] @ W^T, W stored [out, in]): plain
@@ -95,10 +100,7 @@ void run_inference(benchmark::State& state, Fused mode, i64 M, i64 N, i64 K, boo
     benchmark::DoNotOptimize(C.p);
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOPS"] =
-      benchmark::Counter(2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) / 1e9,
-                         benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["threads"] = qkv::num_threads();
+  set_counters(state, M, N, K);
 }
 
 void register_all() {

@@ -176,6 +176,14 @@ TEST(BertRunner, BadIdsAndLengthsAreNamedBeforeAnyWork) {
   EXPECT_NE(msg.find("token id -1 at position 0 of sequence 0"), std::string::npos) << msg;
   msg = qkv::testing::error_of<ValueError>([&] { runner.forward({&ok, &long_seq}, ws); });
   EXPECT_NE(msg.find("sequence 1 has 301 tokens, more than max_position_embeddings 300"), std::string::npos) << msg;
+  // A model whose parameters are not float32 is named at construction.
+  auto m64 = random_bert();
+  m64->to(DType::F64);
+  msg = qkv::testing::error_of<ValueError>([&] { infer::BertRunner r64(m64); });
+  EXPECT_NE(msg.find("BertRunner: the model's parameters must be contiguous float32 (got float64 " +
+                     m64->word_embeddings->weight.shape_str() + ")"),
+            std::string::npos)
+      << msg;
   // Nothing at all, or only empty sequences: no rows, no error.
   const Ids empty;
   runner.forward({}, ws);

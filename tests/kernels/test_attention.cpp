@@ -753,13 +753,36 @@ TEST(FlashAttention, HugeLogits) {
   }
 }
 
+// The tiled forward on every ISA against the float64 reference (R1, O and LSE), plus the
+// rounding of logits as large as the largest |LSE|: a logit of size |L| is exact to |L| 2^-24,
+// which the two-pass kernel shows too (on the scalar ISA 3x the float32 reference's error).
+// Returns that largest |LSE|.
+double check_tiled_forward_large_logits(const Problem& pr) {
+  const auto hp = run_ref<double>(pr, false);
+  const auto lp = run_ref<float>(pr, false);
+  const View vl{pr.p.B, pr.p.H, pr.p.Lq, 1, pr.p.H * pr.p.Lq, pr.p.Lq, 1};
+  double max_lse = 0;
+  for (double x : hp.lse) max_lse = std::max(max_lse, std::fabs(x));
+  const double extra = 2 * max_lse * 0x1.0p-23;
+  ThreadsGuard tg;
+  IsaGuard ig;
+  for (Isa isa : isas_to_test()) {
+    qkv::kernels::set_isa(isa);
+    const std::string ctx = pr.spec.str() + " isa=" + qkv::kernels::isa_name(isa);
+    const auto r = run_flash(pr, false, AttnKernel::Tiled);
+    expect_r1("O", r.o, hp.o, lp.o, pr.vo, 2, ctx, extra);
+    expect_r1("LSE", r.lse, hp.lse, lp.lse, vl, 2, ctx, extra);
+    if (::testing::Test::HasFailure()) break;
+  }
+  return max_lse;
+}
+
 // The forward keeps a row's running max m_i while a key tile's max rises by at most 8 (base-2
 // units) and moves it, rescaling P, l_i and O_i, when it rises more; a rise that would overflow
 // exp2 redoes the tile in two passes. Keys scaled up tile by tile make every tile after the
 // first rise by ~10-20; one tile scaled 60x rises by hundreds (the redo), and a later, smaller
 // tile falls back under the running max. Checked against the float64 reference (R1), plus the
-// rounding of logits that large (as in HugeLogits: a logit of size |L| is exact to |L| 2^-24,
-// which the two-pass kernel shows too, on the scalar ISA 3x the float32 reference's error).
+// rounding of logits that large (check_tiled_forward_large_logits).
 TEST(FlashAttention, RunningMaxRisesAcrossKeyTiles) {
   for (bool causal : {false, true}) {
     Spec s;
@@ -769,23 +792,8 @@ TEST(FlashAttention, RunningMaxRisesAcrossKeyTiles) {
     for (i64 h = 0; h < s.H; ++h)
       for (i64 j = 0; j < s.Lk; ++j)
         for (i64 d = 0; d < s.D; ++d) pr.k[h * pr.p.k_sh + j * pr.p.k_st + d] *= gain(j);
-    const auto hp = run_ref<double>(pr, false);
-    const auto lp = run_ref<float>(pr, false);
-    const View vl{1, s.H, s.Lq, 1, s.H * s.Lq, s.Lq, 1};
-    double max_lse = 0;
-    for (double x : hp.lse) max_lse = std::max(max_lse, std::fabs(x));
-    EXPECT_GT(max_lse, 100.);  // the 60x tile: a rise of hundreds in base 2
-    const double extra = 2 * max_lse * 0x1.0p-23;
-    ThreadsGuard tg;
-    IsaGuard ig;
-    for (Isa isa : isas_to_test()) {
-      qkv::kernels::set_isa(isa);
-      const std::string ctx = s.str() + " isa=" + qkv::kernels::isa_name(isa);
-      const auto r = run_flash(pr, false, AttnKernel::Tiled);
-      expect_r1("O", r.o, hp.o, lp.o, pr.vo, 2, ctx, extra);
-      expect_r1("LSE", r.lse, hp.lse, lp.lse, vl, 2, ctx, extra);
-      if (HasFailure()) return;
-    }
+    EXPECT_GT(check_tiled_forward_large_logits(pr), 100.);  // the 60x tile: a rise of hundreds in base 2
+    if (HasFailure()) return;
   }
 }
 
@@ -806,22 +814,8 @@ TEST(FlashAttention, FirstTileFusedAtZeroOrRedoneByItsMax) {
         for (i64 i = 0; i < s.Lq; ++i) pr.q[h * pr.p.q_sh + i * pr.p.q_st] = targets[(i + 5 * h) % 12] / unit;
         for (i64 j = 0; j < s.Lk; ++j) pr.k[h * pr.p.k_sh + j * pr.p.k_st] = 1.f;
       }
-      const auto hp = run_ref<double>(pr, false);
-      const auto lp = run_ref<float>(pr, false);
-      const View vl{1, s.H, s.Lq, 1, s.H * s.Lq, s.Lq, 1};
-      double max_lse = 0;
-      for (double x : hp.lse) max_lse = std::max(max_lse, std::fabs(x));
-      const double extra = 2 * max_lse * 0x1.0p-23;  // logits of size |L| are exact to |L| 2^-24
-      ThreadsGuard tg;
-      IsaGuard ig;
-      for (Isa isa : isas_to_test()) {
-        qkv::kernels::set_isa(isa);
-        const std::string ctx = s.str() + " isa=" + qkv::kernels::isa_name(isa);
-        const auto r = run_flash(pr, false, AttnKernel::Tiled);
-        expect_r1("O", r.o, hp.o, lp.o, pr.vo, 2, ctx, extra);
-        expect_r1("LSE", r.lse, hp.lse, lp.lse, vl, 2, ctx, extra);
-        if (HasFailure()) return;
-      }
+      check_tiled_forward_large_logits(pr);
+      if (HasFailure()) return;
     }
 }
 

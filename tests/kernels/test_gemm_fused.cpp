@@ -23,20 +23,30 @@
 #include "qkv/kernels/activation.h"
 #include "qkv/kernels/cpu.h"
 #include "qkv/kernels/gemm.h"
+#include "testing/guards.h"
 
 namespace qkv::kernels {
 namespace {
 
 using i64 = std::int64_t;
 
+// Restores the ISA and the thread count a test changed.
 struct EnvGuard {
-  Isa isa = active_isa();
-  int threads = num_threads();
-  ~EnvGuard() {
-    set_isa(isa);
-    set_num_threads(threads);
-  }
+  qkv::testing::IsaGuard isa;
+  qkv::testing::ThreadsGuard threads;
 };
+
+// The message of the ValueError fn throws ("" and a failure when it throws none).
+template <class F>
+std::string value_error_of(F&& fn) {
+  try {
+    fn();
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no ValueError";
+  return "";
+}
 
 std::vector<float> random_vec(std::size_t n, std::uint32_t seed, float scale = 1.f) {
   std::mt19937 rng(seed);
@@ -240,7 +250,16 @@ TEST_P(GemmFused, PartsOfAPackedProductTogetherAreBitwiseTheWhole) {
       ASSERT_EQ(0, std::memcmp(got.data(), whole.data(), got.size() * sizeof(float))) << describe(c) << " parts " << parts;
     }
   }
-  EXPECT_THROW(sgemm_packed_part(1, nullptr, 1, PackedB(), nullptr, 1, {}, 0, 1), ValueError);
+  const std::string empty = value_error_of([] { sgemm_packed_part(1, nullptr, 1, PackedB(), nullptr, 1, {}, 0, 1); });
+  EXPECT_NE(empty.find("sgemm_packed_part: B is empty"), std::string::npos) << empty;
+  float x[64] = {};
+  const PackedB pb = PackedB::pack(false, 2, 2, x, 2);
+  for (const auto& [part, parts] : {std::pair{2, 2}, std::pair{-1, 2}, std::pair{0, 0}}) {
+    const std::string msg = value_error_of([&] { sgemm_packed_part(2, x, 2, pb, x + 32, 2, {}, part, parts); });
+    EXPECT_NE(msg.find("part " + std::to_string(part) + " of " + std::to_string(parts) + " is not in [0, parts)"),
+              std::string::npos)
+        << msg;
+  }
 }
 
 #ifdef QKV_GEMM_AVX512_EMULATED
@@ -264,8 +283,12 @@ TEST(GemmFusedArgs, BadArgumentsAreNamed) {
   }
   e.residual = x;
   e.ldr = 1;
-  EXPECT_THROW(sgemm_ex(false, false, 2, 2, 2, 1.f, x, 2, x, 2, 0.f, x + 32, 2, e), ValueError);
-  EXPECT_THROW(sgemm_packed(2, x, 2, PackedB(), x + 32, 2), ValueError);
+  std::string msg = value_error_of([&] { sgemm_ex(false, false, 2, 2, 2, 1.f, x, 2, x, 2, 0.f, x + 32, 2, e); });
+  EXPECT_NE(msg.find("sgemm_ex: ldr 1 must be >= N 2"), std::string::npos) << msg;
+  msg = value_error_of([&] { sgemm_packed(2, x, 2, PackedB::pack(false, 2, 2, x, 2), x + 32, 2, e); });
+  EXPECT_NE(msg.find("sgemm_packed: ldr 1 must be >= N 2"), std::string::npos) << msg;
+  msg = value_error_of([&] { sgemm_packed(2, x, 2, PackedB(), x + 32, 2); });
+  EXPECT_NE(msg.find("sgemm_packed: B is empty"), std::string::npos) << msg;
   if (detected_isa() != Isa::Scalar) {
     set_isa(Isa::Scalar);
     const PackedB pb = PackedB::pack(false, 2, 2, x, 2);
