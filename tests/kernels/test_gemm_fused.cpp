@@ -254,7 +254,8 @@ TEST_P(GemmFused, PartsOfAPackedProductTogetherAreBitwiseTheWhole) {
   EXPECT_NE(empty.find("sgemm_packed_part: B is empty"), std::string::npos) << empty;
   float x[64] = {};
   const PackedB pb = PackedB::pack(false, 2, 2, x, 2);
-  for (const auto& [part, parts] : {std::pair{2, 2}, std::pair{-1, 2}, std::pair{0, 0}}) {
+  for (const std::pair<int, int>& pp : {std::pair{2, 2}, std::pair{-1, 2}, std::pair{0, 0}}) {
+    const int part = pp.first, parts = pp.second;  // not a structured binding: clang 14 cannot capture one
     const std::string msg = value_error_of([&] { sgemm_packed_part(2, x, 2, pb, x + 32, 2, {}, part, parts); });
     EXPECT_NE(msg.find("part " + std::to_string(part) + " of " + std::to_string(parts) + " is not in [0, parts)"),
               std::string::npos)
