@@ -1,0 +1,70 @@
+// Quantized block types (GGML / GGUF): the tensor types of llama.cpp's model files, their
+// block layouts, and row conversion to and from float32.
+//
+// A row of n values of a block type is n / block consecutive blocks (n must be a multiple of
+// the block). Weights per block and bytes per block (REFERENCES: ggml-common.h):
+//   F32   1   4    F16   1   2    BF16   1   2
+//   Q8_0  32  34   { f16 d; i8 q[32]; }                          w = d * q
+//   Q4_0  32  18   { f16 d; u8 q[16]; }                          w = d * (nibble - 8)
+//   Q4_1  32  20   { f16 d, m; u8 q[16]; }                       w = d * nibble + m
+//   Q5_0  32  22   { f16 d; u8 qh[4]; u8 q[16]; }                w = d * (nibble | hbit << 4) - 16 d
+//   Q5_1  32  24   { f16 d, m; u8 qh[4]; u8 q[16]; }             w = d * (nibble | hbit << 4) + m
+//   Q4_K  256 144  { f16 d, dmin; u8 scales[12]; u8 q[128]; }    8 sub-blocks of 32, 6-bit scale/min
+//   Q5_K  256 176  { f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 q[128]; }
+//   Q6_K  256 210  { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; }   16 sub-blocks of 16
+// In the 32-weight 4/5-bit blocks the low nibbles of q[0..16) are weights 0..15 and the high
+// nibbles weights 16..31 (bit j of qh, read as a little-endian u32, is weight j's fifth bit).
+//
+// dequantize_row gives bitwise the values of gguf-py's gguf.quants.dequantize (float32
+// arithmetic in its order, no fused multiply-add); quantize_row gives bitwise gguf-py's
+// gguf.quants.quantize for the types it supports.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace qkv::kernels {
+
+// The GGML type ids (their numeric values are the file format's).
+enum class QType : std::uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  BF16 = 30,
+};
+
+struct QTypeTraits {
+  QType type;
+  const char* name;          // GGML's spelling: "F32", "Q4_K", ...
+  std::int64_t block;        // weights per block
+  std::int64_t block_bytes;  // bytes per block
+};
+
+// The traits of a type id read from a file, or nullopt when qkv does not know it (ids of GGML
+// types qkv does not support, such as Q2_K or IQ4_XS, included: the caller names them).
+std::optional<QTypeTraits> qtype_traits(std::uint32_t id);
+QTypeTraits qtype_traits(QType t);
+const char* qtype_name(QType t);
+// Case-insensitive "f32", "q4_k", ...; nullopt if unknown.
+std::optional<QType> qtype_from_name(std::string_view name);
+// GGML's name of any type id, known to qkv or not ("IQ4_XS" for 23, "type 99" if unassigned).
+std::string_view ggml_type_name(std::uint32_t id);
+
+// Bytes of a row of n values; ValueError if n is negative or not a multiple of the block.
+std::int64_t qtype_row_bytes(QType t, std::int64_t n);
+
+// src: the bytes of a row of n values of type t (any alignment) -> dst [n] float32.
+void dequantize_row(QType t, const void* src, float* dst, std::int64_t n);
+// src [n] float32 -> dst: qtype_row_bytes(t, n) bytes. Supported: F32, F16, BF16, Q8_0, Q4_0,
+// Q4_1, Q5_0, Q5_1 (ValueError naming the type for the k-quants).
+void quantize_row(QType t, const float* src, void* dst, std::int64_t n);
+
+}  // namespace qkv::kernels
