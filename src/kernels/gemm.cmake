@@ -3,6 +3,7 @@
 # so they need no extra flags and still build with QKV_NATIVE=OFF; the ISA is
 # chosen at run time from qkv::kernels::active_isa().
 set(QKV_GEMM_SOURCES
+  kernels/quant_types.cpp
   kernels/gemm_ref.cpp
   kernels/gemm.cpp
   kernels/gemm_scalar.cpp

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace qkv::kernels {
@@ -56,7 +57,7 @@ const char* qtype_name(QType t);
 // Case-insensitive "f32", "q4_k", ...; nullopt if unknown.
 std::optional<QType> qtype_from_name(std::string_view name);
 // GGML's name of any type id, known to qkv or not ("IQ4_XS" for 23, "type 99" if unassigned).
-std::string_view ggml_type_name(std::uint32_t id);
+std::string ggml_type_name(std::uint32_t id);
 
 // Bytes of a row of n values; ValueError if n is negative or not a multiple of the block.
 std::int64_t qtype_row_bytes(QType t, std::int64_t n);
