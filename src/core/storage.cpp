@@ -161,6 +161,13 @@ std::size_t cached_memory_bytes() { return cache().cached(); }
 
 Storage::Storage(std::size_t nbytes, const char* what) : data_(aligned_alloc_bytes(nbytes, what)), nbytes_(nbytes) {}
 
-Storage::~Storage() { aligned_free(data_, nbytes_); }
+Storage::Storage(void* data, std::size_t nbytes, std::shared_ptr<const void> owner)
+    : data_(data), nbytes_(nbytes), owner_(std::move(owner)) {
+  if (!owner_) throw ValueError("Storage: external memory needs an owner that keeps it alive");
+}
+
+Storage::~Storage() {
+  if (!owner_) aligned_free(data_, nbytes_);
+}
 
 }  // namespace qkv

@@ -256,7 +256,10 @@ std::shared_ptr<BertModel> BertModel::from_folder(const std::string& dir) {
     list("wrong shape or dtype", wrong);
     throw ValueError(msg);
   }
-  auto model = std::make_shared<BertModel>(cfg);
+  auto model = [&] {
+    nn::SkipInitGuard skip;  // every parameter is loaded next: no random initialisation
+    return std::make_shared<BertModel>(cfg);
+  }();
   autograd::NoGradGuard no_grad;
   nn::StateDict sd(named.begin(), named.end());
   model->load_state_dict(sd, true);

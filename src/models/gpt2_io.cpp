@@ -278,7 +278,10 @@ std::shared_ptr<GPT2LMHeadModel> load_gpt2(const std::string& dir) {
   check_gpt2_config(cfg);  // an unaffordable config is refused before its file is read
   const io::SafetensorsFile f = io::SafetensorsFile::open(st_path);
   check_config_fits_file(cfg, f, cfg_path, st_path);
-  auto model = std::make_shared<GPT2LMHeadModel>(cfg);
+  auto model = [&] {
+    nn::SkipInitGuard skip;  // every parameter is loaded next: no random initialisation
+    return std::make_shared<GPT2LMHeadModel>(cfg);
+  }();
   load_weights_from(*model, f, st_path);
   model->eval();
   return model;

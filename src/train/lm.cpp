@@ -230,7 +230,10 @@ std::unique_ptr<LMTrainer> LMTrainer::resume(const std::string& dir, const Token
                       static_cast<double>(cfg.n_layer) * 12.0 * static_cast<double>(cfg.n_embd) * static_cast<double>(cfg.n_embd);
   if (need > static_cast<double>(have) * 1.01 + 1e6)
     throw r.bad("its config describes a model far larger than the tensors it holds");
-  auto m = std::make_shared<models::GPT2LMHeadModel>(cfg);
+  auto m = [&] {
+    nn::SkipInitGuard skip;  // every parameter is loaded next: no random initialisation
+    return std::make_shared<models::GPT2LMHeadModel>(cfg);
+  }();
   try {
     m->load_state_dict(c.model);
   } catch (const Error& e) {

@@ -243,7 +243,10 @@ Seq2SeqTrainer::Seq2SeqTrainer(const io::Checkpoint& c, const std::string& sourc
   if (!c.has_rng) throw r.bad("checkpoint has no RNG state (metadata 'rng_seed', 'rng_offset'); cannot resume bitwise");
   data_.train = read_examples(r, "train", opt_.data.train_size, opt_.data);
   data_.test = read_examples(r, "test", opt_.data.test_size, opt_.data);
-  model_ = std::make_shared<Seq2Seq>(mo);
+  model_ = [&] {
+    nn::SkipInitGuard skip;  // every parameter is loaded next: no random initialisation
+    return std::make_shared<Seq2Seq>(mo);
+  }();
   init_run();
   try {
     model_->load_state_dict(c.model);
