@@ -45,9 +45,9 @@ class AtomicFile {
   std::uint64_t written_ = 0;
 };
 
-// Fault injection for tests: every atomic write (write_file_atomic, write_safetensors)
-// calls the hook at each point it reaches, in order:
-//   "<who>: temp created", "header written" (safetensors), "tensor written" (one per
+// Fault injection for tests: every atomic write (write_file_atomic, AtomicFile and so
+// write_safetensors, write_gguf) calls the hook at each point it reaches, in order:
+//   "<who>: temp created", "header written" (safetensors, gguf), "tensor written" (one per
 //   tensor) or "data written", "fsynced", "closed", "renamed", "dir fsynced".
 // A test's hook may raise(SIGKILL) at the k-th call to kill a save exactly there.
 // nullptr (the default) disables it; not for use outside tests (not thread-safe to set).
