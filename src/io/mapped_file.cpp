@@ -60,7 +60,12 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path, cons
   }
   if (f.size > std::numeric_limits<std::size_t>::max())
     throw io_fail(path, what, std::to_string(f.size) + " bytes do not fit in the address space", 0);
-  void* p = ::mmap(nullptr, static_cast<std::size_t>(f.size), PROT_READ, MAP_PRIVATE, f.fd, 0);
+  // Private and writable: pages are shared with the page cache until written, and a write (to
+  // a tensor viewing the weights, say) copies only its page for this process; the file itself
+  // never changes.
+  // MAP_NORESERVE: no swap is reserved for pages never written (a 256 GiB file maps like a small one).
+  void* p = ::mmap(nullptr, static_cast<std::size_t>(f.size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE,
+                   f.fd, 0);
   if (p == MAP_FAILED) throw io_fail(path, what, "mmap of " + std::to_string(f.size) + " bytes failed", errno);
   m->data_ = static_cast<const std::uint8_t*>(p);
   m->mapped_ = true;

@@ -261,8 +261,19 @@ std::shared_ptr<BertModel> BertModel::from_folder(const std::string& dir) {
     return std::make_shared<BertModel>(cfg);
   }();
   autograd::NoGradGuard no_grad;
-  nn::StateDict sd(named.begin(), named.end());
-  model->load_state_dict(sd, true);
+  // Parameters view the file's tensors (mapped float32, or converted copies): no copy. Every
+  // name and shape was checked above.
+  std::set<std::string> params;
+  for (auto& [n, p] : model->named_parameters()) {
+    const Tensor& t = named.at(n);
+    if (t.dtype() == p.dtype()) p.set_data_(t);
+    else p.copy_(t);
+    params.insert(n);
+  }
+  nn::StateDict buffers;
+  for (const auto& [n, t] : named)
+    if (!params.count(n)) buffers[n] = t;
+  if (!buffers.empty()) model->load_state_dict(buffers, false);
   for (auto& p : model->parameters()) p.requires_grad_(false);
   model->eval();
   return model;

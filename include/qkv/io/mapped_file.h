@@ -3,7 +3,8 @@
 //
 // A mapping reads nothing up front: a page is read from the file (or the page cache) the
 // first time it is touched, so parsing a header maps a multi-GiB weight file in microseconds
-// and a few pages of memory. The mapping is MAP_PRIVATE and PROT_READ; modifying the file
+// and a few pages of memory. The mapping is MAP_PRIVATE and copy-on-write: a tensor viewing it
+// may be written (only that page is copied, for this process; the file never changes). Modifying the file
 // while it is mapped (truncating it in place) makes later reads of the lost pages fault, so
 // writers replace files by rename (io/files.h), which leaves a mapped old file intact.
 #pragma once

@@ -21,11 +21,16 @@ struct LoadedTensors {
   std::string source;
 };
 
+// Tensors of a mapped file (view_tensor: float32 ones view the file, copy-on-write).
 LoadedTensors load_safetensors(const std::string& path);
 // Tensors of any layout; written contiguous in the given order. Atomic.
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 // One file tensor -> a qkv Tensor.
 Tensor to_tensor(const SafetensorsFile& f, const StTensorInfo& info);
+// The same without a copy where it can be: for an F32, F64 or I64 tensor of a mapped file whose
+// bytes are aligned for the dtype, a tensor viewing the mapping (which it keeps alive;
+// copy-on-write, so writing it never changes the file); else to_tensor's converted copy.
+Tensor view_tensor(const SafetensorsFile& f, const StTensorInfo& info);
 
 }  // namespace qkv::io
