@@ -130,7 +130,7 @@ Regex::Regex(std::string_view pattern, bool literal, const std::string& what) {
   const std::string translated = literal ? std::string(pattern) : onig_to_pcre2(pattern, what);
   int err = 0;
   PCRE2_SIZE err_off = 0;
-  const std::uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE | (literal ? PCRE2_LITERAL : 0);
+  const std::uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE;
   impl->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(), options, &err,
                              &err_off, nullptr);
   if (!impl->code)
