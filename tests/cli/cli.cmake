@@ -4,6 +4,7 @@ if(TARGET qkv_tool)
   qkv_add_test(test_cli
     SOURCES cli/test_cli.cpp
             cli/test_cli_corrupt.cpp        # corrupt safetensors files, one per rule (CliCorruptFiles.*)
+            cli/test_cli_inspect.cpp        # inspect: GGUF files, format by magic, header-only (CliInspectGguf.*)
             cli/test_cli_train_seq2seq.cpp  # train seq2seq, --resume (CliTrainSeq2Seq.*)
     LIBS qkv nlohmann_json::nlohmann_json)
   target_compile_definitions(test_cli PRIVATE QKV_BIN="$<TARGET_FILE:qkv_tool>")

@@ -10,6 +10,7 @@ set(QKV_TOOL_SOURCES
   cmd_trace.cpp
   cmd_variance.cpp
   cmd_inspect.cpp
+  cmd_inspect_gguf.cpp
   bench_util.cpp
   cmd_bench.cpp
   cmd_bench_generate.cpp
