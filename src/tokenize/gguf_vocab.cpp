@@ -5,6 +5,7 @@
 
 #include "bpe_impl.h"
 #include "qkv/core/error.h"
+#include "qkv/io/gguf.h"
 #include "qkv/tokenize/utf8.h"
 
 namespace qkv::tokenize {
@@ -105,7 +106,7 @@ ByteLevelBPE bpe_from_gguf_vocab(const GgufVocab& g, const std::string& source) 
                  [](std::int32_t rank) { return "at tokenizer.ggml.merges[" + std::to_string(rank) + "]"; });
   }
   for (std::size_t id = 0; id < g.token_types.size(); ++id) {
-    const std::int32_t t = g.token_types[id];
+    const std::int64_t t = g.token_types[id];
     if (t < 0 || t > 6)
       throw fail("token_type[" + std::to_string(id) + "]", std::to_string(t) + " (token " + quote(g.tokens[id]) +
                                                                ") is not a token type (0 undefined, 1 normal, 2 unknown, "
@@ -131,5 +132,33 @@ ByteLevelBPE bpe_from_gguf_vocab(const GgufVocab& g, const std::string& source) 
   m->finish();
   return Impl::wrap(std::move(m));
 }
+
+}  // namespace qkv::tokenize
+
+namespace qkv::tokenize {
+
+GgufVocab gguf_vocab_from(const io::GGUFFile& f) {
+  GgufVocab g;
+  const auto model = f.find_string("tokenizer.ggml.model");
+  if (!model)
+    throw FormatError("GGUF '" + f.source() + "': the file has no tokenizer (no key 'tokenizer.ggml.model')");
+  g.model = std::string(*model);
+  if (const auto pre = f.find_string("tokenizer.ggml.pre")) g.pre = std::string(*pre);
+  for (const std::string_view t : f.get_string_array("tokenizer.ggml.tokens")) g.tokens.emplace_back(t);
+  if (f.find_value("tokenizer.ggml.merges")) {
+    g.merges.emplace();
+    for (const std::string_view m : f.get_string_array("tokenizer.ggml.merges")) g.merges->emplace_back(m);
+  }
+  if (f.find_value("tokenizer.ggml.token_type")) g.token_types = f.get_int_array("tokenizer.ggml.token_type");
+  g.bos_id = f.find_int("tokenizer.ggml.bos_token_id");
+  g.eos_id = f.find_int("tokenizer.ggml.eos_token_id");
+  g.pad_id = f.find_int("tokenizer.ggml.padding_token_id");
+  g.unk_id = f.find_int("tokenizer.ggml.unknown_token_id");
+  g.add_bos = f.find_bool("tokenizer.ggml.add_bos_token");
+  g.add_eos = f.find_bool("tokenizer.ggml.add_eos_token");
+  return g;
+}
+
+ByteLevelBPE bpe_from_gguf(const io::GGUFFile& f) { return bpe_from_gguf_vocab(gguf_vocab_from(f), f.source()); }
 
 }  // namespace qkv::tokenize

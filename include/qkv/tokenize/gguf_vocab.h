@@ -1,6 +1,7 @@
 // A byte-level BPE tokenizer from GGUF metadata (tokenizer.ggml.*), as llama.cpp's
 // llama-vocab.cpp reads it, with the ids Hugging Face `tokenizers` gives for the model's own
-// tokenizer.json. Plain vectors in, so it does not depend on how the file was read.
+// tokenizer.json. bpe_from_gguf_vocab takes plain vectors (any reader); bpe_from_gguf reads
+// them from an io::GGUFFile.
 //
 //   tokenizer.ggml.model        "gpt2" (byte-level BPE). "llama" (SentencePiece) and every other
 //                               model: FormatError naming it ("not supported yet" for "llama").
@@ -33,6 +34,10 @@
 
 #include "qkv/tokenize/bpe.h"
 
+namespace qkv::io {
+class GGUFFile;
+}
+
 namespace qkv::tokenize {
 
 struct GgufVocab {
@@ -40,7 +45,7 @@ struct GgufVocab {
   std::optional<std::string> pre;         // tokenizer.ggml.pre
   std::vector<std::string> tokens;        // tokenizer.ggml.tokens
   std::optional<std::vector<std::string>> merges;  // tokenizer.ggml.merges (required for "gpt2")
-  std::vector<std::int32_t> token_types;  // tokenizer.ggml.token_type; empty: all normal
+  std::vector<std::int64_t> token_types;  // tokenizer.ggml.token_type; empty: all normal
   std::optional<std::int64_t> bos_id, eos_id, pad_id, unk_id;  // tokenizer.ggml.{bos,eos,padding,unknown}_token_id
   std::optional<bool> add_bos, add_eos;   // tokenizer.ggml.add_bos_token / add_eos_token
 };
@@ -51,6 +56,12 @@ struct GgufVocab {
 // in the list, an id out of range, add_bos_token without a BOS id. An empty or non-UTF-8
 // control token, or one whose text an earlier one already has, is not matched in text.
 ByteLevelBPE bpe_from_gguf_vocab(const GgufVocab& vocab, const std::string& source);
+
+// The tokenizer.ggml.* keys of a GGUF file (GGUFFile::open_header is enough: no tensor data).
+// FormatError naming the file and the key when a key has the wrong type (the reader's
+// message) or tokenizer.ggml.model is absent; then bpe_from_gguf_vocab's checks.
+GgufVocab gguf_vocab_from(const io::GGUFFile& file);
+ByteLevelBPE bpe_from_gguf(const io::GGUFFile& file);
 
 // The GGUF pre-tokenizer types bpe_from_gguf_vocab knows.
 std::vector<std::string> gguf_pre_tokenizer_types();
