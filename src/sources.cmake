@@ -38,6 +38,10 @@ set(QKV_SOURCES
   tokenize/pretokenize.cpp
   tokenize/bpe_load.cpp
   tokenize/bpe.cpp
+  tokenize/bpe_build.cpp
+  tokenize/regex.cpp
+  tokenize/tokenizer_json.cpp
+  tokenize/gguf_vocab.cpp
   train/loop.cpp
   train/corpus.cpp
   train/lm.cpp
