@@ -36,7 +36,7 @@ test: models data build
 # ThreadPool.WorksInAForkedChild is left to `make test`: TSan cannot start threads in the child
 # of a multi-threaded fork ("starting new threads after multi-threaded fork is not supported").
 TSAN_BUILD ?= build-tsan
-TSAN_TESTS := test_concurrent test_concurrent_kernels test_parallel
+TSAN_TESTS := test_concurrent test_concurrent_kernels test_parallel test_scheduler
 test-tsan: models
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQKV_SANITIZE=thread \
 	  -DQKV_BUILD_TOOLS=OFF -DQKV_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null

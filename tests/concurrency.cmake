@@ -6,3 +6,6 @@
 qkv_add_test(test_concurrent SOURCES infer/test_concurrent.cpp LIBS qkv LABELS concurrency)
 qkv_add_test(test_concurrent_kernels SOURCES kernels/test_concurrent_kernels.cpp LIBS qkv_gemm qkv_attention_kernels
              LABELS concurrency)
+# The continuous-batching scheduler (infer/scheduler.h): 16 client threads, each request's tokens
+# those it gets alone; cancellation, chunked prefill, the queue bound, shutdown.
+qkv_add_test(test_scheduler SOURCES infer/test_scheduler.cpp LIBS qkv LABELS concurrency)
