@@ -1,0 +1,331 @@
+// POST /v1/chat/completions and /v1/completions: the request -> a scheduler's sequence -> a JSON
+// response, or server-sent events as the tokens come (see server.h).
+#include <nlohmann/json.hpp>
+
+#include "qkv/serve/text_stream.h"
+#include "server_impl.h"
+
+namespace qkv::serve {
+namespace {
+
+using json = nlohmann::json;
+using i64 = std::int64_t;
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kPoll{50};  // how often a waiting response checks its client
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// A request checked and turned into a scheduler request.
+struct Prepared {
+  const TextModel* model = nullptr;
+  GenerationParams params;
+  infer::SequenceRequest request;
+};
+
+[[noreturn]] void context_exceeded(const Prepared& p, i64 ctx, i64 P, const std::optional<i64>& max_tokens) {
+  const char* where = p.params.kind == ApiKind::Chat ? "messages" : "prompt";
+  std::string msg = "This model's maximum context length is " + std::to_string(ctx) + " tokens. However, ";
+  if (max_tokens)
+    msg += "you requested " + std::to_string(P) + " + " + std::to_string(*max_tokens) + " tokens (" + std::to_string(P) +
+           " in the " + where + ", " + std::to_string(*max_tokens) + " in the completion). Please reduce the length of the " +
+           where + " or completion.";
+  else
+    msg += std::string("your ") + where + " resulted in " + std::to_string(P) + " tokens. Please reduce the length of the " +
+           where + ".";
+  throw ApiError(400, msg, where, "context_length_exceeded");
+}
+
+Prepared prepare(Server::Impl& s, const httplib::Request& req, ApiKind kind) {
+  Prepared p;
+  p.params = parse_generation_request(req.body, kind);
+  const GenerationParams& g = p.params;
+  p.model = &s.text_model(g.model);
+  const TextModel& m = *p.model;
+  request_record().model = m.id;
+  std::vector<i64> prompt;
+  if (kind == ApiKind::Chat) {
+    if (!m.chat_prompt)
+      throw ApiError(400, "The model '" + m.id + "' has no chat template: use /v1/completions, or start the server with "
+                          "--chat-template FILE.", "messages", "no_chat_template");
+    try {
+      prompt = m.chat_prompt(g.messages);
+    } catch (const ValueError& e) {
+      throw ApiError(400, std::string("The model's chat template refused these messages: ") + e.what(), "messages",
+                     "invalid_messages");
+    }
+  } else if (g.prompt_is_ids) {
+    const i64 V = m.scheduler->model().vocab_size();
+    for (std::size_t i = 0; i < g.prompt_ids.size(); ++i)
+      if (g.prompt_ids[i] >= V)
+        throw ApiError(400, "Invalid 'prompt[" + std::to_string(i) + "]': token id " + std::to_string(g.prompt_ids[i]) +
+                                " is out of range [0, " + std::to_string(V) + ").",
+                       "prompt", "invalid_value");
+    prompt = g.prompt_ids;
+  } else {
+    try {
+      prompt = m.encode_prompt(g.prompt);
+    } catch (const ValueError& e) {
+      throw ApiError(400, std::string("Invalid 'prompt': ") + e.what(), "prompt", "invalid_value");
+    }
+  }
+  const i64 ctx = m.scheduler->options().context, P = static_cast<i64>(prompt.size());
+  if (P == 0)
+    throw ApiError(400, "The prompt is empty: it gives no tokens.", kind == ApiKind::Chat ? "messages" : "prompt",
+                   "empty_prompt");
+  if (P >= ctx || (g.max_tokens && *g.max_tokens > ctx - P)) context_exceeded(p, ctx, P, g.max_tokens);
+  infer::SequenceRequest& r = p.request;
+  r.prompt = std::move(prompt);
+  r.max_new_tokens = g.max_tokens.value_or(ctx - P);
+  r.sampling.temperature = g.temperature;
+  r.sampling.top_k = g.top_k;
+  r.sampling.top_p = g.top_p;
+  if (g.top_p == 0) {  // OpenAI accepts 0: only the most likely token
+    r.sampling.temperature = 0;
+    r.sampling.top_p = 1;
+  }
+  r.sampling.seed = g.seed ? *g.seed : new_seed();
+  r.stop_ids = m.eos_ids;
+  r.logprobs = g.logprobs ? g.top_logprobs : -1;
+  return p;
+}
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (const char c : s) b.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  return b;
+}
+
+// One response: its text stream, token count, logprobs and metrics.
+class Generation {
+ public:
+  Generation(Server::Impl& s, Prepared p, std::shared_ptr<infer::Sequence> seq)
+      : s_(s), p_(std::move(p)), m_(*p_.model), seq_(std::move(seq)),
+        text_(*m_.tokenizer, p_.params.stop, m_.eos_ids), id_(new_id(chat() ? "chatcmpl-" : "cmpl-")),
+        created_(std::time(nullptr)), start_(detail::request_start()) {}
+
+  bool chat() const { return p_.params.kind == ApiKind::Chat; }
+
+  // Non-streaming: waits for the end and answers with the whole completion.
+  void complete(httplib::Response& res) {
+    std::string content;
+    json lp = logprobs_init();
+    if (!pump([&](const std::string& piece, const infer::GeneratedToken& t) {
+          content += piece;
+          add_logprob(lp, t, piece);
+          return true;
+        })) {
+      res.status = 499;  // the client left; nobody reads this
+      return;
+    }
+    content += text_.finish();
+    if (const auto err = failure()) return answer_error(res, *err);
+    json choice = {{"index", 0}, {"logprobs", p_.params.logprobs ? lp : json(nullptr)}, {"finish_reason", finish_reason()}};
+    if (chat())
+      choice["message"] = {{"role", "assistant"}, {"content", content}};
+    else
+      choice["text"] = content;
+    json out = {{"id", id_}, {"object", chat() ? "chat.completion" : "text_completion"}, {"created", created_},
+                {"model", m_.id}, {"system_fingerprint", "qkv"}, {"choices", json::array({choice})}, {"usage", usage()}};
+    res.set_content(dump(out), "application/json");
+  }
+
+  // Streaming: server-sent events as the text comes. False when the client is gone.
+  bool stream(httplib::DataSink& sink) {
+    const bool usage_chunks = p_.params.include_usage;
+    if (chat()) {
+      json delta = {{"role", "assistant"}, {"content", ""}};
+      if (!send(sink, chunk(delta, nullptr, nullptr, usage_chunks))) return false;
+    }
+    const bool ok = pump(
+        [&](const std::string& piece, const infer::GeneratedToken& t) {
+          if (piece.empty() && !p_.params.logprobs) return true;
+          json lp = logprobs_init();
+          add_logprob(lp, t, piece);
+          return send(sink, chunk(content_delta(piece), p_.params.logprobs ? lp : json(nullptr), nullptr, usage_chunks));
+        },
+        &sink);
+    if (!ok) return false;
+    const std::string tail = text_.finish();
+    if (!tail.empty() && !send(sink, chunk(content_delta(tail), nullptr, nullptr, usage_chunks))) return false;
+    if (const auto err = failure()) {
+      if (!send(sink, json::parse(error_json(*err)))) return false;
+    } else {
+      if (!send(sink, chunk(chat() ? json::object() : json(""), nullptr, finish_reason(), usage_chunks))) return false;
+      if (usage_chunks) {
+        json last = {{"id", id_}, {"object", chunk_object()}, {"created", created_}, {"model", m_.id},
+                     {"choices", json::array()}, {"usage", usage()}};
+        if (!send(sink, last)) return false;
+      }
+    }
+    static const std::string done = "data: [DONE]\n\n";
+    if (!sink.write(done.data(), done.size())) return false;
+    sink.done();
+    return true;
+  }
+
+  // A client that left: its sequence is cancelled (the slot is free within a step).
+  void abandon() {
+    seq_->cancel();
+    request_record().disconnected = true;
+    finish_record();
+  }
+
+ private:
+  // Takes tokens until the sequence ends or a stop string appears, calling on_token(text piece,
+  // token) for each; false (sequence cancelled) when the client is gone or on_token says so.
+  template <class Fn>
+  bool pump(const Fn& on_token, httplib::DataSink* sink = nullptr) {
+    std::vector<infer::GeneratedToken> got;
+    for (;;) {
+      const bool ended = seq_->wait(got, kPoll);
+      for (const auto& t : got) {
+        observe(t);
+        const std::string piece = text_.push(t.id);
+        if (!on_token(piece, t)) {
+          abandon();
+          return false;
+        }
+        if (text_.stopped()) break;
+      }
+      got.clear();
+      if (text_.stopped()) {
+        seq_->cancel();  // the rest is not needed
+        break;
+      }
+      if (ended) break;
+      if (!(sink ? sink->is_writable() : detail::client_connected())) {
+        abandon();
+        return false;
+      }
+    }
+    finish_record();
+    return true;
+  }
+
+  void observe(const infer::GeneratedToken& t) {
+    ++completion_;
+    if (completion_ == 1)
+      s_.metrics.observe_ttft(m_.id, std::chrono::duration<double>(t.time - start_).count());
+    else
+      s_.metrics.observe_inter_token(m_.id, std::chrono::duration<double>(t.time - last_).count());
+    last_ = t.time;
+  }
+
+  void finish_record() {
+    if (recorded_) return;
+    recorded_ = true;
+    RequestRecord& r = request_record();
+    r.prompt_tokens = static_cast<i64>(p_.request.prompt.size());
+    r.completion_tokens = completion_;
+    s_.metrics.add_tokens(m_.id, r.prompt_tokens, completion_);
+  }
+
+  std::optional<ApiError> failure() const {
+    if (text_.stopped()) return std::nullopt;
+    switch (seq_->finish_reason()) {
+      case infer::FinishReason::Failed:
+        return ApiError(500, "Generation failed: " + seq_->error(), "", "generation_failed", "server_error");
+      case infer::FinishReason::Cancelled:
+        return ApiError(503, "The server shut down before the completion ended.", "", "shutting_down", "server_error");
+      default: return std::nullopt;
+    }
+  }
+
+  const char* finish_reason() const {
+    if (text_.stopped()) return "stop";
+    return seq_->finish_reason() == infer::FinishReason::Length ? "length" : "stop";
+  }
+
+  json usage() const {
+    const i64 P = static_cast<i64>(p_.request.prompt.size());
+    return {{"prompt_tokens", P}, {"completion_tokens", completion_}, {"total_tokens", P + completion_}};
+  }
+
+  const char* chunk_object() const { return chat() ? "chat.completion.chunk" : "text_completion"; }
+
+  json content_delta(const std::string& piece) const { return chat() ? json{{"content", piece}} : json(piece); }
+
+  json chunk(const json& delta, const json& logprobs, const char* finish, bool usage_null) const {
+    json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish ? json(finish) : json(nullptr)}};
+    choice[chat() ? "delta" : "text"] = delta;
+    json c = {{"id", id_}, {"object", chunk_object()}, {"created", created_}, {"model", m_.id},
+              {"system_fingerprint", "qkv"}, {"choices", json::array({choice})}};
+    if (usage_null) c["usage"] = nullptr;
+    return c;
+  }
+
+  bool send(httplib::DataSink& sink, const json& j) const {
+    const std::string data = "data: " + dump(j) + "\n\n";
+    return sink.write(data.data(), data.size());
+  }
+
+  json logprobs_init() const {
+    if (chat()) return {{"content", json::array()}};
+    return {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+            {"text_offset", json::array()}};
+  }
+
+  // Appends token t (whose text piece was just released) to a logprobs object.
+  void add_logprob(json& lp, const infer::GeneratedToken& t, const std::string& piece) const {
+    if (!p_.params.logprobs) return;
+    const tokenize::ByteLevelBPE& tok = *m_.tokenizer;
+    if (chat()) {
+      json top = json::array();
+      for (const auto& [id, l] : t.top)
+        top.push_back({{"token", tok.decode({id})}, {"logprob", l}, {"bytes", bytes_of(tok.token_bytes(id))}});
+      lp["content"].push_back({{"token", tok.decode({t.id})}, {"logprob", t.logprob},
+                               {"bytes", bytes_of(tok.token_bytes(t.id))}, {"top_logprobs", top}});
+    } else {
+      json top = json::object();
+      for (const auto& [id, l] : t.top) top[tok.decode({id})] = l;
+      lp["tokens"].push_back(tok.decode({t.id}));
+      lp["token_logprobs"].push_back(t.logprob);
+      lp["top_logprobs"].push_back(top);
+      lp["text_offset"].push_back(text_.released() - piece.size());
+    }
+  }
+
+  Server::Impl& s_;
+  Prepared p_;
+  const TextModel& m_;
+  std::shared_ptr<infer::Sequence> seq_;
+  TextStream text_;
+  std::string id_;
+  std::time_t created_;
+  Clock::time_point start_, last_;
+  i64 completion_ = 0;
+  bool recorded_ = false;
+};
+
+}  // namespace
+
+void handle_generation(Server::Impl& s, const httplib::Request& req, httplib::Response& res, ApiKind kind) {
+  Prepared p = prepare(s, req, kind);
+  std::shared_ptr<infer::Sequence> seq;
+  try {
+    seq = p.model->scheduler->submit(p.request);
+  } catch (const infer::QueueFullError&) {
+    throw ApiError(429, "The server is busy (its queue is full); retry shortly.", "", "queue_full", "server_busy");
+  } catch (const infer::ShutdownError&) {
+    throw ApiError(503, "The server is shutting down; retry on another replica.", "", "shutting_down", "server_error");
+  } catch (const ApiError&) {
+    throw;
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), "", "invalid_value");
+  }
+  const bool streaming = p.params.stream;
+  auto gen = std::make_shared<Generation>(s, std::move(p), std::move(seq));
+  if (!streaming) {
+    gen->complete(res);
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");  // nginx: pass events on at once
+  res.set_chunked_content_provider(
+      "text/event-stream", [gen](std::size_t, httplib::DataSink& sink) { return gen->stream(sink); },
+      [gen](bool success) {
+        if (!success) gen->abandon();
+      });
+}
+
+}  // namespace qkv::serve
