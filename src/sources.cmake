@@ -22,6 +22,7 @@ set(QKV_SOURCES
   models/gpt2_io.cpp
   infer/sampling.cpp
   infer/generate.cpp
+  infer/session.cpp
   models/attention_maps.cpp
   models/classifier.cpp
   models/seq2seq.cpp
