@@ -49,6 +49,7 @@ set(QKV_SOURCES
   tokenize/jinja_value.cpp
   tokenize/jinja_lexer.cpp
   tokenize/jinja_parser.cpp
+  tokenize/jinja_scope.cpp
   tokenize/jinja_render.cpp
   tokenize/jinja_builtins.cpp
   tokenize/jinja_methods.cpp

@@ -70,15 +70,21 @@ struct Stmt {
   std::vector<std::unique_ptr<Stmt>> body, else_body;
   std::vector<std::string> params;  // Macro / With
   std::vector<ExprPtr> defaults;    // Macro: for the last params; With: one per param
+  // The scope this statement opens (For: its body; Macro, With, SetBlock, Generation: theirs)
+  // starts with these names undefined (jinja_scope.cpp); For's else branch: undefined_names_else.
+  std::vector<std::string> undefined_names, undefined_names_else;
 };
 using StmtPtr = std::unique_ptr<Stmt>;
 
 // A parsed template: its statements and where its errors are.
 struct Program {
   std::vector<StmtPtr> body;
+  std::vector<std::string> root_undefined;  // names the template's own scope starts undefined
 };
 
 // Parses the tokens of a normalized source (SyntaxFail on an error or an unsupported construct).
 Program parse_tokens(std::vector<struct Token> tokens);
+// jinja2's static name resolution: fills the undefined names of every scope (jinja_scope.cpp).
+void resolve_names(Program& program);
 
 }  // namespace qkv::tokenize::jinja

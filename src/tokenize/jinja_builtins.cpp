@@ -206,8 +206,11 @@ Value filter_indent(Renderer& r, const Value& v, CallArgs& args) {
     ind.assign(static_cast<std::size_t>(std::max<std::int64_t>(w, 0)), ' ');
   }
   const bool first = truthy(p.get_or(1, Value::boolean(false))), blank = truthy(p.get_or(2, Value::boolean(false)));
+  // jinja2 appends "\n" to the value itself: only a string can be indented.
+  if (v.is_undefined()) fail_undefined(v);
+  if (!v.is_str()) throw Fail{"indent: the value must be a string, not " + type_name(v)};
   // Python's str.splitlines() of s + "\n".
-  const std::u32string t = text::decode(to_str(v) + "\n");
+  const std::u32string t = text::decode(v.text() + "\n");
   std::vector<std::string> lines;
   std::u32string cur;
   for (std::size_t k = 0; k < t.size(); ++k) {
@@ -273,6 +276,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
     };
     f["float"] = [](Renderer&, const Value& v, CallArgs& a) {
       Params p("float", a, {"default"});
+      if (v.is_undefined()) fail_undefined(v);  // float(Undefined) raises
       if (v.is_number()) return Value::number(v.as_double());
       if (v.is_str())
         if (auto d = parse_float(v.text())) return Value::number(*d);
@@ -282,6 +286,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       // jinja2's do_int: int(value, base) for a string, int(value) otherwise, then int(float(value)).
       Params p("int", a, {"default", "base"});
       const std::int64_t base = p.int_arg(1, 10);
+      if (v.is_undefined()) fail_undefined(v);  // int(Undefined) raises
       if (v.is_int_like()) return Value::integer(v.as_int());
       const auto from_float = [&](double d) {
         if (!std::isfinite(d) || std::fabs(d) >= 9.2e18) return p.get_or(0, Value::integer(0));
@@ -330,7 +335,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
     };
     f["title"] = [=](Renderer& r, const Value& v, CallArgs& a) {
       no_args("title", a);
-      return r.make_str(text::title(to_str(v)));
+      return r.make_str(text::title_filter(to_str(v)));
     };
     f["map"] = [](Renderer& r, const Value& v, CallArgs& a) {
       std::vector<Value> out;
@@ -454,22 +459,27 @@ const std::unordered_map<std::string, TestFn>& tests() {
     unary({"callable"}, [](const Value& v) { return v.kind == Kind::Func || v.is_undefined(); });
     unary({"lower"}, [](const Value& v) { return text::is_lower(to_str(v)); });
     unary({"upper"}, [](const Value& v) { return text::is_upper(to_str(v)); });
+    // jinja2: odd is value % 2 == 1, even value % 2 == 0, divisibleby value % num == 0 (Python's %).
     const auto modulo = [](const Value& v, std::int64_t d) {
       if (v.is_undefined()) fail_undefined(v);
       if (v.kind == Kind::Float) {
         double m = std::fmod(v.f, static_cast<double>(d));
-        return m == 0 ? 0 : 1;
+        if (m != 0 && ((m < 0) != (d < 0))) m += static_cast<double>(d);
+        return Value::number(m);
       }
       if (!v.is_int_like()) throw Fail{"unsupported operand type(s) for %: '" + type_name(v) + "' and 'int'"};
-      return static_cast<int>(v.as_int() % d != 0);
+      if (d == -1) return Value::integer(0);
+      std::int64_t m = v.as_int() % d;
+      if (m != 0 && ((m < 0) != (d < 0))) m += d;
+      return Value::integer(m);
     };
-    unary({"odd"}, [modulo](const Value& v) { return modulo(v, 2) != 0; });
-    unary({"even"}, [modulo](const Value& v) { return modulo(v, 2) == 0; });
+    unary({"odd"}, [modulo](const Value& v) { return equals(modulo(v, 2), Value::integer(1)); });
+    unary({"even"}, [modulo](const Value& v) { return equals(modulo(v, 2), Value::integer(0)); });
     t["divisibleby"] = [modulo](Renderer&, const Value& v, CallArgs& a) {
       Params p("the test 'divisibleby'", a, {"num"});
       const std::int64_t d = p.int_arg(0, 0);
       if (d == 0) throw Fail{"integer division or modulo by zero"};
-      return modulo(v, d) == 0;
+      return equals(modulo(v, d), Value::integer(0));
     };
     const auto binary = [&t](std::initializer_list<const char*> names,
                              std::function<bool(const Value&, const Value&)> fn) {

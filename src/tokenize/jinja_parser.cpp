@@ -665,6 +665,10 @@ class Parser {
 
 }  // namespace
 
-Program parse_tokens(std::vector<Token> tokens) { return Parser(std::move(tokens)).run(); }
+Program parse_tokens(std::vector<Token> tokens) {
+  Program p = Parser(std::move(tokens)).run();
+  resolve_names(p);
+  return p;
+}
 
 }  // namespace qkv::tokenize::jinja

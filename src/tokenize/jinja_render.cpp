@@ -2,6 +2,7 @@
 // arithmetic of Python's int, float, str and list.
 #include "jinja_render.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "jinja_builtins.h"
@@ -36,6 +37,7 @@ std::string Renderer::render(Frame vars) {
   Frame globals;
   add_globals(globals);
   for (auto& [k, v] : vars) globals[k] = std::move(v);
+  mark_undefined(globals, program_.root_undefined);
   frames_.clear();
   frames_.push_back(std::move(globals));
   out_.clear();
@@ -61,6 +63,25 @@ void Renderer::write(const std::string& s) {
 
 // ---- statements ----
 
+void Renderer::mark_undefined(Frame& f, const std::vector<std::string>& names) {
+  for (const std::string& n : names) f[n] = Value::undefined("'" + n + "' is undefined");
+}
+
+Renderer::Flow Renderer::exec_scope(const std::vector<StmtPtr>& body, const std::vector<std::string>& undefined,
+                                    Frame init) {
+  mark_undefined(init, undefined);
+  frames_.push_back(std::move(init));
+  Flow f;
+  try {
+    f = exec_body(body);
+  } catch (...) {
+    frames_.pop_back();
+    throw;
+  }
+  frames_.pop_back();
+  return f;
+}
+
 Renderer::Flow Renderer::exec_body(const std::vector<StmtPtr>& body) {
   for (const StmtPtr& s : body) {
     const Flow f = exec(*s);
@@ -82,7 +103,7 @@ Renderer::Flow Renderer::exec(const Stmt& s) {
         std::string saved;
         saved.swap(out_);
         try {
-          exec_body(s.body);
+          exec_scope(s.body, s.undefined_names);
         } catch (...) {
           out_.swap(saved);
           throw;
@@ -105,14 +126,11 @@ Renderer::Flow Renderer::exec(const Stmt& s) {
       }
       case SK::Break: return Flow::Break;
       case SK::Continue: return Flow::Continue;
-      case SK::Generation: return exec_body(s.body);
+      case SK::Generation: return exec_scope(s.body, s.undefined_names);
       case SK::With: {
         Frame f;
         for (std::size_t k = 0; k < s.params.size(); ++k) f[s.params[k]] = eval(*s.defaults[k]);
-        frames_.push_back(std::move(f));
-        const Flow flow = exec_body(s.body);
-        frames_.pop_back();
-        return flow;
+        return exec_scope(s.body, s.undefined_names, std::move(f));
       }
     }
   } catch (const Fail& f) {
@@ -167,14 +185,25 @@ Renderer::Flow Renderer::exec_for(const Stmt& s) {
     Value lv;
     lv.kind = Kind::Loop;
     lv.map = std::move(loop);
-    frames_.emplace_back();
-    frames_.back()["loop"] = std::move(lv);
-    assign(*s.target, items[static_cast<std::size_t>(k)]);
-    const Flow f = exec_body(s.body);
+    Frame scope;
+    mark_undefined(scope, s.undefined_names);
+    scope["loop"] = std::move(lv);
+    frames_.push_back(std::move(scope));
+    Flow f;
+    try {
+      assign(*s.target, items[static_cast<std::size_t>(k)]);
+      f = exec_body(s.body);
+    } catch (...) {
+      frames_.pop_back();
+      throw;
+    }
     frames_.pop_back();
     if (f == Flow::Break) break;
   }
-  if (n == 0) return exec_body(s.else_body);
+  if (n == 0) {
+    const Flow f = exec_scope(s.else_body, s.undefined_names_else);
+    return f == Flow::Normal ? f : Flow::Normal;  // break / continue in else belong to no loop of this for
+  }
   return Flow::Normal;
 }
 
@@ -200,26 +229,37 @@ void Renderer::assign(const Expr& target, const Value& v) {
   }
 }
 
+namespace {
+// Whether parameter `name` was given positionally (among the first n_pos parameters).
+bool given_positionally(const std::string& name, std::size_t n_pos, const std::vector<std::string>& params) {
+  for (std::size_t k = 0; k < n_pos && k < params.size(); ++k)
+    if (params[k] == name) return true;
+  return false;
+}
+}  // namespace
+
 Value Renderer::call_macro(const Stmt& m, CallArgs& args) {
   if (call_depth_ >= limits_.max_call_depth)
     throw Fail{"macro calls nest deeper than " + std::to_string(limits_.max_call_depth) + " (max_call_depth)"};
   if (args.pos.size() > m.params.size())
     throw Fail{"macro '" + m.text + "' takes not more than " + std::to_string(m.params.size()) + " argument(s)"};
   Frame f;
+  mark_undefined(f, m.undefined_names);
   const std::size_t first_default = m.params.size() - m.defaults.size();
   for (std::size_t k = 0; k < args.pos.size(); ++k) f[m.params[k]] = args.pos[k];
   for (auto& [name, v] : args.kw) {
     const auto it = std::find(m.params.begin(), m.params.end(), name);
     if (it == m.params.end()) throw Fail{"macro '" + m.text + "' takes no keyword argument '" + name + "'"};
-    if (f.count(name)) throw Fail{"macro '" + m.text + "' got the argument '" + name + "' twice"};
+    if (given_positionally(name, args.pos.size(), m.params))
+      throw Fail{"macro '" + m.text + "' got the argument '" + name + "' twice"};
     f[name] = v;
   }
   // The body sees the template's variables and its own; not the caller's loop variables.
   std::vector<Frame> saved(std::make_move_iterator(frames_.begin() + 1), std::make_move_iterator(frames_.end()));
   frames_.resize(1);
   frames_.push_back(Frame{});
-  for (std::size_t k = 0; k < m.params.size(); ++k) {
-    if (f.count(m.params[k])) continue;
+  for (std::size_t k = args.pos.size(); k < m.params.size(); ++k) {
+    if (std::any_of(args.kw.begin(), args.kw.end(), [&](const auto& kw) { return kw.first == m.params[k]; })) continue;
     f[m.params[k]] = k >= first_default ? eval(*m.defaults[k - first_default])
                                         : Value::undefined("the parameter '" + m.params[k] + "' of macro '" + m.text +
                                                            "' was not given");

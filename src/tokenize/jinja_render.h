@@ -61,6 +61,9 @@ class Renderer {
   enum class Flow { Normal, Break, Continue };
 
   Flow exec_body(const std::vector<StmtPtr>& body);
+  // Runs body in a new scope that starts with `undefined` names undefined (and `init` set).
+  Flow exec_scope(const std::vector<StmtPtr>& body, const std::vector<std::string>& undefined, Frame init = {});
+  static void mark_undefined(Frame& f, const std::vector<std::string>& names);
   Flow exec(const Stmt& s);
   Flow exec_for(const Stmt& s);
   void exec_set(const Stmt& s);

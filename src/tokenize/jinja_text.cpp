@@ -270,6 +270,24 @@ std::string capitalize(std::string_view s) {
   return encode(out);
 }
 
+std::string title_filter(std::string_view s) {
+  std::u32string out;
+  bool piece_start = true;
+  for (char32_t c : decode(s)) {
+    const bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || is_space(c);
+    if (sep) {
+      out.push_back(c);
+      piece_start = true;
+    } else if (piece_start) {
+      put_upper(c, out);
+      piece_start = false;
+    } else {
+      put_lower(c, out);
+    }
+  }
+  return encode(out);
+}
+
 bool is_lower(std::string_view s) {
   bool cased = false;
   for (char32_t c : decode(s)) {

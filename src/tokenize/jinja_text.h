@@ -37,6 +37,9 @@ std::string upper(std::string_view s);
 std::string lower(std::string_view s);
 std::string title(std::string_view s);
 std::string capitalize(std::string_view s);
+// jinja2's title filter (not str.title): split before runs of `-`, whitespace, `(`, `{`, `[`, `<`;
+// each piece's first character upper-cased, the rest lower-cased.
+std::string title_filter(std::string_view s);
 bool is_lower(std::string_view s);  // str.islower()
 bool is_upper(std::string_view s);  // str.isupper()
 

@@ -106,6 +106,7 @@ std::string map_key(const Value& key) {
         return "i" + std::to_string(static_cast<std::int64_t>(key.f));
       return "f" + float_repr(key.f);
     case Kind::None: return "n";
+    case Kind::Undefined: return "u";  // jinja2's Undefined is hashable (and equal to any Undefined)
     default: throw Fail{"unhashable type: '" + type_name(key) + "' cannot be a dict key"};
   }
 }

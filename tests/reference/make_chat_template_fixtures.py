@@ -222,6 +222,7 @@ CONSTRUCTS = [
     ("split_think", "{{ content.split('</think>')[-1].lstrip('\\n') }}|{{ content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') }}", {"content": "<think>\nreasoning\n</think>\n\nanswer"}),
     # filters
     ("filter_trim_length", "[{{ '  a b  '|trim }}][{{ 'xxaxx'|trim('x') }}][{{ messages|length }}][{{ 'héllo'|length }}][{{ {'a': 1}|count }}][{{ 42|string|length }}]", {}),
+    ("filter_title_pieces", "{{ text|title }}|{{ text.title() }}", {"text": "hi \"you\" (x-y) [zA] <w> {v} o'neil ßa"}),
     ("filter_case", "{{ 'MiXed'|upper }} {{ 'MiXed'|lower }} {{ 'hello world'|title }} {{ 'hELLO wORLD'|capitalize }} {{ 12|upper }}", {}),
     ("filter_default", "{{ missing|default('d') }} {{ ''|default('d') }} {{ ''|default('d', true) }} {{ none|default('d') }} {{ none|default('d', boolean=true) }} {{ 0|d('zero', true) }} {{ missing|d }}|", {}),
     ("filter_first_last", "{{ [1, 2, 3]|first }} {{ [1, 2, 3]|last }} {{ 'abc'|first }} {{ 'abc'|last }} {{ {'a': 1, 'b': 2}|first }} {{ []|first }}|{{ (messages|first).role }}|{{ (messages|last)['role'] }}", {}),
@@ -245,6 +246,8 @@ CONSTRUCTS = [
     ("if_elif_else", "{% for n in [1, 2, 3, 4] %}{% if n == 1 %}one{% elif n == 2 %}two{% elif n == 3 %}three{% else %}many{% endif %} {% endfor %}", {}),
     ("set_scoping", "{% set x = 0 %}{% for i in [1, 2] %}{% set x = x + i %}{{ x }}{% endfor %}{{ x }}|{% set y = 5 %}{% for i in [1, 2] %}{{ y }}{% set y = i %}{{ y }}{% endfor %}{{ y }}|{% if true %}{% set z = 3 %}{% endif %}{{ z }}|{% for i in [1, 2] %}{% if i == 1 %}{% set w = 'a' %}{% endif %}{{ w }}.{% endfor %}", {}),
     ("set_tuple_and_block", "{% set a, b = 1, 2 %}{{ a }}{{ b }}|{% set t = 1, 2 %}{{ t }}|{% set blk %}in {{ a }} block{% endset %}{{ blk }}|{{ blk|length }}", {}),
+    ("scope_assigned_later", "{{ s }}{% for i in [1] %}[{{ s }}]{% endfor %}{% macro m() %}<{{ s }}|{{ t }}>{% endmacro %}{{ m() }}{% set t = 't' %}{{ m() }}{% for i in [1] %}{% for j in [1] %}({{ u }}){% endfor %}{% set u = 'u' %}{% endfor %}{% if false %}{% set v = 'v' %}{% endif %}{% for i in [1] %}{{ v }}{% endfor %}{% set b %}{{ s }}{% set s = 'in' %}{{ s }}{% endset %}{{ b }}{{ s }}", {"s": "ctx", "t": "ctx_t", "u": "ctx_u", "v": "ctx_v"}),
+    ("scope_assigned_later_root", "{% for m in messages %}{{ s }}{% endfor %}{% set s = 'late' %}{{ s }}", {"s": "ctx"}),
     ("namespace", "{% set ns = namespace(found=false, count=0, last='') %}{% for m in messages %}{% if m.role == 'user' %}{% set ns.found = true %}{% endif %}{% set ns.count = ns.count + 1 %}{% set ns.last = m.role %}{% endfor %}{{ ns.found }} {{ ns.count }} {{ ns.last }} {{ ns.missing is defined }} {{ ns }}", {}),
     ("namespace_dict_global", "{% set ns = namespace({'a': 1}, b=2) %}{{ ns.a }}{{ ns.b }}|{% set d = dict(x=1, y='z') %}{{ d }}|{{ dict([('k', 'v')]) }}", {}),
     ("reverse_iteration", "{% set ns = namespace(last_user=-1) %}{% for m in messages[::-1] %}{% set idx = (messages|length - 1) - loop.index0 %}{% if ns.last_user == -1 and m.role == 'user' %}{% set ns.last_user = idx %}{% endif %}{% endfor %}{{ ns.last_user }}", {}),
