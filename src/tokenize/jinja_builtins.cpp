@@ -17,9 +17,11 @@ namespace qkv::tokenize::jinja {
 
 Params::Params(const std::string& fn, const CallArgs& args, std::initializer_list<const char*> names)
     : fn_(fn), names_(names), given_(names.size(), nullptr) {
-  if (args.pos.size() > names_.size())
+  if (args.pos.size() > names_.size()) {
+    if (names_.empty()) throw Fail{fn + " takes no arguments (" + std::to_string(args.pos.size()) + " given)"};
     throw Fail{fn + " takes at most " + std::to_string(names_.size()) + " argument(s) (" +
                std::to_string(args.pos.size()) + " given)"};
+  }
   for (std::size_t k = 0; k < args.pos.size(); ++k) given_[k] = &args.pos[k];
   for (const auto& [name, v] : args.kw) {
     std::size_t k = 0;
@@ -174,7 +176,7 @@ Value sort_key(Renderer& r, const Value& item, const Value* attribute, bool case
 }
 
 Value filter_tojson(Renderer& r, const Value& v, CallArgs& args) {
-  Params p("tojson", args, {"ensure_ascii", "indent", "separators", "sort_keys"});
+  Params p("the filter 'tojson'", args, {"ensure_ascii", "indent", "separators", "sort_keys"});
   JsonStyle st;
   st.max_bytes = r.limits().max_output_bytes;
   st.ensure_ascii = truthy(p.get_or(0, Value::boolean(false)));
@@ -195,7 +197,7 @@ Value filter_tojson(Renderer& r, const Value& v, CallArgs& args) {
 }
 
 Value filter_indent(Renderer& r, const Value& v, CallArgs& args) {
-  Params p("indent", args, {"width", "first", "blank"});
+  Params p("the filter 'indent'", args, {"width", "first", "blank"});
   std::string ind;
   const Value width = p.get_or(0, Value::integer(4));
   if (width.is_str()) {
@@ -244,38 +246,38 @@ const std::unordered_map<std::string, FilterFn>& filters() {
     std::unordered_map<std::string, FilterFn> f;
     const auto no_args = [](const char* fn, const CallArgs& a) { Params(fn, a, {}); };
     f["abs"] = [=](Renderer&, const Value& v, CallArgs& a) {
-      no_args("abs", a);
+      no_args("the filter 'abs'", a);
       if (v.kind == Kind::Float) return Value::number(std::fabs(v.f));
       if (!v.is_int_like()) throw Fail{"bad operand type for abs(): '" + type_name(v) + "'"};
       if (v.as_int() == INT64_MIN) throw Fail{"integer overflow: the result does not fit in 64 bits"};
       return Value::integer(std::llabs(v.as_int()));
     };
     f["capitalize"] = [=](Renderer& r, const Value& v, CallArgs& a) {
-      no_args("capitalize", a);
+      no_args("the filter 'capitalize'", a);
       return r.make_str(text::capitalize(to_str(v)));
     };
     f["count"] = f["length"] = [=](Renderer&, const Value& v, CallArgs& a) {
-      no_args("length", a);
+      no_args("the filter 'length'", a);
       return Value::integer(length_of(v));
     };
     f["default"] = f["d"] = [](Renderer&, const Value& v, CallArgs& a) {
-      Params p("default", a, {"default_value", "boolean"});
+      Params p("the filter 'default'", a, {"default_value", "boolean"});
       const bool boolean = truthy(p.get_or(1, Value::boolean(false)));
       if (v.is_undefined() || (boolean && !truthy(v))) return p.get_or(0, Value::str(""));
       return v;
     };
     f["first"] = [=](Renderer& r, const Value& v, CallArgs& a) {
-      no_args("first", a);
+      no_args("the filter 'first'", a);
       std::vector<Value> items = r.iterate(v);
       return items.empty() ? Value::undefined("No first item, sequence was empty.") : items.front();
     };
     f["last"] = [=](Renderer& r, const Value& v, CallArgs& a) {
-      no_args("last", a);
+      no_args("the filter 'last'", a);
       std::vector<Value> items = r.iterate(v);
       return items.empty() ? Value::undefined("No last item, sequence was empty.") : items.back();
     };
     f["float"] = [](Renderer&, const Value& v, CallArgs& a) {
-      Params p("float", a, {"default"});
+      Params p("the filter 'float'", a, {"default"});
       if (v.is_undefined()) fail_undefined(v);  // float(Undefined) raises
       if (v.is_number()) return Value::number(v.as_double());
       if (v.is_str())
@@ -284,7 +286,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
     };
     f["int"] = [](Renderer&, const Value& v, CallArgs& a) {
       // jinja2's do_int: int(value, base) for a string, int(value) otherwise, then int(float(value)).
-      Params p("int", a, {"default", "base"});
+      Params p("the filter 'int'", a, {"default", "base"});
       const std::int64_t base = p.int_arg(1, 10);
       if (v.is_undefined()) fail_undefined(v);  // int(Undefined) raises
       if (v.is_int_like()) return Value::integer(v.as_int());
@@ -300,7 +302,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       return p.get_or(0, Value::integer(0));
     };
     f["items"] = [=](Renderer&, const Value& v, CallArgs& a) {
-      no_args("items", a);
+      no_args("the filter 'items'", a);
       std::vector<Value> out;
       if (v.is_undefined()) return make_list(std::move(out));
       if (!v.is_dict()) throw Fail{"Can only get item pairs from a mapping."};
@@ -308,7 +310,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       return make_list(std::move(out));
     };
     f["join"] = [](Renderer& r, const Value& v, CallArgs& a) {
-      Params p("join", a, {"d", "attribute"});
+      Params p("the filter 'join'", a, {"d", "attribute"});
       const std::string sep = to_str(p.get_or(0, Value::str("")));
       const Value* attr = p.get(1);
       std::string out;
@@ -322,26 +324,26 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       return r.make_str(std::move(out));
     };
     f["list"] = [=](Renderer& r, const Value& v, CallArgs& a) {
-      no_args("list", a);
+      no_args("the filter 'list'", a);
       return make_list(r.iterate(v));
     };
     f["lower"] = [=](Renderer& r, const Value& v, CallArgs& a) {
-      no_args("lower", a);
+      no_args("the filter 'lower'", a);
       return r.make_str(text::lower(to_str(v)));
     };
     f["upper"] = [=](Renderer& r, const Value& v, CallArgs& a) {
-      no_args("upper", a);
+      no_args("the filter 'upper'", a);
       return r.make_str(text::upper(to_str(v)));
     };
     f["title"] = [=](Renderer& r, const Value& v, CallArgs& a) {
-      no_args("title", a);
+      no_args("the filter 'title'", a);
       return r.make_str(text::title_filter(to_str(v)));
     };
     f["map"] = [](Renderer& r, const Value& v, CallArgs& a) {
       std::vector<Value> out;
       if (!truthy(v)) return make_list(std::move(out));
       if (a.pos.empty() && !a.kw.empty() && a.kw[0].first == "attribute") {
-        Params p("map", a, {"attribute", "default"});
+        Params p("the filter 'map'", a, {"attribute", "default"});
         const std::string attr = to_str(*p.get(0));
         for (const Value& item : r.iterate(v)) {
           Value x = attr_path(r, item, attr);
@@ -370,13 +372,13 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       return select_filter(r, v, a, true, false, "rejectattr");
     };
     f["replace"] = [](Renderer& r, const Value& v, CallArgs& a) {
-      Params p("replace", a, {"old", "new", "count"});
+      Params p("the filter 'replace'", a, {"old", "new", "count"});
       const std::string s = to_str(v);
       return r.make_str(text::replace(s, to_str(p.get_or(0, Value())), to_str(p.get_or(1, Value())),
                                       p.int_arg(2, -1), r.limits().max_output_bytes));
     };
     f["reverse"] = [=](Renderer& r, const Value& v, CallArgs& a) {
-      no_args("reverse", a);
+      no_args("the filter 'reverse'", a);
       if (v.is_str()) {
         std::u32string t = text::decode(v.text());
         std::reverse(t.begin(), t.end());
@@ -387,11 +389,11 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       return make_list(std::move(items));
     };
     f["safe"] = f["string"] = [=](Renderer& r, const Value& v, CallArgs& a) {
-      no_args("string", a);
+      no_args("the filter 'string'", a);
       return v.is_str() ? v : r.make_str(to_str(v, r.limits().max_output_bytes));
     };
     f["sort"] = [](Renderer& r, const Value& v, CallArgs& a) {
-      Params p("sort", a, {"reverse", "case_sensitive", "attribute"});
+      Params p("the filter 'sort'", a, {"reverse", "case_sensitive", "attribute"});
       const bool rev = truthy(p.get_or(0, Value::boolean(false)));
       const bool cs = truthy(p.get_or(1, Value::boolean(false)));
       const Value* attr = p.get(2) && !p.get(2)->is_none() ? p.get(2) : nullptr;
@@ -405,7 +407,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       return make_list(std::move(out));
     };
     f["unique"] = [](Renderer& r, const Value& v, CallArgs& a) {
-      Params p("unique", a, {"case_sensitive", "attribute"});
+      Params p("the filter 'unique'", a, {"case_sensitive", "attribute"});
       const bool cs = truthy(p.get_or(0, Value::boolean(false)));
       const Value* attr = p.get(1) && !p.get(1)->is_none() ? p.get(1) : nullptr;
       std::vector<Value> out;
@@ -419,7 +421,7 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       return make_list(std::move(out));
     };
     f["trim"] = [](Renderer& r, const Value& v, CallArgs& a) {
-      Params p("trim", a, {"chars"});
+      Params p("the filter 'trim'", a, {"chars"});
       std::optional<std::string> chars;
       if (p.get(0) && !p.get(0)->is_none()) chars = to_str(*p.get(0));
       return r.make_str(text::strip(to_str(v), chars, true, true));
@@ -540,7 +542,7 @@ bool apply_test(Renderer& r, const std::string& name, const Value& subject, Call
 
 void add_globals(std::unordered_map<std::string, Value>& frame) {
   frame["raise_exception"] = func("raise_exception", [](Renderer&, CallArgs& a) -> Value {
-    Params p("raise_exception", a, {"message"});
+    Params p("raise_exception()", a, {"message"});
     throw Raised{to_str(p.get_or(0, Value()))};
   });
   frame["range"] = func("range", [](Renderer&, CallArgs& a) {
@@ -579,6 +581,7 @@ void add_globals(std::unordered_map<std::string, Value>& frame) {
       }
     }
     for (auto& [k, v] : a.kw) m->set(Value::str(k), v);
+    if (ns && m->has_ns) throw Fail{"a namespace cannot hold a namespace, loop or function"};
     if (ns)
       for (const auto& kv : m->items)
         if (kv.first.is_str() && !kv.first.text().empty() && kv.first.text()[0] == '_')
@@ -594,7 +597,7 @@ void add_globals(std::unordered_map<std::string, Value>& frame) {
   });
   frame["dict"] = func("dict", [make_map](Renderer&, CallArgs& a) { return Value::dict(make_map("dict", a, false)); });
   frame["strftime_now"] = func("strftime_now", [](Renderer& r, CallArgs& a) {
-    Params p("strftime_now", a, {"format"});
+    Params p("strftime_now()", a, {"format"});
     const std::string fmt = p.str_arg(0);
     if (fmt.size() > 256) throw Fail{"strftime_now: the format is longer than 256 bytes"};
     const std::time_t now = std::time(nullptr);

@@ -141,7 +141,9 @@ class Parser {
   // Statements until one of `ends`; leaves the stream on that tag's name.
   std::vector<StmtPtr> block_body(const std::set<std::string>& ends, std::size_t open_pos, const char* what) {
     expect_block_end();
+    open_.emplace_back(what, *ends.rbegin());  // the closing tag sorts last: endfor, endif, ...
     auto body = subparse(ends);
+    open_.pop_back();
     if (cur().type == Tok::Eof) {
       std::string names;
       for (const auto& e : ends) names += (names.empty() ? "" : " or ") + ("{% " + e + " %}");
@@ -176,6 +178,13 @@ class Parser {
       s->body = block_body({"endgeneration"}, s->pos, "{% generation %}");
       next();
       return s;
+    }
+    static const std::set<std::string> closers = {"endfor", "endif", "elif", "else", "endmacro", "endset", "endwith",
+                                                  "endgeneration", "endraw", "endcall", "endfilter", "endblock"};
+    if (closers.count(n)) {
+      if (open_.empty()) fail(tok.pos, "unexpected {% " + n + " %}: no block is open here");
+      fail(tok.pos, "unexpected {% " + n + " %}: the innermost open block is a " + open_.back().first +
+                        ", closed by {% " + open_.back().second + " %}");
     }
     static const std::set<std::string> unsupported = {"call", "filter", "block", "extends", "include", "import",
                                                       "from", "autoescape", "print", "do", "trans"};
@@ -661,6 +670,7 @@ class Parser {
   std::size_t i_ = 0;
   int depth_ = 0;
   int loops_ = 0;
+  std::vector<std::pair<std::string, std::string>> open_;  // open blocks: what, closing tag
 };
 
 }  // namespace

@@ -219,6 +219,9 @@ void Renderer::assign(const Expr& target, const Value& v) {
                  "': it is not a namespace (make it with namespace())"};
     if (!target.attr.empty() && target.attr[0] == '_')
       throw Fail{"chat templates cannot store underscore-prefixed attributes on a namespace ('" + target.attr + "')"};
+    if (holds_namespace(v))
+      throw Fail{"the namespace attribute '" + target.attr + "' cannot hold a " + type_name(v) +
+                 (v.is_list() || v.is_dict() ? " holding a namespace, loop or function" : "")};
     ns->map->set(Value::str(target.attr), v);
   } else {  // a tuple of names: unpack
     std::vector<Value> items = iterate(v);

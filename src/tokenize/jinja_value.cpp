@@ -70,7 +70,10 @@ Value Value::list(std::vector<Value> items, bool tuple) {
   charge(items.size() + 1);
   auto a = std::make_shared<Array>();
   int depth = 0;
-  for (const Value& x : items) depth = std::max(depth, x.depth());
+  for (const Value& x : items) {
+    depth = std::max(depth, x.depth());
+    a->has_ns = a->has_ns || holds_namespace(x);
+  }
   if (depth + 1 > kMaxDepth) throw Fail{"a list nests deeper than " + std::to_string(kMaxDepth) + " levels"};
   a->depth = depth + 1;
   a->items = std::move(items);
@@ -93,8 +96,17 @@ double Value::as_double() const {
 
 int Value::depth() const {
   if (kind == Kind::List) return arr->depth;
-  if (kind == Kind::Dict) return map->depth;
+  if (kind == Kind::Dict || kind == Kind::Namespace || kind == Kind::Loop) return map->depth;
   return 0;
+}
+
+bool holds_namespace(const Value& v) {
+  switch (v.kind) {
+    case Kind::Namespace: case Kind::Loop: case Kind::Func: return true;
+    case Kind::List: return v.arr->has_ns;
+    case Kind::Dict: return v.map->has_ns;
+    default: return false;
+  }
 }
 
 std::string map_key(const Value& key) {
@@ -124,7 +136,9 @@ const Value* Map::find(const std::string& key) const {
 void Map::set(const Value& key, Value value) {
   const std::string k = map_key(key);
   depth = std::max(depth, value.depth() + 1);
-  if (depth > kMaxDepth) throw Fail{"a dict nests deeper than " + std::to_string(kMaxDepth) + " levels"};
+  has_ns = has_ns || holds_namespace(value);
+  if (depth > kMaxDepth)
+    throw Fail{"a dict or namespace nests deeper than " + std::to_string(kMaxDepth) + " levels"};
   const auto it = index.find(k);
   if (it != index.end()) {
     items[it->second].second = std::move(value);

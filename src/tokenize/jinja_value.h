@@ -94,6 +94,7 @@ struct Array {
   std::vector<Value> items;
   bool tuple = false;
   int depth = 1;
+  bool has_ns = false;  // holds a namespace, loop or function (see holds_namespace)
 };
 
 // An insertion-ordered dict (or a namespace's / loop context's attributes). Keys are str, int,
@@ -102,6 +103,7 @@ struct Map {
   std::vector<std::pair<Value, Value>> items;
   std::unordered_map<std::string, std::size_t> index;
   int depth = 1;
+  bool has_ns = false;
 
   const Value* find(const Value& key) const;
   const Value* find(const std::string& key) const;  // a str key
@@ -123,6 +125,11 @@ struct Callable {
 
 // The key a Map indexes `key` under; Fail for an unhashable key (a list, dict, ...).
 std::string map_key(const Value& key);
+
+// Whether v is or holds a namespace, a loop context or a function. A namespace attribute may not
+// hold one: namespaces are the only mutable values, and this keeps them from containing
+// themselves (a cycle that printing would follow forever) or growing deeper than kMaxDepth.
+bool holds_namespace(const Value& v);
 
 // Python's type name: "str", "int", "NoneType", "list", "dict", "Namespace", ...
 std::string type_name(const Value& v);
