@@ -12,8 +12,10 @@ namespace qkv::tokenize::jinja {
 
 namespace {
 
-// Every node evaluated costs this much of the work budget (bytes touched cost 1 each).
-constexpr std::uint64_t kNodeCost = 16;
+// Every node evaluated and every loop iteration costs this much of the work budget (a byte
+// touched costs 1): measured here, the default budget (2^31) is then ~1-3 s of the slowest work.
+constexpr std::uint64_t kNodeCost = 128;
+constexpr std::uint64_t kIterationCost = 512;
 
 std::int64_t checked(bool overflow, std::int64_t v) {
   if (overflow) throw Fail{"integer overflow: the result does not fit in 64 bits"};
@@ -155,39 +157,45 @@ Renderer::Flow Renderer::exec_for(const Stmt& s) {
     items = std::move(kept);
   }
   const std::int64_t n = static_cast<std::int64_t>(items.size());
+  // One loop object for the whole loop, updated in place each iteration (as jinja2's LoopContext).
+  static const char* const kLoopKeys[] = {"index0", "index", "revindex0", "revindex", "first", "last",
+                                          "length", "depth", "depth0", "previtem", "nextitem", "cycle"};
+  auto loop = std::make_shared<Map>();
+  for (const char* key : kLoopKeys) loop->set(Value::str(key), Value::none());
+  auto cycle = std::make_shared<Callable>();
+  cycle->name = "loop.cycle";
+  cycle->call = [weak = std::weak_ptr<Map>(loop)](Renderer&, CallArgs& args) {
+    const std::shared_ptr<Map> l = weak.lock();
+    if (!l) throw Fail{"loop.cycle was called after its loop ended"};
+    if (args.pos.empty() || !args.kw.empty()) throw Fail{"loop.cycle needs at least one positional argument"};
+    return args.pos[static_cast<std::size_t>(l->items[0].second.i) % args.pos.size()];
+  };
+  loop->items[11].second.kind = Kind::Func;
+  loop->items[11].second.fn = std::move(cycle);
+  loop->items[7].second = Value::integer(1);
+  loop->items[8].second = Value::integer(0);
+  loop->items[6].second = Value::integer(n);
+  Value lv;
+  lv.kind = Kind::Loop;
+  lv.map = loop;
   for (std::int64_t k = 0; k < n; ++k) {
     if (++iterations_ > limits_.max_loop_iterations)
       throw Fail{"the template runs more than " + std::to_string(limits_.max_loop_iterations) +
                  " loop iterations (max_loop_iterations)"};
-    auto loop = std::make_shared<Map>();
-    const auto put = [&](const char* name, Value v) { loop->set(Value::str(name), std::move(v)); };
-    put("index0", Value::integer(k));
-    put("index", Value::integer(k + 1));
-    put("revindex0", Value::integer(n - k - 1));
-    put("revindex", Value::integer(n - k));
-    put("first", Value::boolean(k == 0));
-    put("last", Value::boolean(k == n - 1));
-    put("length", Value::integer(n));
-    put("depth", Value::integer(1));
-    put("depth0", Value::integer(0));
-    put("previtem", k > 0 ? items[static_cast<std::size_t>(k - 1)] : Value::undefined("there is no previous item"));
-    put("nextitem", k + 1 < n ? items[static_cast<std::size_t>(k + 1)] : Value::undefined("there is no next item"));
-    auto cycle = std::make_shared<Callable>();
-    cycle->name = "loop.cycle";
-    cycle->call = [k](Renderer&, CallArgs& args) {
-      if (args.pos.empty() || !args.kw.empty()) throw Fail{"loop.cycle needs at least one positional argument"};
-      return args.pos[static_cast<std::size_t>(k) % args.pos.size()];
-    };
-    Value cyc;
-    cyc.kind = Kind::Func;
-    cyc.fn = std::move(cycle);
-    put("cycle", std::move(cyc));
-    Value lv;
-    lv.kind = Kind::Loop;
-    lv.map = std::move(loop);
+    charge(kIterationCost);
+    auto& li = loop->items;
+    li[0].second = Value::integer(k);
+    li[1].second = Value::integer(k + 1);
+    li[2].second = Value::integer(n - k - 1);
+    li[3].second = Value::integer(n - k);
+    li[4].second = Value::boolean(k == 0);
+    li[5].second = Value::boolean(k == n - 1);
+    li[9].second = k > 0 ? items[static_cast<std::size_t>(k - 1)] : Value::undefined("there is no previous item");
+    li[10].second = k + 1 < n ? items[static_cast<std::size_t>(k + 1)] : Value::undefined("there is no next item");
+    for (std::size_t x : {std::size_t{9}, std::size_t{10}}) loop->depth = std::max(loop->depth, li[x].second.depth() + 1);
     Frame scope;
     mark_undefined(scope, s.undefined_names);
-    scope["loop"] = std::move(lv);
+    scope["loop"] = lv;
     frames_.push_back(std::move(scope));
     Flow f;
     try {
