@@ -72,10 +72,10 @@ jj::Value to_value(const json& v, int depth, const std::string& what) {
 json parse_json(std::string_view text, const std::string& what) {
   try {
     return json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e999
     std::string msg = e.what();
-    const std::size_t colon = msg.find("parse error");
-    throw ValueError(what + " is not valid JSON: " + (colon == std::string::npos ? msg : msg.substr(colon)));
+    const std::size_t at = msg.find("] ");
+    throw ValueError(what + " is not valid JSON: " + (at == std::string::npos ? msg : msg.substr(at + 2)));
   }
 }
 
@@ -131,6 +131,8 @@ struct ChatTemplate::Impl {
 };
 
 ChatTemplate::ChatTemplate(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+ChatTemplate::ChatTemplate(const ChatTemplate&) = default;
+ChatTemplate& ChatTemplate::operator=(const ChatTemplate&) = default;
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 ChatTemplate::~ChatTemplate() = default;

@@ -183,6 +183,8 @@ TEST(ChatTemplateErrors, MessagesJsonShapeErrorsNameTheElement) {
             "messages.json is not valid JSON: parse error at line 1, column 35: syntax error while parsing array - "
             "unexpected end of input; expected ']'");
   EXPECT_EQ(message("[\"\xff\"]").rfind("messages.json is not valid JSON: parse error", 0), 0u);
+  EXPECT_EQ(message("[{\"role\": \"user\", \"content\": \"hi\", \"n\": 1e999}]"),
+            "messages.json is not valid JSON: number overflow parsing '1e999'");
 
   // A good array: role and content, other fields (not null) kept in their order.
   const auto msgs = parse_chat_messages_json(

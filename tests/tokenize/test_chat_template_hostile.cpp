@@ -140,7 +140,8 @@ TEST(ChatTemplateHostile, OneTemplateRendersFromManyThreads) {
   std::vector<int> ok(8, 0);
   for (int k = 0; k < 8; ++k)
     threads.emplace_back([&, k] {
-      for (int r = 0; r < 200; ++r) ok[static_cast<std::size_t>(k)] += t.render(msgs, o) == expected;
+      const ChatTemplate copy = t;  // copies share the parsed template
+      for (int r = 0; r < 200; ++r) ok[static_cast<std::size_t>(k)] += (r % 2 ? copy : t).render(msgs, o) == expected;
     });
   for (auto& th : threads) th.join();
   for (int k = 0; k < 8; ++k) EXPECT_EQ(ok[static_cast<std::size_t>(k)], 200);

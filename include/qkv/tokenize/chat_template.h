@@ -105,6 +105,9 @@ class ChatTemplate {
 
   const std::string& source_name() const;
 
+  // Copies share the parsed template (cheap; it is immutable).
+  ChatTemplate(const ChatTemplate&);
+  ChatTemplate& operator=(const ChatTemplate&);
   ChatTemplate(ChatTemplate&&) noexcept;
   ChatTemplate& operator=(ChatTemplate&&) noexcept;
   ~ChatTemplate();
