@@ -49,6 +49,15 @@ set(QKV_SOURCES
   train/seq2seq.cpp
   train/classify.cpp
   tokenize/bpe_train.cpp
+  tokenize/chat_template.cpp
+  tokenize/jinja_text.cpp
+  tokenize/jinja_value.cpp
+  tokenize/jinja_lexer.cpp
+  tokenize/jinja_parser.cpp
+  tokenize/jinja_scope.cpp
+  tokenize/jinja_render.cpp
+  tokenize/jinja_builtins.cpp
+  tokenize/jinja_methods.cpp
 )
 
 # The functional ops and the optimisers are elementwise loops and reductions that only
