@@ -22,8 +22,7 @@ set(QKV_SOURCES
   models/gpt2_io.cpp
   infer/sampling.cpp
   infer/generate.cpp
-  infer/scheduler.cpp
-  infer/embed_batcher.cpp
+  infer/session.cpp
   models/attention_maps.cpp
   models/classifier.cpp
   models/seq2seq.cpp
@@ -50,6 +49,15 @@ set(QKV_SOURCES
   train/seq2seq.cpp
   train/classify.cpp
   tokenize/bpe_train.cpp
+  tokenize/chat_template.cpp
+  tokenize/jinja_text.cpp
+  tokenize/jinja_value.cpp
+  tokenize/jinja_lexer.cpp
+  tokenize/jinja_parser.cpp
+  tokenize/jinja_scope.cpp
+  tokenize/jinja_render.cpp
+  tokenize/jinja_builtins.cpp
+  tokenize/jinja_methods.cpp
 )
 
 # The functional ops and the optimisers are elementwise loops and reductions that only
