@@ -58,6 +58,8 @@ set(QKV_SOURCES
   tokenize/jinja_render.cpp
   tokenize/jinja_builtins.cpp
   tokenize/jinja_methods.cpp
+  infer/scheduler.cpp       # continuous batching (serve/ submits to it)
+  infer/embed_batcher.cpp
 )
 
 # The functional ops and the optimisers are elementwise loops and reductions that only
