@@ -166,6 +166,11 @@ void close_after_response() { t_close_after_response = true; }
 bool client_connected() { return t_stream == nullptr || t_stream->alive(); }
 std::chrono::steady_clock::time_point request_start() { return t_request_start; }
 
+void HttpServer::set_backlog(int n) {
+  const socket_t fd = svr_sock_;
+  if (fd != INVALID_SOCKET) ::listen(fd, n);  // a second listen() on Linux only changes the backlog
+}
+
 bool HttpServer::process_and_close_socket(socket_t sock) {
   DeadlineStream strm(sock, limits_, *this);
   t_stream = &strm;

@@ -37,6 +37,9 @@ class HttpServer : public httplib::Server {
   explicit HttpServer(const HttpLimits& limits) : limits_(limits) {}
   // True once stop() was called (the listening socket is closed).
   bool stopping() const { return svr_sock_ == INVALID_SOCKET; }
+  // After binding: a listen backlog of `n` (httplib's is 5, which drops connections when a
+  // burst of clients arrives at once).
+  void set_backlog(int n);
 
  private:
   bool process_and_close_socket(socket_t sock) override;

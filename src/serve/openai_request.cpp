@@ -158,7 +158,7 @@ std::vector<ChatTurn> parse_messages(const json& o) {
     if (!r) missing(p + ".role");
     const std::string& role = get_string(*r, p + ".role");
     if (role != "system" && role != "developer" && role != "user" && role != "assistant" && role != "tool")
-      throw ApiError(400, "Invalid value: " + show(*r) + ". Supported values are: 'system', 'developer', 'user', 'assistant' and 'tool'.",
+      throw ApiError(400, "Invalid value: '" + role + "'. Supported values are: 'system', 'developer', 'user', 'assistant' and 'tool'.",
                      p + ".role", "invalid_value");
     out.push_back({role, message_content(m, p, role)});
   }

@@ -291,6 +291,7 @@ int Server::bind() {
   if (p < 0)
     throw IOError("serve: cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port) +
                   " (address in use, not an address of this machine, or not permitted)");
+  s.http->set_backlog(1024);
   s.port = p;
   return p;
 }

@@ -29,4 +29,6 @@ set(QKV_TOOL_SOURCES
   cmd_search.cpp
   cmd_bench_embed.cpp
   embed_index.cpp
+  cmd_serve.cpp
+  serve_models.cpp
 )

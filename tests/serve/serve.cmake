@@ -1,0 +1,8 @@
+# serve/: the OpenAI-compatible HTTP server in the test process on port 0 of 127.0.0.1 (the tiny
+# GPT-2 of the fixtures with a ChatML template; the MiniLM embedder of `make models`), clients in
+# C++ with cpp-httplib's client and raw sockets: request parsing, every endpoint and field, SSE
+# framing, errors and limits, slow clients, 16 concurrent clients each equal to alone, a client
+# that disconnects mid-stream.
+qkv_add_test(test_serve
+  SOURCES serve/test_serve_units.cpp serve/test_server_api.cpp serve/test_server_errors.cpp serve/test_server_load.cpp
+  LIBS qkv_serve PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)

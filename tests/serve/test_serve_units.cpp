@@ -1,0 +1,222 @@
+// serve/'s pieces on their own: request parsing (fields, defaults, types), the JSON depth scan,
+// the text stream (stop strings, UTF-8 never split), error bodies, Prometheus text.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/serve/metrics.h"
+#include "qkv/serve/openai.h"
+#include "qkv/serve/text_stream.h"
+#include "qkv/tokenize/bpe.h"
+
+namespace {
+
+using namespace qkv::serve;
+using json = nlohmann::json;
+using i64 = std::int64_t;
+
+TEST(ServeParse, ChatFieldsAndDefaults) {
+  const GenerationParams d = parse_generation_request(R"({"messages": [{"role": "user", "content": "Hi"}]})", ApiKind::Chat);
+  EXPECT_EQ(d.model, "");
+  ASSERT_EQ(d.messages.size(), 1u);
+  EXPECT_EQ(d.messages[0].role, "user");
+  EXPECT_EQ(d.messages[0].content, "Hi");
+  EXPECT_FALSE(d.max_tokens);
+  EXPECT_EQ(d.temperature, 1.0);  // OpenAI's default
+  EXPECT_EQ(d.top_p, 1.0);
+  EXPECT_EQ(d.top_k, 0);
+  EXPECT_FALSE(d.seed);
+  EXPECT_FALSE(d.stream);
+  EXPECT_FALSE(d.logprobs);
+
+  const GenerationParams p = parse_generation_request(R"({
+      "model": "m", "messages": [{"role": "system", "content": "S"},
+                                 {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                                 {"role": "assistant", "content": null}],
+      "max_tokens": 7, "max_completion_tokens": 5, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
+      "seed": -1, "stop": "x", "stream": true, "stream_options": {"include_usage": true},
+      "logprobs": true, "top_logprobs": 4, "n": 1, "presence_penalty": 1, "tools": []})",
+                                                      ApiKind::Chat);
+  EXPECT_EQ(p.model, "m");
+  ASSERT_EQ(p.messages.size(), 3u);
+  EXPECT_EQ(p.messages[1].content, "ab");
+  EXPECT_EQ(p.messages[2].content, "");
+  EXPECT_EQ(*p.max_tokens, 5);  // max_completion_tokens wins
+  EXPECT_EQ(p.temperature, 0.5);
+  EXPECT_EQ(p.top_p, 0.9);
+  EXPECT_EQ(p.top_k, 40);
+  EXPECT_EQ(*p.seed, ~std::uint64_t{0});
+  EXPECT_EQ(p.stop, std::vector<std::string>{"x"});
+  EXPECT_TRUE(p.stream && p.include_usage && p.logprobs);
+  EXPECT_EQ(p.top_logprobs, 4);
+  // null means "not given".
+  const GenerationParams n = parse_generation_request(
+      R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": null, "temperature": null, "stop": null})",
+      ApiKind::Chat);
+  EXPECT_FALSE(n.max_tokens);
+  EXPECT_EQ(n.temperature, 1.0);
+  EXPECT_TRUE(n.stop.empty());
+}
+
+TEST(ServeParse, CompletionPromptForms) {
+  EXPECT_EQ(parse_generation_request(R"({"prompt": "abc"})", ApiKind::Completion).prompt, "abc");
+  const GenerationParams ids = parse_generation_request(R"({"prompt": [5, 6, 7]})", ApiKind::Completion);
+  EXPECT_TRUE(ids.prompt_is_ids);
+  EXPECT_EQ(ids.prompt_ids, (std::vector<i64>{5, 6, 7}));
+  EXPECT_EQ(parse_generation_request(R"({"prompt": ["one"]})", ApiKind::Completion).prompt, "one");
+  EXPECT_EQ(parse_generation_request(R"({"prompt": [[1, 2]]})", ApiKind::Completion).prompt_ids, (std::vector<i64>{1, 2}));
+  const GenerationParams lp = parse_generation_request(R"({"prompt": "a", "logprobs": 3, "echo": false})", ApiKind::Completion);
+  EXPECT_TRUE(lp.logprobs);
+  EXPECT_EQ(lp.top_logprobs, 3);
+}
+
+TEST(ServeParse, ErrorsNameTheParamAndCode) {
+  auto err = [](const char* body, ApiKind k = ApiKind::Chat) -> std::pair<std::string, std::string> {
+    try {
+      parse_generation_request(body, k);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400);
+      return {e.param(), e.code()};
+    }
+    return {"no error", ""};
+  };
+  using P = std::pair<std::string, std::string>;
+  EXPECT_EQ(err(R"({"messages": [{"role": "user", "content": 5}]})"), P("messages[0].content", "invalid_type"));
+  EXPECT_EQ(err(R"({"messages": [5]})"), P("messages[0]", "invalid_type"));
+  EXPECT_EQ(err(R"({"messages": [{"role": "user", "content": "a"}], "stop": ["a", 1]})"), P("stop[1]", "invalid_type"));
+  EXPECT_EQ(err(R"({"messages": [{"role": "user", "content": "a"}], "stream_options": {"include_usage": 1}})"),
+            P("stream_options.include_usage", "invalid_type"));
+  EXPECT_EQ(err(R"({"messages": [{"role": "user", "content": "a"}], "logprobs": 1})"), P("logprobs", "invalid_type"));
+  EXPECT_EQ(err(R"({"prompt": "a", "logprobs": 21})", ApiKind::Completion), P("logprobs", "integer_above_max_value"));
+  EXPECT_EQ(err(R"({"prompt": [[1], [2]]})", ApiKind::Completion), P("prompt", "invalid_value"));
+  EXPECT_EQ(err(R"({"prompt": [true]})", ApiKind::Completion), P("prompt[0]", "invalid_type"));
+  EXPECT_EQ(err(R"({"prompt": "a"} trailing)", ApiKind::Completion), P("", "invalid_json"));
+  EXPECT_EQ(err(""), P("", "invalid_json"));
+  EXPECT_EQ(err("null"), P("", "invalid_json"));
+}
+
+TEST(ServeParse, EmbeddingInputs) {
+  EXPECT_EQ(parse_embedding_request(R"({"input": "a"})").input, std::vector<std::string>{"a"});
+  const EmbeddingParams p = parse_embedding_request(R"({"input": ["a", "b"], "model": "m", "encoding_format": "base64"})");
+  EXPECT_EQ(p.input, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(p.model, "m");
+  EXPECT_TRUE(p.base64);
+  std::string many = R"({"input": [)";
+  for (int i = 0; i < 2049; ++i) many += std::string(i ? "," : "") + "\"x\"";
+  many += "]}";
+  try {
+    parse_embedding_request(many);
+    FAIL() << "2049 inputs accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.code(), "array_above_max_length");
+  }
+}
+
+TEST(ServeParse, JsonDepthSkipsStringsAndStopsEarly) {
+  EXPECT_EQ(json_depth("{}", 32), 1);
+  EXPECT_EQ(json_depth(R"({"a": [1, {"b": []}]})", 32), 4);
+  EXPECT_EQ(json_depth(R"({"a": "[[[[[{{{{"})", 32), 1);
+  EXPECT_EQ(json_depth(R"({"a": "\"[[[["})", 32), 1);
+  EXPECT_EQ(json_depth(std::string(1000000, '['), 32), 33);  // stops at the first level past the limit
+  EXPECT_EQ(json_depth("", 32), 0);
+}
+
+TEST(ServeParse, ErrorJsonShape) {
+  const json j = json::parse(error_json(ApiError(400, "bad \xff value", "temperature", "invalid_value")));
+  EXPECT_EQ(j["error"]["message"], "bad \xef\xbf\xbd value");  // invalid UTF-8 replaced
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(j["error"]["param"], "temperature");
+  EXPECT_EQ(j["error"]["code"], "invalid_value");
+  const json n = json::parse(error_json(ApiError(404, "x")));
+  EXPECT_TRUE(n["error"]["param"].is_null());
+  EXPECT_TRUE(n["error"]["code"].is_null());
+}
+
+qkv::tokenize::ByteLevelBPE tiny_tokenizer() {
+  return qkv::tokenize::ByteLevelBPE::from_folder(std::string(QKV_FIXTURE_DIR) + "/gpt2_tiny");
+}
+
+// The ids of text, one byte per token (so every split point is exercised).
+std::vector<i64> byte_ids(const qkv::tokenize::ByteLevelBPE& tok, const std::string& text) {
+  std::vector<i64> ids;
+  for (const char c : text) {
+    // Each byte's byte-level token (the one whose bytes are exactly it).
+    for (i64 id = 0; id < tok.vocab_size(); ++id)
+      if (tok.token_bytes(id) == std::string(1, c)) {
+        ids.push_back(id);
+        break;
+      }
+  }
+  return ids;
+}
+
+TEST(ServeTextStream, StopStringsAcrossTokensAndUtf8NeverSplit) {
+  const auto tok = tiny_tokenizer();
+  const std::string text = "caf\xc3\xa9 and na\xc3\xafve END more text";
+  const auto ids = byte_ids(tok, text);
+  ASSERT_EQ(tok.decode(ids), text);
+  // No stop: every piece is whole characters, and the pieces make the text.
+  {
+    TextStream ts(tok, {});
+    std::string all;
+    for (i64 id : ids) {
+      const std::string piece = ts.push(id);
+      EXPECT_FALSE(!piece.empty() && (static_cast<unsigned char>(piece[0]) & 0xC0) == 0x80) << "split character";
+      all += piece;
+    }
+    all += ts.finish();
+    EXPECT_EQ(all, text);
+    EXPECT_FALSE(ts.stopped());
+  }
+  // A stop string that arrives a byte at a time; held-back text that turns out not to be one.
+  for (const std::string stop : {"END", " m", "\xc3\xaf", "na\xc3\xafve END more text"}) {
+    TextStream ts(tok, {"ENX", stop});
+    std::string all;
+    for (i64 id : ids) {
+      all += ts.push(id);
+      if (ts.stopped()) break;
+    }
+    all += ts.finish();
+    EXPECT_TRUE(ts.stopped()) << stop;
+    EXPECT_EQ(all, text.substr(0, text.find(stop))) << stop;
+  }
+  // The skipped ids (eos) show no text.
+  TextStream ts(tok, {}, {ids[0]});
+  EXPECT_EQ(ts.push(ids[0]), "");
+  EXPECT_EQ(ts.push(ids[1]), "a");
+}
+
+TEST(ServeMetrics, PrometheusTextFormat) {
+  Metrics m;
+  m.count_request("/v1/completions", 200, 0.02);
+  m.count_request("/v1/completions", 200, 3.0);
+  m.count_request("other", 404, 0.001);
+  m.add_tokens("a\"b", 5, 7);
+  m.observe_ttft("a\"b", 0.03);
+  m.observe_inter_token("a\"b", 0.004);
+  const std::string t = m.render({{"a\"b", 4, 1, 2}});
+  for (const char* want : {"qkv_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n",
+                           "qkv_requests_total{endpoint=\"other\",status=\"404\"} 1\n",
+                           "qkv_request_duration_seconds_bucket{endpoint=\"/v1/completions\",le=\"0.025\"} 1\n",
+                           "qkv_request_duration_seconds_bucket{endpoint=\"/v1/completions\",le=\"+Inf\"} 2\n",
+                           "qkv_request_duration_seconds_count{endpoint=\"/v1/completions\"} 2\n",
+                           "qkv_prompt_tokens_total{model=\"a\\\"b\"} 5\n", "qkv_completion_tokens_total{model=\"a\\\"b\"} 7\n",
+                           "qkv_queue_depth{model=\"a\\\"b\"} 2\n", "qkv_slots_busy{model=\"a\\\"b\"} 1\n",
+                           "qkv_slots{model=\"a\\\"b\"} 4\n",
+                           "qkv_time_to_first_token_seconds_bucket{model=\"a\\\"b\",le=\"0.05\"} 1\n",
+                           "qkv_inter_token_latency_seconds_sum{model=\"a\\\"b\"} 0.004\n",
+                           "# TYPE qkv_inter_token_latency_seconds histogram\n"})
+    EXPECT_NE(t.find(want), std::string::npos) << want << "\n" << t;
+  // Every line is a comment or "name{labels} value".
+  std::size_t pos = 0;
+  while (pos < t.size()) {
+    const std::size_t end = t.find('\n', pos);
+    ASSERT_NE(end, std::string::npos);
+    const std::string line = t.substr(pos, end - pos);
+    EXPECT_TRUE(line.rfind("# ", 0) == 0 || (line.rfind("qkv_", 0) == 0 && line.find(' ') != std::string::npos)) << line;
+    pos = end + 1;
+  }
+  EXPECT_EQ(prometheus_escape("a\\b\n\"c"), "a\\\\b\\n\\\"c");
+}
+
+}  // namespace
