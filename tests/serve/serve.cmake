@@ -6,3 +6,10 @@
 qkv_add_test(test_serve
   SOURCES serve/test_serve_units.cpp serve/test_server_api.cpp serve/test_server_errors.cpp serve/test_server_load.cpp
   LIBS qkv_serve PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)
+# `qkv serve` as a process: the hostile-request corpus (RSS before and after), SIGTERM with
+# requests in flight, start-up errors.
+if(TARGET qkv_tool)
+  qkv_add_test(test_serve_cli SOURCES serve/test_serve_cli.cpp LIBS qkv_serve PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)
+  target_compile_definitions(test_serve_cli PRIVATE QKV_BIN="$<TARGET_FILE:qkv_tool>")
+  add_dependencies(test_serve_cli qkv_tool)
+endif()

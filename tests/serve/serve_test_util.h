@@ -9,7 +9,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -183,6 +185,27 @@ class RawClient {
     }
     if (closed) *closed = false;
     return out;
+  }
+  // Reads until the first response is whole (headers and Content-Length bytes of body), the
+  // server closes the connection, or `timeout` passes; the bytes read.
+  std::string read_response(std::chrono::milliseconds timeout) {
+    std::string out;
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      const auto head_end = out.find("\r\n\r\n");
+      if (head_end != std::string::npos) {
+        std::size_t length = 0;
+        for (const char* name : {"Content-Length: ", "content-length: "})
+          if (const auto at = out.find(name); at != std::string::npos && at < head_end)
+            length = std::strtoull(out.c_str() + at + 16, nullptr, 10);
+        if (out.size() >= head_end + 4 + length) return out;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      bool closed = false;
+      const std::string more = read_until_close(std::min(left, std::chrono::milliseconds(50)), &closed);
+      out += more;
+      if (closed || left.count() <= 0) return out;
+    }
   }
   // The status of the first response in `raw` ("HTTP/1.1 400 ..." -> 400), or -1.
   static int status_of(const std::string& raw) {
