@@ -17,6 +17,7 @@ set(QKV_SOURCES
   io/tensors.cpp
   io/checkpoint.cpp
   io/files.cpp
+  io/folder.cpp
   infer/kv_cache.cpp
   models/gpt2.cpp
   models/gpt2_io.cpp

@@ -206,8 +206,29 @@ class Seq2SeqTask : public Task {
   std::vector<std::int64_t> order_;
 };
 
+MemoryEstimate seq2seq_training_memory(const Seq2SeqOptions& mo, const Seq2SeqTrainOptions& o) {
+  const std::int64_t C = mo.d_model, F = mo.d_ff, T = o.data.max_len + 2;
+  MemoryEstimate params;
+  params.add({3 * mo.vocab_size + mo.max_positions, C});
+  params.add({mo.num_encoder_layers, 4 * C + 2 * F + 10, C}).add({mo.num_decoder_layers, 8 * C + 2 * F + 12, C});
+  MemoryEstimate e = params.scale(4);
+  e.add({o.data.train_size + o.data.test_size, T}, 6, 8);  // examples, their tensors and the distinctness set
+  e.add({o.batch, T, mo.num_encoder_layers, 10 * C + 2 * F}).add({o.batch, T, mo.num_decoder_layers, 14 * C + 2 * F});
+  e.add({o.batch, T, C}, 8).add({o.batch, T, mo.vocab_size}, 3);
+  return e;
+}
+
 Seq2SeqTrainer::Seq2SeqTrainer(const Seq2SeqOptions& mo, const Seq2SeqTrainOptions& o) : opt_(o) {
   validate_run(mo, o);
+  try {
+    seq2seq_training_memory(mo, o).check(
+        "train seq2seq (" + std::to_string(o.data.train_size) + " + " + std::to_string(o.data.test_size) +
+        " sequences of up to " + std::to_string(o.data.max_len) + " digits, batch " + std::to_string(o.batch) +
+        "; d_model " + std::to_string(mo.d_model) + ", d_ff " + std::to_string(mo.d_ff) + ", " +
+        std::to_string(mo.num_encoder_layers) + "+" + std::to_string(mo.num_decoder_layers) + " layers)");
+  } catch (const ResourceError& e) {
+    throw ResourceError(std::string(e.what()) + "; lower --train-size, --max-len, --batch or the model's size");
+  }
   data_ = models::make_seq2seq_data(o.data);
   manual_seed(o.seed);  // parameter initialisation, then dropout
   model_ = std::make_shared<Seq2Seq>(mo);

@@ -241,7 +241,7 @@ TEST(Cli, DemoRunsEverySection) {
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(0\.177\s+0\.303\s+0\.519)"))) << r.out;
   EXPECT_NE(r.out.find("Var(q·k)"), std::string::npos) << r.out;
   // The training step saves the classifier's checkpoint in --out and lists it.
-  EXPECT_NE(r.out.find("Files written:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Files written ("), std::string::npos) << r.out;
   EXPECT_NE(r.out.find((out_dir / "classifier.safetensors").string()), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(out_dir / "classifier.safetensors"));
   // Generation: the reverse model trains to its 0.99 held-out target and decodes greedily; its

@@ -9,6 +9,7 @@
 #include "command.h"
 #include "embed_index.h"
 #include "format.h"
+#include "output.h"
 #include "progress.h"
 #include "qkv/core/error.h"
 #include "qkv/infer/embed.h"
@@ -49,6 +50,9 @@ void print_similarity(const std::vector<std::string>& texts, const Tensor& emb, 
 int run_embed(const EmbedCmdOptions& o, std::ostream& out) {
   if (o.file.empty() == o.texts.empty())
     throw ValueError("embed: give either --file FILE or TEXT arguments (not both, not neither)");
+  if (!o.file.empty()) check_input_file(o.file, "embed: --file");
+  if (!o.out.empty())
+    check_output_file(o.out, {.cmd = "embed", .overwrite = o.overwrite});
   const std::vector<std::string> texts = o.file.empty() ? o.texts : infer::read_text_lines(o.file);
   const infer::SentenceEmbedder e = infer::SentenceEmbedder::from_folder(o.model);
   infer::EmbedOptions eo{.batch_size = o.batch};
@@ -64,13 +68,14 @@ int run_embed(const EmbedCmdOptions& o, std::ostream& out) {
     // "text 3: ..." -> name the line of the file.
     throw ValueError(std::string("embed: ") + (o.file.empty() ? "" : o.file + ": ") + err.what());
   }
-  if (bar) bar->finish();
   if (!o.out.empty()) {
     save_index(o.out, {.embeddings = emb, .texts = texts, .model = o.model});
+    if (bar) bar->finish();
     if (!o.json) out << "wrote " << texts.size() << " embeddings [" << emb.size(0) << ", " << emb.size(1) << "] to " << o.out << '\n';
     else out << nlohmann::ordered_json{{"index", o.out}, {"count", texts.size()}, {"dimension", emb.size(1)}}.dump() << '\n';
     return 0;
   }
+  if (bar) bar->finish();
   if (o.similarity) {
     print_similarity(texts, emb, o.json, out);
     return 0;
@@ -112,6 +117,7 @@ QKV_TOOL_COMMAND(embed, {
       sub.add_flag("--json", opt->json, "One JSON object per input line");
       sub.add_flag("--similarity", opt->similarity, "Print the cosine-similarity matrix of the inputs");
       sub.add_option("--out", opt->out, "Write a search index (safetensors) for 'qkv search'");
+      sub.add_flag("--overwrite", opt->overwrite, "Replace the --out file if it exists (else refused)");
       sub.add_option("texts", opt->texts, "Texts to embed (instead of --file)");
       return [opt] { return run_embed(*opt, std::cout); };
     }});

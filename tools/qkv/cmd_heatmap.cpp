@@ -11,18 +11,35 @@
 
 #include "command.h"
 #include "format.h"
+#include "output.h"
 #include "qkv/io/checkpoint.h"
+#include "qkv/io/folder.h"
 #include "qkv/models/attention_maps.h"
 #include "qkv/viz/heatmap.h"
 
 namespace qkv::tool {
+namespace {
+
+// The PNGs and index.html, written into a staging folder and swapped into place as a whole.
+std::vector<std::string> write_report(const std::string& out, const std::vector<models::AttentionMap>& maps,
+                                      const std::string& title) {
+  io::StagedFolder f(out, "heatmap");
+  std::vector<std::string> files = viz::write_attention_report(f.path(), maps, title);
+  f.commit();
+  for (std::string& p : files) p = (std::filesystem::path(out) / std::filesystem::path(p).filename()).string();
+  return files;
+}
+
+}  // namespace
 
 int run_heatmap(const HeatmapOptions& opt, std::ostream& out, std::vector<std::string>* written) {
+  check_input_file(opt.checkpoint, "heatmap: --checkpoint", "a checkpoint file (.safetensors)");
+  check_output_folder(opt.out, {.cmd = "heatmap", .overwrite = opt.overwrite});
   const io::Checkpoint ckpt = io::load_checkpoint(opt.checkpoint);
   const std::vector<models::AttentionMap> maps = models::attention_maps_for(ckpt, opt.input);
   if (maps.empty()) throw ValueError("heatmap: the " + ckpt.model_type + " model gave no attention maps");
   const std::string title = ckpt.model_type + " attention: " + std::filesystem::path(opt.checkpoint).filename().string();
-  const std::vector<std::string> files = viz::write_attention_report(opt.out, maps, title);
+  const std::vector<std::string> files = write_report(opt.out, maps, title);
   if (written) written->insert(written->end(), files.begin(), files.end());
 
   if (opt.json) {
@@ -74,6 +91,7 @@ QKV_TOOL_COMMAND(heatmap, {
           ->required();
       sub.add_option("--out", opt->out, "Output directory (created if missing)")->capture_default_str();
       sub.add_flag("--json", opt->json, "Print one JSON object (maps and files written) instead of text");
+      sub.add_flag("--overwrite", opt->overwrite, "Replace --out if it already holds files (else refused)");
       return [opt] { return run_heatmap(*opt, std::cout); };
     }});
 

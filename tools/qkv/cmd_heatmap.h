@@ -11,6 +11,7 @@ struct HeatmapOptions {
   std::string input;         // the model's own input format (classifier: space-separated token ids)
   std::string out = "heatmaps";
   bool json = false;
+  bool overwrite = false;    // replace an --out that holds files (else refused)
 };
 
 // Loads the checkpoint, runs the model on the input and writes

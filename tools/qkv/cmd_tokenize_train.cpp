@@ -14,7 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "format.h"
+#include "output.h"
 #include "progress.h"
+#include "qkv/io/folder.h"
 #include "qkv/tokenize/bpe_train.h"
 
 namespace qkv::tool {
@@ -25,7 +27,7 @@ struct TrainOptions {
   std::vector<std::string> texts;
   std::string out;
   std::int64_t vocab_size = 0, min_frequency = 0;
-  bool json = false;
+  bool json = false, overwrite = false;
 };
 
 const char* stop_note(tokenize::BpeTrainStop s) {
@@ -38,6 +40,9 @@ const char* stop_note(tokenize::BpeTrainStop s) {
 }
 
 int run_train(const TrainOptions& o, std::ostream& out) {
+  // Inputs and the output first: nothing is trained or written before they pass.
+  for (const std::string& t : o.texts) check_input_file(t, "tokenize train: --text");
+  check_output_folder(o.out, {.cmd = "tokenize train", .overwrite = o.overwrite});
   tokenize::BpeTrainOptions to{.vocab_size = o.vocab_size, .min_frequency = o.min_frequency};
   // A bar for the merges on a terminal only (training takes seconds; logs stay clean).
   std::unique_ptr<ProgressBar> bar;
@@ -50,8 +55,12 @@ int run_train(const TrainOptions& o, std::ostream& out) {
   const auto t0 = std::chrono::steady_clock::now();
   const tokenize::BpeTrainResult r = tokenize::train_byte_level_bpe_files(o.texts, to);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  {
+    io::StagedFolder f(o.out, "tokenize train");  // DIR appears (or is replaced) whole, once complete
+    tokenize::save_bpe(r, f.path());
+    f.commit();
+  }
   if (bar) bar->finish();
-  tokenize::save_bpe(r, o.out);
   const std::string note = stop_note(r.stop);
   if (o.json) {
     out << nlohmann::ordered_json{{"vocab_size", r.vocab.size()}, {"merges", r.merges.size()},
@@ -77,7 +86,8 @@ int run_train(const TrainOptions& o, std::ostream& out) {
 Action setup_tokenize_train(CLI::App& sub) {
   sub.footer(
       "Learns a GPT-2 byte-level BPE (GPT-2 pre-tokenization, all 256 bytes, <|endoftext|> as id 0) and writes "
-      "DIR/vocab.json and DIR/merges.txt. The merges and ids are those of Hugging Face tokenizers' BpeTrainer "
+      "DIR/vocab.json and DIR/merges.txt (DIR appears whole once both are written; a DIR that already holds "
+      "files is refused unless --overwrite). The merges and ids are those of Hugging Face tokenizers' BpeTrainer "
       "(pre_tokenizers.ByteLevel(add_prefix_space=False), initial_alphabet=ByteLevel.alphabet(), "
       "special_tokens=[\"<|endoftext|>\"]) trained with Tokenizer.train([FILE, ...]): every line of the files, "
       "with its line end, is one sequence. DIR loads with `qkv tokenize --model DIR`, `qkv generate` and "
@@ -94,6 +104,7 @@ Action setup_tokenize_train(CLI::App& sub) {
       ->check(int_range(0, std::numeric_limits<std::int64_t>::max()));
   sub.add_option("--out", opt->out, "Folder to write vocab.json and merges.txt to (created if missing)")->required();
   sub.add_flag("--json", opt->json, "One JSON object: vocab_size, merges, text_bytes, seconds, out");
+  sub.add_flag("--overwrite", opt->overwrite, "Replace --out if it already holds files (else the run is refused)");
   return [opt] { return run_train(*opt, std::cout); };
 }
 

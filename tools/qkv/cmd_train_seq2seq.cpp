@@ -11,6 +11,8 @@
 
 #include "command.h"
 #include "format.h"
+#include "interrupt.h"
+#include "output.h"
 #include "progress.h"
 #include "qkv/core/parallel.h"
 #include "qkv/io/checkpoint.h"
@@ -33,6 +35,10 @@ std::string digits_str(const std::vector<std::int64_t>& d) {
 }  // namespace
 
 int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector<std::string>* files_written) {
+  if (!o.resume.empty()) check_input_file(o.resume, "train seq2seq: --resume", "a checkpoint file");
+  if (!o.save.empty() && !(!o.resume.empty() && same_file(o.resume, o.save)))
+    check_output_file(o.save, {.cmd = "train seq2seq", .flag = "--save", .overwrite = o.overwrite,
+                               .alternative = "--resume FILE --save FILE to continue the run it holds"});
   std::unique_ptr<train::Seq2SeqTrainer> tr;
   if (o.resume.empty()) {
     const models::Seq2SeqTask task = models::parse_seq2seq_task(o.task);
@@ -115,14 +121,27 @@ int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector
         epoch != o.stop_after_epoch)
       save(o.save);
   };
-  const bool finished = tr->train(cb, o.stop_after_epoch);
-  if (bar) bar->finish();
+  bool finished = false;
+  {
+    TrainingInterrupt ctrl_c;  // Ctrl-C: finish the step, save it (below), print how to resume
+    finished = tr->train(cb, o.stop_after_epoch);
+    if (!o.save.empty()) {
+      save(o.save);
+      if (files_written) files_written->push_back(o.save);
+    }
+  }
+  if (!finished && TrainingInterrupt::requested()) {
+    if (bar) bar->stop();
+    out << "\ninterrupted at step " << tr->step() << " of " << tr->total_steps() << " (epoch "
+        << tr->epochs_done() << " complete); "
+        << (o.save.empty() ? "nothing was saved (give --save FILE to keep a run)\n"
+                           : "saved " + o.save + "; continue with: qkv train seq2seq --resume " + shell_quote(o.save) +
+                                 " --save " + shell_quote(o.save) + "\n");
+    return kInterruptedExit;
+  }
+  if (bar) finished ? bar->finish() : bar->stop();
   if (tr->reports().empty()) throw Error("train seq2seq: the run made no evaluation");  // cannot happen: see train()
   const train::Seq2SeqReport& fin = tr->reports().back();
-  if (!o.save.empty()) {
-    save(o.save);
-    if (files_written) files_written->push_back(o.save);
-  }
 
   // A few held-out examples, decoded greedily.
   const auto& test = tr->data().test;
@@ -150,7 +169,7 @@ int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector
   if (!finished)
     out << "stopped after epoch " << tr->epochs_done() << " of " << tr->total_epochs() << " (step " << tr->step()
         << " of " << tr->total_steps() << ")"
-        << (o.save.empty() ? "\n" : "; continue with: qkv train seq2seq --resume " + o.save + "\n");
+        << (o.save.empty() ? "\n" : "; continue with: qkv train seq2seq --resume " + shell_quote(o.save) + " --save " + shell_quote(o.save) + "\n");
   if (!shown.empty()) {
     out << "examples (input -> output, target):\n";
     for (std::size_t i = 0; i < shown.size(); ++i)
@@ -208,6 +227,7 @@ QKV_TRAIN_TASK(seq2seq, {
       fixed(sub.add_option("--seed", opt->seed, "Seed for data, initialisation and shuffling"));
       auto* save = sub.add_option("--save", opt->save,
                                   "Write a checkpoint (safetensors, model_type seq2seq) here at the end (atomically)");
+      sub.add_flag("--overwrite", opt->overwrite, "Replace the --save file if it exists (else the run is refused)");
       sub.add_option("--save-every", opt->save_every, "Also save every N epochs")
           ->check(int_range(1, 100000))
           ->needs(save);
