@@ -24,6 +24,7 @@ set(QKV_SOURCES
   infer/sampling.cpp
   infer/generate.cpp
   models/attention_maps.cpp
+  models/text_attention.cpp
   models/classifier.cpp
   models/seq2seq.cpp
   models/seq2seq_decode.cpp

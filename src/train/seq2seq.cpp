@@ -72,7 +72,11 @@ namespace {
 void validate_run(const Seq2SeqOptions& mo, const Seq2SeqTrainOptions& o) {
   if (o.batch < 1) throw ValueError("train seq2seq: batch must be >= 1");
   if (o.epochs < 1 && o.steps < 1) throw ValueError("train seq2seq: need epochs >= 1 or steps >= 1");
-  if (!(o.lr > 0)) throw ValueError("train seq2seq: lr must be > 0");
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) throw ValueError("train seq2seq: lr must be a finite number > 0");
+  for (const auto& [name, v] : {std::pair<const char*, double>{"min_lr_ratio", o.min_lr_ratio},
+                                {"weight_decay", o.weight_decay}, {"clip_norm", o.clip_norm},
+                                {"target_acc", o.target_acc}})
+    if (!std::isfinite(v)) throw ValueError(std::string("train seq2seq: ") + name + " must be finite, got " + std::to_string(v));
   if (o.data.max_len >= mo.max_positions)  // max_len + 1 > max_positions, without overflowing
     throw ValueError("train seq2seq: max_len " + std::to_string(o.data.max_len) + " needs max_len + 1 positions, more than " +
                      "the model's max_positions " + std::to_string(mo.max_positions));

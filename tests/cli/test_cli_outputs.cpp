@@ -11,6 +11,7 @@
 #include <map>
 #include <regex>
 #include <thread>
+#include <tuple>
 
 #include "cli_test_util.h"
 #include "qkv/io/checkpoint.h"
@@ -92,7 +93,7 @@ TEST(CliOutputs, AFailedFirstRunLeavesNoFolder) {
       {"train lm --text '" + bad.string() + "'" + tiny, "bad.txt"},
       {"train lm --text '" + kText + "' --context 20000 --batch 1 --layers 1 --d-model 32 --heads 4 --val-fraction 0.5" + tiny, "needs at least"},
       {"train lm --text '" + kText + "' --batch 65536 --context 4096 --d-model 1024" + tiny, "of memory"},
-      {"train lm --text /nonexistent/corpus.txt" + tiny, "/nonexistent/corpus.txt: No such file or directory"},
+      {"train lm --text /nonexistent/corpus.txt" + tiny, "/nonexistent/corpus.txt: no such file"},
       {"tokenize train --text '" + bad.string() + "' --vocab-size 300 --out '" + out.string() + "'", "bad.txt"},
       {"convert --model '" + base.string() + "' --out '" + out.string() + "'", "config.json"},
       {"heatmap --checkpoint '" + kText + "' --input '1 2' --out '" + out.string() + "'", "kjv_genesis.txt"},
@@ -276,6 +277,42 @@ TEST(CliOutputs, ASecondCtrlCQuitsAtOnceKeepingTheLastCompleteSave) {
   EXPECT_EQ(r.code, 130) << r.err;
   EXPECT_NO_THROW(models::load_gpt2(dir.string()));
   EXPECT_NO_THROW(io::load_checkpoint((dir / "qkv_train_state.safetensors").string()));
+}
+
+// The classifier and seq2seq runs: Ctrl-C finishes the step, saves the checkpoint (a file,
+// renamed into place) and prints the command that continues it.
+TEST(CliOutputs, CtrlCSavesTheClassifierAndSeq2SeqRunsToo) {
+  const fs::path base = scratch("outputs_int_small");
+  const std::vector<std::tuple<std::string, std::string, std::string>> runs = {
+      {"train classify --epochs 10000000 --log-every 1000000 --no-progress --threads 1 --save '" +
+           (base / "clf.st").string() + "'",
+       "interrupted at epoch ([0-9]+) of 10000000; saved .*; continue with: qkv (train classify --resume .* --epochs "
+       "10000000 --save .*)\n",
+       (base / "clf.st").string()},
+      {"train seq2seq --epochs 100000 --train-size 64 --test-size 8 --batch 8 --d-model 16 --heads 2 --d-ff 32 "
+       "--layers 1 --no-progress --threads 1 --save '" + (base / "s2s.st").string() + "'",
+       "interrupted at step ([0-9]+) of 800000 \\(epoch [0-9]+ complete\\); saved .*; continue with: qkv "
+       "(train seq2seq --resume .* --save .*)\n",
+       (base / "s2s.st").string()},
+  };
+  for (const auto& [args, pattern, file] : runs) {
+    const Spawned p = spawn(args);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    ::kill(p.pid, SIGINT);
+    const Result r = wait_for(p);
+    ASSERT_EQ(r.code, 130) << args << ": " << r.err;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.out, m, std::regex(pattern))) << r.out;
+    const io::Checkpoint c = io::load_checkpoint(file);
+    EXPECT_EQ(c.metadata.at("step"), m[1].str());
+    // The printed command continues the run: interrupted again at once, it saves a later step.
+    const Spawned q = spawn(m[2].str() + " --no-progress --threads 1");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ::kill(q.pid, SIGINT);
+    const Result again = wait_for(q);
+    EXPECT_EQ(again.code, 130) << again.err;
+    EXPECT_GT(std::stoll(io::load_checkpoint(file).metadata.at("step")), std::stoll(m[1].str()));
+  }
 }
 
 TEST(CliOutputs, SigkillAtRandomPointsLeavesNothingOrALoadableFolder) {

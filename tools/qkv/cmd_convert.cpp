@@ -24,7 +24,8 @@ struct ConvertOptions {
 int run_convert(const ConvertOptions& o, std::ostream& os) {
   namespace fs = std::filesystem;
   check_input_folder(o.model, "convert: --model", "a GPT-2 model folder");
-  if (fs::exists(o.out) && same_file(o.model, o.out))
+  std::error_code ec;
+  if (fs::exists(o.out, ec) && same_file(o.model, o.out))
     throw ValueError("convert: --out is the --model folder; write to another folder");
   check_output_folder(o.out, {.cmd = "convert", .overwrite = o.overwrite});
   const auto m = models::load_gpt2(o.model);
@@ -32,7 +33,7 @@ int run_convert(const ConvertOptions& o, std::ostream& os) {
   models::save_gpt2(*m, f.path());
   for (const char* name : {"vocab.json", "merges.txt"}) {
     const fs::path src = fs::path(o.model) / name;
-    if (fs::exists(src)) io::write_file_atomic(f.file(name), io::read_file(src.string(), "convert"), "convert");
+    if (fs::exists(src, ec)) io::write_file_atomic(f.file(name), io::read_file(src.string(), "convert"), "convert");
   }
   f.commit();
   const models::GPT2Config& c = m->config();
@@ -54,9 +55,9 @@ QKV_TOOL_COMMAND(convert, {
           "every file is written; an OUT that already holds files is refused unless --overwrite.\n\n"
           "Example:\n  qkv convert --model tests/fixtures/gpt2_tiny --out /tmp/gpt2_tiny_qkv");
       auto opt = std::make_shared<ConvertOptions>();
-      sub.add_option("--model", opt->model, "GPT-2 folder to read")->required();
-      sub.add_option("--out", opt->out, "Folder to write (created if missing)")->required();
-      sub.add_flag("--overwrite", opt->overwrite, "Replace --out if it already holds files (else refused)");
+      add_model_option(sub, opt->model, "GPT-2 model folder to read")->required();
+      sub.add_option("--out", opt->out, "Folder to write (created if missing)")->type_name("DIR")->required();
+      add_overwrite_flag(sub, opt->overwrite, "--out");
       return [opt] { return run_convert(*opt, std::cout); };
     }});
 

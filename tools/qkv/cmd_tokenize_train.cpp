@@ -27,7 +27,7 @@ struct TrainOptions {
   std::vector<std::string> texts;
   std::string out;
   std::int64_t vocab_size = 0, min_frequency = 0;
-  bool json = false, overwrite = false;
+  bool json = false, overwrite = false, progress = true;
 };
 
 const char* stop_note(tokenize::BpeTrainStop s) {
@@ -48,7 +48,7 @@ int run_train(const TrainOptions& o, std::ostream& out) {
   std::unique_ptr<ProgressBar> bar;
   const bool tty = ::isatty(STDERR_FILENO) == 1;
   to.progress = [&](const tokenize::BpeTrainProgress& p) {
-    if (!tty || p.stage != tokenize::BpeTrainProgress::Stage::Merge) return;
+    if (!tty || !o.progress || p.stage != tokenize::BpeTrainProgress::Stage::Merge) return;
     if (!bar) bar = std::make_unique<ProgressBar>("merges", std::max<std::int64_t>(p.total, 1));
     bar->update(std::min(p.done, p.total));
   };
@@ -96,15 +96,18 @@ Action setup_tokenize_train(CLI::App& sub) {
       "  qkv tokenize train --text tests/fixtures/text/kjv_genesis.txt --vocab-size 1000 --out /tmp/bpe\n"
       "  qkv tokenize --model /tmp/bpe \"In the beginning\"");
   auto opt = std::make_shared<TrainOptions>();
-  sub.add_option("--text", opt->texts, "UTF-8 text files to learn from (in order)")->required()->expected(1, -1);
+  sub.add_option("--text", opt->texts, "UTF-8 text files to learn from (in order)")->type_name("FILE")->required()->expected(1, -1);
   sub.add_option("--vocab-size", opt->vocab_size, "Tokens in the vocabulary (at least 257: 256 bytes + <|endoftext|>)")
       ->required()
       ->check(int_range(1, std::numeric_limits<std::int32_t>::max()));
   sub.add_option("--min-frequency", opt->min_frequency, "Do not merge a pair seen fewer times (default 0)")
       ->check(int_range(0, std::numeric_limits<std::int64_t>::max()));
-  sub.add_option("--out", opt->out, "Folder to write vocab.json and merges.txt to (created if missing)")->required();
+  sub.add_option("--out", opt->out, "Folder to write vocab.json and merges.txt to (created if missing)")
+      ->type_name("DIR")
+      ->required();
   sub.add_flag("--json", opt->json, "One JSON object: vocab_size, merges, text_bytes, seconds, out");
-  sub.add_flag("--overwrite", opt->overwrite, "Replace --out if it already holds files (else the run is refused)");
+  add_overwrite_flag(sub, opt->overwrite, "--out");
+  add_no_progress_flag(sub, opt->progress);
   return [opt] { return run_train(*opt, std::cout); };
 }
 

@@ -163,24 +163,26 @@ QKV_TRAIN_TASK(classify, {
       std::vector<CLI::Option*> fixed_by_ckpt;
       sub.add_option("--epochs", opt->epochs, "Total epochs (with --resume: train until this epoch)")
           ->check(int_range(1, 10000000))->capture_default_str();
-      fixed_by_ckpt.push_back(sub.add_option("--lr", opt->lr, "Adam learning rate")->capture_default_str());
+      fixed_by_ckpt.push_back(sub.add_option("--lr", opt->lr, "Adam learning rate")->check(real_above(0))->capture_default_str());
       fixed_by_ckpt.push_back(sub.add_option("--layers", opt->layers, "Encoder layers")->check(int_range(1, 64))->capture_default_str());
       fixed_by_ckpt.push_back(sub.add_option("--d-model", opt->d_model, "Model width")->check(int_range(1, 4096))->capture_default_str());
       fixed_by_ckpt.push_back(sub.add_option("--heads", opt->heads, "Attention heads (must divide --d-model)")->check(int_range(1, 512))->capture_default_str());
       fixed_by_ckpt.push_back(sub.add_option("--d-ff", opt->d_ff, "Feed-forward width")->check(int_range(1, 65536))->capture_default_str());
       fixed_by_ckpt.push_back(sub.add_option("--dropout", opt->dropout, "Dropout (attention weights and after each sublayer, as the tutorial's blocks)")
-          ->check(CLI::Range(0.0, 0.99))->capture_default_str());
-      fixed_by_ckpt.push_back(sub.add_option("--seed", opt->seed, "Seed of the data, the initial weights and dropout")->capture_default_str());
+          ->check(real_range(0.0, 0.99))->capture_default_str());
+      fixed_by_ckpt.push_back(add_seed_option(sub, opt->seed, "Seed of the data, the initial weights and dropout"));
       fixed_by_ckpt.push_back(sub.add_flag("--balanced", opt->balanced, "Half positive, half negative; 200 train / 200 validation"));
       fixed_by_ckpt.push_back(sub.add_option("--train-size", opt->train_size, "Training sequences")->check(int_range(2, 10000000))->capture_default_str());
       fixed_by_ckpt.push_back(sub.add_option("--val-size", opt->val_size, "Validation sequences (default 50, or 200 with --balanced)")->check(int_range(2, 10000000)));
-      sub.add_option("--save", opt->save, "Write a checkpoint (safetensors) here at the end (atomically)");
-      sub.add_flag("--overwrite", opt->overwrite, "Replace the --save file if it exists (else the run is refused)");
-      sub.add_option("--save-every", opt->save_every, "Also save every N epochs")->check(int_range(1, 10000000));
-      auto* resume = sub.add_option("--resume", opt->resume, "Continue training from this checkpoint")->check(CLI::ExistingFile);
+      auto* save = sub.add_option("--save", opt->save, "Write a checkpoint (safetensors) here at the end (atomically)")
+                       ->type_name("FILE");
+      add_overwrite_flag(sub, opt->overwrite, "the --save file");
+      sub.add_option("--save-every", opt->save_every, "Also save every N epochs")->check(int_range(1, 10000000))->needs(save);
+      auto* resume = sub.add_option("--resume", opt->resume, "Continue training from this checkpoint")
+                         ->check(input_file("a checkpoint file (qkv train classify --save)"));
       sub.add_option("--log-every", opt->log_every, "Print a row every N epochs")->check(int_range(1, 10000000))->capture_default_str();
       sub.add_flag("--json", opt->json, "One JSON object per printed epoch, then a summary object (event \"done\")");
-      sub.add_flag("--no-progress", [opt](std::int64_t) { opt->progress = false; }, "No progress bar on stderr");
+      add_no_progress_flag(sub, opt->progress);
       for (CLI::Option* f : fixed_by_ckpt) f->excludes(resume);
       return [opt] { return run_train_classify(*opt, std::cout); };
     }});

@@ -191,6 +191,15 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
     out << "interrupted before training began; nothing was written\n";
     return kInterruptedExit;
   }
+  // Settings that cannot do what they say: a warning each (the run goes on).
+  const train::LMTrainOptions& run_o = tr->options();
+  if (run_o.warmup >= run_o.steps && !o.resume)
+    warn("--warmup " + std::to_string(run_o.warmup) + " is not shorter than the run (--steps " +
+         std::to_string(run_o.steps) + "): the learning rate never reaches --lr " + general(run_o.lr) +
+         " and never decays; give a shorter --warmup");
+  if (o.stop_after >= tr->loop().total_steps())
+    warn("--stop-after " + std::to_string(o.stop_after) + " is not before the end of the run (" +
+         std::to_string(tr->loop().total_steps()) + " steps): it has no effect");
   tr->set_folder_files(tok.files);
   // Every save replaces DIR as a whole; the first of an --overwrite run drops what DIR held.
   bool replace_all = !o.resume && o.overwrite;
@@ -337,36 +346,37 @@ QKV_TRAIN_TASK(lm, {
         return o;
       };
       train::LMTrainOptions& t = opt->train;
-      sub.add_option("--text", opt->texts, "Text files (UTF-8) to train on")->required()->expected(1, -1);
-      sub.add_option("--out", opt->out, "Output folder (a Hugging Face GPT-2 folder)")->required();
-      auto* tok = fixed(sub.add_option("--tokenizer", opt->tokenizer, "Folder with vocab.json + merges.txt to use"));
-      auto* vs = fixed(sub.add_option("--vocab-size", opt->vocab_size, "Train a byte-level BPE of this size on the texts"))
+      sub.add_option("--text", opt->texts, "Text files (UTF-8) to train on")->type_name("FILE")->required()->expected(1, -1);
+      sub.add_option("--out", opt->out, "Output folder (a Hugging Face GPT-2 folder)")->type_name("DIR")->required();
+      auto* tok = fixed(sub.add_option("--tokenizer", opt->tokenizer, "Folder with vocab.json + merges.txt to use"))
+                      ->type_name("DIR");
+      auto* vs = sub.add_option("--vocab-size", opt->vocab_size, "Train a byte-level BPE of this size on the texts")
                      ->check(int_range(257, 1 << 20));
+      fixed_by_run.push_back(vs);
       tok->excludes(vs);
       fixed(sub.add_option("--min-frequency", opt->min_frequency, "BPE trainer: minimum pair frequency"))
           ->check(int_range(0, 1000000000));
       fixed(sub.add_option("--layers", opt->layers, "Transformer blocks"))->check(int_range(1, 256));
       fixed(sub.add_option("--d-model", opt->d_model, "Model width"))->check(int_range(1, 16384));
       fixed(sub.add_option("--heads", opt->heads, "Attention heads"))->check(int_range(1, 1024));
-      fixed(sub.add_option("--dropout", opt->dropout, "Dropout (embeddings, attention, residual)"))->check(CLI::Range(0.0, 0.9));
+      fixed(sub.add_option("--dropout", opt->dropout, "Dropout (embeddings, attention, residual)"))->check(real_range(0.0, 0.9));
       fixed(sub.add_option("--context", t.context, "Tokens per training window (= n_positions)"))->check(int_range(1, 65536));
       fixed(sub.add_option("--batch", t.batch, "Windows per micro-batch"))->check(int_range(1, 65536));
       fixed(sub.add_option("--grad-accum", t.grad_accum, "Micro-batches per optimizer step"))->check(int_range(1, 65536));
       fixed(sub.add_option("--steps", t.steps, "Optimizer steps"))->check(int_range(1, 100000000));
-      fixed(sub.add_option("--lr", t.lr, "Peak learning rate"))->check(CLI::PositiveNumber);
+      fixed(sub.add_option("--lr", t.lr, "Peak learning rate"))->check(real_above(0));
       fixed(sub.add_option("--warmup", t.warmup, "Linear warmup steps"))->check(int_range(0, 100000000));
-      fixed(sub.add_option("--min-lr", t.min_lr, "Learning rate at the end of the cosine"))->check(CLI::NonNegativeNumber);
-      fixed(sub.add_option("--weight-decay", t.weight_decay, "AdamW weight decay (matrices only)"))->check(CLI::NonNegativeNumber);
-      fixed(sub.add_option("--grad-clip", t.grad_clip, "Clip the global gradient norm (0: off)"))->check(CLI::NonNegativeNumber);
+      fixed(sub.add_option("--min-lr", t.min_lr, "Learning rate at the end of the cosine"))->check(real_at_least(0));
+      fixed(sub.add_option("--weight-decay", t.weight_decay, "AdamW weight decay (matrices only)"))->check(real_at_least(0));
+      fixed(sub.add_option("--grad-clip", t.grad_clip, "Clip the global gradient norm (0: off)"))->check(real_at_least(0));
       fixed(sub.add_option("--eval-every", t.eval_every, "Evaluate, sample and save every N steps (0: at the end)"))
           ->check(int_range(0, 100000000));
-      fixed(sub.add_option("--val-fraction", t.val_fraction, "Fraction of the tokens held out"))->check(CLI::Range(1e-6, 0.9));
+      fixed(sub.add_option("--val-fraction", t.val_fraction, "Fraction of the tokens held out"))->check(real_range(1e-6, 0.9));
       fixed(sub.add_option("--val-windows", t.val_windows, "Held-out windows per evaluation"))->check(int_range(1, 1000000));
-      fixed(sub.add_option("--seed", t.seed, "Seed of the initial weights and the batches"));
+      fixed(add_seed_option(sub, t.seed, "Seed of the initial weights and the batches"));
       fixed(sub.add_flag("--skip-nonfinite", t.skip_nonfinite, "Skip a step whose loss or gradient is not finite (default: stop with an error)"));
       auto* resume = sub.add_flag("--resume", opt->resume, "Continue the run saved in --out (its settings are fixed)");
-      sub.add_flag("--overwrite", opt->overwrite, "Replace --out if it already holds files (else they are kept and the run refused)")
-          ->excludes(resume);
+      add_overwrite_flag(sub, opt->overwrite, "--out")->excludes(resume);
       sub.add_option("--stop-after", opt->stop_after, "Stop once this many steps are done (continue with --resume)")
           ->check(int_range(1, 100000000));
       sub.add_flag("--init-only", opt->init_only,
@@ -375,7 +385,7 @@ QKV_TRAIN_TASK(lm, {
       sub.add_option("--prompt", opt->prompt, "Prompt of the samples (default: the first 4 held-out tokens)");
       sub.add_option("--sample-tokens", opt->sample_tokens, "Tokens per sample")->check(int_range(1, 4096))->capture_default_str();
       sub.add_flag("--json", opt->json, "One JSON object per evaluation, then a summary object");
-      sub.add_flag("!--no-progress", opt->progress, "Do not show the progress bar on stderr");
+      add_no_progress_flag(sub, opt->progress);
       for (CLI::Option* f : fixed_by_run) f->excludes(resume);
       return [opt] { return run_train_lm(*opt, std::cout); };
     }});

@@ -122,7 +122,9 @@ void check_output_file(const std::string& path, const OutputSpec& spec) {
 
 void check_input_file(const std::string& path, const std::string& where, const std::string& kind) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw IOError(where + " " + path + ": " + std::strerror(errno));
+  if (::stat(path.c_str(), &st) != 0)
+    throw IOError(where + " " + path + ": " + (errno == ENOENT ? std::string("no such file") : std::strerror(errno)) +
+                  " (expected " + kind + ")");
   if (S_ISDIR(st.st_mode)) throw IOError(where + " " + path + " is a directory, expected " + kind);
   if (!S_ISREG(st.st_mode)) throw IOError(where + " " + path + " is not a regular file, expected " + kind);
   if (::access(path.c_str(), R_OK) != 0) throw IOError(where + " " + path + ": " + std::strerror(errno));
@@ -130,7 +132,9 @@ void check_input_file(const std::string& path, const std::string& where, const s
 
 void check_input_folder(const std::string& path, const std::string& where, const std::string& kind) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw IOError(where + " " + path + ": " + std::strerror(errno));
+  if (::stat(path.c_str(), &st) != 0)
+    throw IOError(where + " " + path + ": " + (errno == ENOENT ? std::string("no such folder") : std::strerror(errno)) +
+                  " (expected " + kind + ")");
   if (!S_ISDIR(st.st_mode)) throw IOError(where + " " + path + " is a file, expected " + kind);
 }
 

@@ -34,8 +34,8 @@ void check_output_folder(const std::string& path, const OutputSpec& spec);
 void check_output_file(const std::string& path, const OutputSpec& spec);
 
 // An input, checked before any work: IOError starting with `where` ("train lm: --text")
-// and naming the path when it is missing or unreadable ("train lm: --text x.txt: No such
-// file or directory") or of the wrong kind ("train lm: --text tests is a directory,
+// and naming the path when it is missing or unreadable ("train lm: --text x.txt: no such
+// file (expected a text file)") or of the wrong kind ("train lm: --text tests is a directory,
 // expected a text file").
 void check_input_file(const std::string& path, const std::string& where, const std::string& kind = "a text file");
 void check_input_folder(const std::string& path, const std::string& where, const std::string& kind = "a folder");
