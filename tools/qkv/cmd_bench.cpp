@@ -398,7 +398,8 @@ QKV_TOOL_COMMAND(bench, {
       s->add_option("--new", gen->new_tokens, "Tokens generated per prompt (default 256)")->check(int_range(1, 1 << 20));
       add_seed_option(*s, gen->seed, "Seed of the random prompts");
       s->add_option("--prompt-ids", gen->prompt_ids, "File of --batch lines of --prompt-len ids (instead of random prompts)")
-          ->check(input_file("a file of token ids"));
+          ->check(input_file("a file of token ids"))
+          ->type_name("FILE");
       s->add_option("--repeat", gen->repeat, "Timed runs (median; default 3)")->check(int_range(1, 1000));
       s->add_flag("--no-cache", gen->no_cache, "Recompute the whole sequence every step");
       s->add_option("--bandwidth-mb", gen->bandwidth_mb, "Buffer of the read-bandwidth measurement (default 512)")

@@ -139,7 +139,7 @@ QKV_TOOL_COMMAND(embed, {
           "  qkv embed --model models/all-MiniLM-L6-v2 --file corpus.txt --out index.safetensors");
       auto opt = std::make_shared<EmbedCmdOptions>();
       add_model_option(sub, opt->model, "BERT / sentence-transformers model folder")->required();
-      sub.add_option("--file", opt->file, "Embed each line of this UTF-8 file")->check(input_file("a text file"));
+      sub.add_option("--file", opt->file, "Embed each line of this UTF-8 file")->check(input_file("a text file"))->type_name("FILE");
       sub.add_option("--batch", opt->batch, "Sentences per forward pass (default 32)")->check(int_range(1, 4096));
       sub.add_flag("--json", opt->json, "One JSON object per input line");
       sub.add_flag("--similarity", opt->similarity, "Print the cosine-similarity matrix of the inputs");

@@ -193,7 +193,8 @@ QKV_TOOL_COMMAND(generate, {
       sub.add_option("prompt", opt->positional, "Prompt text (the same as --prompt)")->type_name("PROMPT");
       sub.add_option("--prompt-ids", opt->prompt_ids, "Prompt token ids, e.g. 1,2,3");
       sub.add_option("--prompts-file", opt->prompts_file, "A prompt per line, generated as one batch")
-          ->check(input_file("a text file, one prompt per line"));
+          ->check(input_file("a text file, one prompt per line"))
+          ->type_name("FILE");
       sub.add_option("--max-new", opt->max_new, "Most tokens to generate")->check(int_range(1, 1 << 20))->capture_default_str();
       sub.add_option("--temperature", opt->temperature, "0 = greedy; > 0 samples")->check(real_at_least(0))->capture_default_str();
       CLI::Option* top_k = sub.add_option("--top-k", opt->top_k, "Sample among the K most likely tokens (K >= 1)");

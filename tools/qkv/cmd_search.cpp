@@ -71,7 +71,9 @@ QKV_TOOL_COMMAND(search, {
           "  qkv search --index index.safetensors --model models/all-MiniLM-L6-v2 \"Who eats?\"");
       auto opt = std::make_shared<SearchOptions>();
       sub.add_option("--index", opt->index, "Index file written by qkv embed --out")
-          ->check(input_file("an index file written by qkv embed --out"))->required();
+          ->check(input_file("an index file written by qkv embed --out"))
+          ->type_name("FILE")
+          ->required();
       add_model_option(sub, opt->model, "BERT / sentence-transformers model folder (the one the index was built with)")
           ->required();
       sub.add_option("--top-k", opt->top_k, "Results per query (default 5)")->check(int_range(1, 1000000));

@@ -179,7 +179,8 @@ QKV_TRAIN_TASK(classify, {
       add_overwrite_flag(sub, opt->overwrite, "the --save file");
       sub.add_option("--save-every", opt->save_every, "Also save every N epochs")->check(int_range(1, 10000000))->needs(save);
       auto* resume = sub.add_option("--resume", opt->resume, "Continue training from this checkpoint")
-                         ->check(input_file("a checkpoint file (qkv train classify --save)"));
+                         ->check(input_file("a checkpoint file (qkv train classify --save)"))
+                         ->type_name("FILE");
       sub.add_option("--log-every", opt->log_every, "Print a row every N epochs")->check(int_range(1, 10000000))->capture_default_str();
       sub.add_flag("--json", opt->json, "One JSON object per printed epoch, then a summary object (event \"done\")");
       add_no_progress_flag(sub, opt->progress);

@@ -239,7 +239,8 @@ QKV_TRAIN_TASK(seq2seq, {
           ->check(int_range(1, 100000))
           ->needs(save);
       auto* resume = sub.add_option("--resume", opt->resume, "Continue the training run saved in this checkpoint")
-                         ->check(input_file("a checkpoint file (qkv train seq2seq --save)"));
+                         ->check(input_file("a checkpoint file (qkv train seq2seq --save)"))
+                         ->type_name("FILE");
       sub.add_option("--stop-after-epoch", opt->stop_after_epoch,
                      "Stop once this many epochs of the run are done (the schedule still spans the whole run); "
                      "continue later with --resume")

@@ -92,7 +92,7 @@ CLI::Validator input_path(bool want_dir, const std::string& kind) {
         if (!want_dir && !S_ISREG(st.st_mode)) return s + " is not a regular file, expected " + kind;
         return {};
       },
-      want_dir ? "DIR" : "FILE");
+      "");
 }
 
 }  // namespace
@@ -101,11 +101,11 @@ CLI::Validator input_file(const std::string& kind) { return input_path(false, ki
 CLI::Validator input_folder(const std::string& kind) { return input_path(true, kind); }
 
 CLI::Option* add_model_option(CLI::App& sub, std::string& dir, const std::string& what) {
-  return sub.add_option("--model", dir, what)->check(input_folder("a model folder"));
+  return sub.add_option("--model", dir, what)->check(input_folder("a model folder"))->type_name("DIR");
 }
 
 CLI::Option* add_no_progress_flag(CLI::App& sub, bool& progress) {
-  return sub.add_flag("!--no-progress", progress, "Do not show the progress bar on stderr");
+  return sub.add_flag_callback("--no-progress", [&progress] { progress = false; }, "Do not show the progress bar on stderr");
 }
 
 CLI::Option* add_overwrite_flag(CLI::App& sub, bool& overwrite, const std::string& what) {

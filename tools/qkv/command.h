@@ -65,8 +65,8 @@ CLI::Validator real_finite();                     // any finite number
 // "expects an integer in [0, 18446744073709551615], got -1".
 CLI::Validator seed_range();
 
-// Validators for a path option that must exist and be of one kind; the help shows FILE or
-// DIR, and the message names the path and what is wrong ("x is a directory, expected a text
+// Validators for a path option that must exist and be of one kind (give the option a
+// type_name, FILE or DIR, for the help); the message names the path and what is wrong ("x is a directory, expected a text
 // file", "x: no such folder").
 CLI::Validator input_file(const std::string& kind = "a file");
 CLI::Validator input_folder(const std::string& kind = "a folder");

@@ -96,7 +96,7 @@ void check_output_folder(const std::string& path_in, const OutputSpec& spec) {
     if (!entries.empty() && !spec.overwrite)
       throw ValueError(spec.cmd + ": " + spec.flag + " " + path + " already holds " + listing(entries) +
                        taken_hint(spec, "the folder"));
-  } else if (errno != ENOENT) {
+  } else if (errno != ENOENT && errno != ENOTDIR) {  // ENOTDIR: a parent is a file (said below)
     throw IOError(spec.cmd + ": " + spec.flag + " " + path + ": cannot reach " + quote(path) + ": " +
                   std::strerror(errno));
   }
@@ -113,7 +113,7 @@ void check_output_file(const std::string& path, const OutputSpec& spec) {
     if (!spec.overwrite) throw ValueError(spec.cmd + ": " + spec.flag + " " + path + " already exists" + taken_hint(spec, "it"));
     if (!S_ISREG(st.st_mode))
       throw IOError(spec.cmd + ": " + spec.flag + " " + path + " is not a regular file; it cannot be replaced");
-  } else if (errno != ENOENT) {
+  } else if (errno != ENOENT && errno != ENOTDIR) {
     throw IOError(spec.cmd + ": " + spec.flag + " " + path + ": cannot reach " + quote(path) + ": " +
                   std::strerror(errno));
   }

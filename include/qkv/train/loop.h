@@ -1,4 +1,4 @@
-// One training loop for every model (DESIGN.md, train/): the learning-rate
+// One training loop for every model (docs/design.md, train/): the learning-rate
 // schedule, gradient accumulation, clipping, the optimiser step, the evaluation
 // cadence, non-finite handling, progress reporting and the run's state for
 // checkpoints. A model takes part through a small Task: the loss of one
