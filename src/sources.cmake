@@ -17,6 +17,7 @@ set(QKV_SOURCES
   io/tensors.cpp
   io/checkpoint.cpp
   io/files.cpp
+  io/folder.cpp
   infer/kv_cache.cpp
   models/gpt2.cpp
   models/gpt2_io.cpp
@@ -24,6 +25,7 @@ set(QKV_SOURCES
   infer/generate.cpp
   infer/session.cpp
   models/attention_maps.cpp
+  models/text_attention.cpp
   models/classifier.cpp
   models/seq2seq.cpp
   models/seq2seq_decode.cpp

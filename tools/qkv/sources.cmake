@@ -6,6 +6,8 @@ set(QKV_TOOL_SOURCES
   command.cpp
   format.cpp
   progress.cpp
+  output.cpp
+  interrupt.cpp
   cmd_worked_example.cpp
   cmd_trace.cpp
   cmd_variance.cpp
