@@ -92,10 +92,10 @@ TEST(CliMessages, ADirectoryForAFileAndAFileForAFolderAreNamed) {
       {"heatmap --checkpoint '" + dir + "' --input 1" + out, 1, "--checkpoint " + dir + " is a directory, expected a checkpoint file"},
       {"train classify --resume '" + dir + "'", 2, dir + " is a directory, expected a checkpoint file"},
       {"search --model '" + kGpt2 + "' --index '" + dir + "' q", 2, dir + " is a directory, expected an index file"},
-      {"generate --model '" + kText + "' hi", 2, "--model: " + kText + " is a file, expected a model folder"},
+      {"generate --model '" + kText + "' hi", 2, "--model: " + kText + " is a file but not a GGUF file, expected a GGUF file or a model folder"},
       {"embed --model '" + kText + "' hi", 2, "--model: " + kText + " is a file, expected a model folder"},
       {"tokenize --model '" + kText + "' hi", 2, kText + " is a file, expected a tokenizer folder"},
-      {"convert --model '" + kText + "'" + out, 2, kText + " is a file, expected a model folder"},
+      {"convert --model '" + kText + "'" + out, 2, kText + " is a file but not a GGUF file, expected a GGUF file or a model folder"},
       {"train lm --text '" + kText + "' --tokenizer '" + kText + "'" + out, 1,
        "--tokenizer " + kText + " is a file, expected a tokenizer folder"},
   };
@@ -111,7 +111,7 @@ TEST(CliMessages, AModelFolderOfTheWrongKindIsNamed) {
                "search: " + kGpt2 + g + "search needs a BERT / sentence-transformers folder");
   expect_error("bench embed --model '" + kGpt2 + "'", 1, "bench embed: " + kGpt2 + g + "bench embed needs a BERT");
   expect_error("generate --model '" + bert + "' hello", 1,
-               "generate: " + bert + " is a BERT / sentence-transformers folder; qkv generate needs a GPT-2 folder");
+               "generate: " + bert + " is a BERT / sentence-transformers folder; qkv generate needs a causal language model: a GGUF file, or a GPT-2 / Llama / Mistral / Qwen2 folder");
   const fs::path llama = unique_temp("msg_llama");
   fs::create_directories(llama);
   std::ofstream(llama / "config.json") << R"({"model_type": "llama"})";
@@ -125,7 +125,7 @@ TEST(CliMessages, MissingFoldersAndFilesAreNamedAsMissing) {
   expect_error("train lm --text '" + kText + "' --tokenizer " + gone + " --out '" + unique_temp("m").string() + "'", 1,
                "--tokenizer " + gone + ": no such folder (expected a tokenizer folder");
   expect_error("tokenize --model " + gone + " hi", 2, gone + ": no such folder (expected a tokenizer folder");
-  expect_error("generate --model " + gone + " hi", 2, "--model: " + gone + ": no such folder (expected a model folder)");
+  expect_error("generate --model " + gone + " hi", 2, "--model: " + gone + ": no such file or folder (expected a GGUF file or a model folder)");
   expect_error("train lm --resume --text '" + kText + "' --out " + gone, 1, "--out " + gone + ": no such folder");
   expect_error("embed --model '" + kMiniLM + "' --file /nonexistent/lines.txt", 2,
                "/nonexistent/lines.txt: no such file (expected a text file)");
@@ -208,10 +208,15 @@ TEST(CliMessages, TopLevelHelpNamesEveryCommandANewcomerLooksFor) {
 }
 
 TEST(CliMessages, SharedFlagsLookAlikeAndDefaultsAreShownWithinTheirRange) {
-  // --model is a DIR everywhere; --no-progress reads the same; bench attention shows its defaults.
-  for (const char* cmd : {"generate", "embed", "search", "convert", "heatmap", "bench generate", "bench embed"}) {
+  // --model is a DIR where only folders are read, a PATH (GGUF file or folder) for language models;
+  // --no-progress reads the same; bench attention shows its defaults.
+  for (const char* cmd : {"embed", "search", "heatmap", "bench embed"}) {
     const Result r = run(std::string(cmd) + " --help");
     EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(--model DIR)"))) << cmd << ":\n" << r.out;
+  }
+  for (const char* cmd : {"generate", "chat", "convert", "bench generate"}) {
+    const Result r = run(std::string(cmd) + " --help");
+    EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(--model PATH)"))) << cmd << ":\n" << r.out;
   }
   for (const char* cmd : {"train classify", "train seq2seq", "train lm", "variance", "embed", "tokenize train"}) {
     const Result r = run(std::string(cmd) + " --help");

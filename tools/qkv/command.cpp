@@ -1,5 +1,9 @@
 #include "command.h"
 
+#include <filesystem>
+
+#include "qkv/io/gguf.h"
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -80,13 +84,17 @@ CLI::Validator seed_range() {
 
 namespace {
 
-CLI::Validator input_path(bool want_dir, const std::string& kind) {
+// want_dir: 1 a folder, 0 a regular file, -1 either.
+CLI::Validator input_path(int want_dir, const std::string& kind) {
   return CLI::Validator(
       [want_dir, kind](std::string& s) -> std::string {
         struct stat st {};
         if (::stat(s.c_str(), &st) != 0)
-          return s + ": " + (errno == ENOENT ? std::string(want_dir ? "no such folder" : "no such file") : std::strerror(errno)) +
+          return s + ": " +
+                 (errno == ENOENT ? std::string(want_dir == 1 ? "no such folder" : want_dir == 0 ? "no such file" : "no such file or folder")
+                                  : std::strerror(errno)) +
                  " (expected " + kind + ")";
+        if (want_dir < 0) return S_ISDIR(st.st_mode) || S_ISREG(st.st_mode) ? "" : s + " is not a regular file or folder, expected " + kind;
         if (want_dir && !S_ISDIR(st.st_mode)) return s + " is a file, expected " + kind;
         if (!want_dir && S_ISDIR(st.st_mode)) return s + " is a directory, expected " + kind;
         if (!want_dir && !S_ISREG(st.st_mode)) return s + " is not a regular file, expected " + kind;
@@ -97,11 +105,27 @@ CLI::Validator input_path(bool want_dir, const std::string& kind) {
 
 }  // namespace
 
-CLI::Validator input_file(const std::string& kind) { return input_path(false, kind); }
-CLI::Validator input_folder(const std::string& kind) { return input_path(true, kind); }
+CLI::Validator input_file(const std::string& kind) { return input_path(0, kind); }
+CLI::Validator input_folder(const std::string& kind) { return input_path(1, kind); }
+CLI::Validator input_file_or_folder(const std::string& kind) { return input_path(-1, kind); }
 
 CLI::Option* add_model_option(CLI::App& sub, std::string& dir, const std::string& what) {
   return sub.add_option("--model", dir, what)->check(input_folder("a model folder"))->type_name("DIR");
+}
+
+CLI::Option* add_lm_model_option(CLI::App& sub, std::string& path, const std::string& what) {
+  const CLI::Validator gguf(
+      [](std::string& s) -> std::string {
+        std::error_code ec;
+        if (std::filesystem::is_regular_file(s, ec) && !io::is_gguf_file(s))
+          return s + " is a file but not a GGUF file, expected a GGUF file or a model folder";
+        return {};
+      },
+      "");
+  return sub.add_option("--model", path, what)
+      ->check(input_file_or_folder("a GGUF file or a model folder"))
+      ->check(gguf)
+      ->type_name("PATH");
 }
 
 CLI::Option* add_no_progress_flag(CLI::App& sub, bool& progress) {

@@ -70,6 +70,8 @@ CLI::Validator seed_range();
 // file", "x: no such folder").
 CLI::Validator input_file(const std::string& kind = "a file");
 CLI::Validator input_folder(const std::string& kind = "a folder");
+// An existing folder or regular file (a language model: a GGUF file or a model folder).
+CLI::Validator input_file_or_folder(const std::string& kind);
 
 // Options several commands share, declared alike everywhere (name, type hint, wording):
 //   --model DIR       an existing model folder (`what` says which kind)
@@ -77,6 +79,8 @@ CLI::Validator input_folder(const std::string& kind = "a folder");
 //   --overwrite       replace an output that holds something (`what` names the output)
 //   --seed N          an integer in [0, 2^64 - 1], default shown
 CLI::Option* add_model_option(CLI::App& sub, std::string& dir, const std::string& what);
+// --model of a causal language model: a GGUF file or a Hugging Face / qkv folder.
+CLI::Option* add_lm_model_option(CLI::App& sub, std::string& path, const std::string& what);
 CLI::Option* add_no_progress_flag(CLI::App& sub, bool& progress);
 CLI::Option* add_overwrite_flag(CLI::App& sub, bool& overwrite, const std::string& what);
 CLI::Option* add_seed_option(CLI::App& sub, std::uint64_t& seed, const std::string& what);
