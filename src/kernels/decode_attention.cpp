@@ -24,11 +24,11 @@ constexpr i64 kTargetTasks = 16;
 
 }  // namespace
 
-i64 decode_attention_splits(i64 B, i64 H_kv, i64 max_keys) {
+i64 decode_attention_splits(i64 B, i64 H_kv, i64 keys) {
   const i64 heads = std::max<i64>(B * H_kv, 1);
   if (heads >= kTargetTasks) return 1;
   const i64 want = (kTargetTasks + heads - 1) / heads;
-  return std::max<i64>(1, std::min(want, max_keys / kMinKeysPerChunk));
+  return std::max<i64>(1, std::min(want, keys / kMinKeysPerChunk));
 }
 
 void decode_attention_forward(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p) {

@@ -57,6 +57,7 @@ struct CallWorkspace {
   Buffer dq_slots;  // backward: per-worker dQ partials, [threads][2][Lq][Dp]
   std::vector<std::int64_t> slot_bh;  // which (b*H+h) each partial slot holds (-1: none)
   Buffer decode_parts;  // decode: per (b, key/value head, chunk, row) [m, l, o[D]] of a split head
+  std::vector<std::int64_t> decode_splits;  // decode: the key chunks of each sequence [B]
 };
 CallWorkspace& call_workspace();
 

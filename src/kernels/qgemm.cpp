@@ -108,7 +108,7 @@ void run(const char* op, i64 M, const float* A, i64 lda, const QMatrix& W, float
   const i64 N = W.rows, K = W.cols;
   if (M == 0 || N == 0) return;
   const QGemmKernels& ks = kernels();
-  if (M <= detail::kQDecodeMaxM) {
+  if (M <= detail::kQDecodeMaxM || o.rows_alone) {
     const i64 units = (N + kRowUnit - 1) / kRowUnit;
     auto chunk = [&](i64 b, i64 e) {
       decode_rows(ks, M, A, lda, W, C, ldc, o, b * kRowUnit, std::min(N, e * kRowUnit));

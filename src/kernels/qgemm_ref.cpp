@@ -40,7 +40,7 @@ void qgemm_ref(i64 M, const float* A, i64 lda, const QMatrix& W, float* C, i64 l
   const i64 N = W.rows, K = W.cols;
   const auto* base = static_cast<const u8*>(W.data);
   const bool q8 = o.activations == QActivations::Q8 && W.type != QType::F32 && W.type != QType::F16 &&
-                  W.type != QType::BF16 && M > qgemm_decode_max_m();
+                  W.type != QType::BF16 && M > qgemm_decode_max_m() && !o.rows_alone;
   std::vector<float> w(static_cast<std::size_t>(K));
   std::vector<double> out(static_cast<std::size_t>(M * N));
   if (!q8) {

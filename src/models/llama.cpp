@@ -205,8 +205,14 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
   float* qd = Lq ? ws.qd.get(B * H * Lq * D) : nullptr;
   float* od = Lq ? ws.od.get(B * H * Lq * D) : nullptr;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const kernels::QGemmOptions plain{.activations = act_};
-  const kernels::QGemmOptions accumulate{.accumulate = true, .activations = act_};
+  // A step where no sequence has more new tokens than the products' decode path takes rows (a
+  // decode step of many sequences, say) runs every product on the decode path, whatever the rows
+  // in all: each sequence gets the bits it gets alone (qgemm's rows_alone; continuous batching
+  // relies on it).
+  bool alone = true;
+  for (i64 b = 0; b < B; ++b) alone = alone && n_new[static_cast<std::size_t>(b)] <= kernels::qgemm_decode_max_m();
+  const kernels::QGemmOptions plain{.activations = act_, .rows_alone = alone};
+  const kernels::QGemmOptions accumulate{.accumulate = true, .activations = act_, .rows_alone = alone};
   auto with_bias = [&](const float* bias) {
     kernels::QGemmOptions o = plain;
     o.epilogue.bias = bias;
@@ -335,7 +341,9 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
     }
   const i64 S = static_cast<i64>(seqs.size());
   float* logits = ws.last.get(S * V);
-  kernels::qgemm(S, h, C, w_.lm_head, logits, V, plain);
+  kernels::QGemmOptions heads = plain;
+  heads.rows_alone = true;  // one row per sequence, each as alone
+  kernels::qgemm(S, h, C, w_.lm_head, logits, V, heads);
   float* o = out.data<float>();
   for (i64 i = 0; i < S; ++i)
     std::memcpy(o + seqs[static_cast<std::size_t>(i)] * V, logits + i * V, static_cast<std::size_t>(V) * sizeof(float));

@@ -1,7 +1,8 @@
 // Decode attention (kernels/decode_attention.h) against its float64 naive twin:
 // awkward head dims, new-query counts and per-sequence cache lengths, NaN in the
 // unused cache slots, grouped-query heads (groups 1, 2, 3, 9), sliding windows, split-K
-// heads, every ISA, and bitwise reproducibility over thread counts.
+// heads, every ISA, and bitwise reproducibility over thread counts and over the other
+// sequences of the batch.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -196,6 +197,31 @@ TEST(DecodeAttention, LongContextSplitAcrossThreadsMatchesAndIsBitwiseStable) {
       }
       if (HasFailure()) return;
     }
+  }
+}
+
+// A sequence's split depends on its own keys only: its output is bitwise the same whatever the
+// other sequences of the batch hold (what continuous batching needs: a request gets the bits it
+// gets alone), for short (never split) and long (split) sequences beside short and long ones.
+TEST(DecodeAttention, ASequenceGetsTheSameBitsWhateverTheOthersHold) {
+  qkv::testing::ThreadsGuard tg;
+  qkv::testing::IsaGuard ig;
+  qkv::set_num_threads(2);
+  for (auto isa : isas()) {
+    qkv::kernels::set_isa(isa);
+    for (i64 own : {300, 700}) {  // SmolLM2's heads, B = 2: 700 keys split in 2, 300 not at all
+      std::vector<float> first;
+      for (i64 other : {10, 1400, 2}) {
+        const Case c{2, 9, 2, 64, 1500, {1, 2}, {own, other}, 3};
+        const std::vector<float> got = fast(make(c, 77), c);
+        const std::vector<float> seq0(got.begin(), got.begin() + 9 * 2 * 64);
+        if (first.empty()) first = seq0;
+        EXPECT_EQ(0, std::memcmp(first.data(), seq0.data(), seq0.size() * sizeof(float)))
+            << own << " keys beside " << other << ", isa " << qkv::kernels::isa_name(isa);
+      }
+    }
+    EXPECT_EQ(qkv::kernels::decode_attention_splits(2, 3, 700), 2);
+    EXPECT_EQ(qkv::kernels::decode_attention_splits(2, 3, 1400), 3);
   }
 }
 

@@ -357,6 +357,55 @@ TEST_P(QGemmIsa, Q8ActivationsMatchTheirTwin) {
   std::printf("[ qgemm q8 ] worst |q8 - twin| / bound: %.3g\n", worst);
 }
 
+// rows_alone: every row of C is bitwise the row a product of its own (M = 1) gives, for M past
+// the decode path's rows, with the epilogue or accumulate, over parts and threads, Q8 asked or
+// not (it is not used); and within the reference's bound.
+TEST_P(QGemmIsa, RowsAloneGiveEachRowItsOwnBits) {
+  std::uint32_t seed = 6000;
+  for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q6_K, QType::F16})
+    for (i64 M : {qgemm_decode_max_m() + 1, i64{12}, i64{33}}) {
+      const i64 K = qtype_traits(t).block == 256 ? 512 : 160, N = 41, ldc = N + 1;
+      const Weights w = make_weights(t, N, K, 0, seed++);
+      const std::vector<float> a = make_a(M, K, K + 2, seed++), bias = make_a(1, N, N, seed++);
+      for (const bool acc : {false, true})
+        for (const QActivations act : {QActivations::F32, QActivations::Q8}) {
+          QGemmOptions o;
+          o.accumulate = acc;
+          o.activations = act;
+          if (!acc) o.epilogue = GemmEpilogue{bias.data(), GemmAct::GeluTanh, nullptr, 0};
+          std::vector<float> init(static_cast<std::size_t>(M * ldc));
+          for (std::size_t i = 0; i < init.size(); ++i) init[i] = 0.125f * static_cast<float>(i % 5);
+          std::vector<float> alone = init;
+          set_num_threads(1);
+          for (i64 m = 0; m < M; ++m) qgemm(1, a.data() + m * (K + 2), K + 2, w.W, alone.data() + m * ldc, ldc, o);
+          o.rows_alone = true;
+          for (int threads : {1, 2}) {
+            set_num_threads(threads);
+            std::vector<float> C = init;
+            qgemm(M, a.data(), K + 2, w.W, C.data(), ldc, o);
+            ASSERT_EQ(std::memcmp(C.data(), alone.data(), C.size() * 4), 0)
+                << qtype_name(t) << " M=" << M << " acc=" << acc << " q8=" << (act == QActivations::Q8) << " threads=" << threads;
+            std::vector<float> P = init;
+            for (int p = 0; p < 3; ++p) qgemm_part(M, a.data(), K + 2, w.W, P.data(), ldc, o, p, 3);
+            ASSERT_EQ(std::memcmp(P.data(), alone.data(), P.size() * 4), 0) << qtype_name(t) << " M=" << M << " parts";
+          }
+        }
+      // The products themselves are right (the shapes' check against the reference, rows_alone).
+      const Case c{t, M, N, K, 2};
+      const Refs r = make_refs(c, seed++);
+      std::vector<float> C(static_cast<std::size_t>(M * r.ldc));
+      QGemmOptions o;
+      o.rows_alone = true;
+      qgemm(M, r.a.data(), r.lda, r.w.W, C.data(), r.ldc, o);
+      for (i64 m = 0; m < M; ++m)
+        for (i64 n = 0; n < N; ++n) {
+          const std::size_t i = static_cast<std::size_t>(m * r.ldc + n);
+          ASSERT_LE(std::fabs(static_cast<double>(C[i]) - r.hp[i]), 1.01 * K * 1.2e-7 * r.absprod[i] + 1e-30)
+              << describe(c) << " rows_alone at " << m << "," << n;
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllIsas, QGemmIsa, ::testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512),
                          [](const ::testing::TestParamInfo<Isa>& i) { return std::string(isa_name(i.param)); });
 

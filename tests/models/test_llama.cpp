@@ -6,6 +6,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -188,6 +190,44 @@ TEST(LlamaModel, ForwardCachedChecksBeforeWriting) {
               m->forward_cached(Tensor::from_vector(std::vector<i64>{1}, {1, 1}), {1}, other);
             }).find("shaped for another model"),
             std::string::npos);
+}
+
+// A decode step of many sequences (more than the quantized products' decode path takes rows; the
+// longest at the last position) gives each sequence bitwise the logits it gets when it is the
+// only one stepping: continuous batching's premise (the attention kernel's part is
+// DecodeAttention.ASequenceGetsTheSameBitsWhateverTheOthersHold).
+TEST(LlamaModel, DecodeStepGivesEachSequenceItsLogitsAlone) {
+  for (const std::string file : {"llama_q8_0.gguf", "qwen2_mixed.gguf"}) {
+    const auto m = qkv::models::load_llama(fixture(file));
+    constexpr i64 B = 12;
+    const i64 T = m->max_positions(), V = m->vocab_size();
+    qkv::infer::KVCache cache(m->cache_options(B, T));
+    // Prompts of lengths 1 .. T - 1, each prefilled alone.
+    for (i64 b = 0; b < B; ++b) {
+      const i64 n = b == 0 ? T - 1 : 1 + (b * 37) % 60;
+      std::vector<i64> ids(static_cast<std::size_t>(B * n), 0), n_new(B, 0);
+      for (i64 j = 0; j < n; ++j) ids[static_cast<std::size_t>(b * n + j)] = (b * 7 + j * 3) % V;
+      n_new[static_cast<std::size_t>(b)] = n;
+      m->forward_cached(Tensor::from_vector(ids, {B, n}), n_new, cache);
+    }
+    std::vector<i64> next(B);
+    for (i64 b = 0; b < B; ++b) next[static_cast<std::size_t>(b)] = (b * 11 + 5) % V;
+    const Tensor ids = Tensor::from_vector(next, {B, 1});
+    // Each alone (the others with no new token), then all together, from the same cache.
+    std::vector<Tensor> alone;
+    for (i64 b = 0; b < B; ++b) {
+      qkv::infer::KVCache c = cache;
+      std::vector<i64> n_new(B, 0);
+      n_new[static_cast<std::size_t>(b)] = 1;
+      alone.push_back(m->forward_cached(ids, n_new, c).contiguous());
+    }
+    qkv::infer::KVCache c = cache;
+    const Tensor all = m->forward_cached(ids, std::vector<i64>(B, 1), c).contiguous();
+    for (i64 b = 0; b < B; ++b)
+      EXPECT_EQ(0, std::memcmp(all.data<float>() + b * V, alone[static_cast<std::size_t>(b)].data<float>() + b * V,
+                               static_cast<std::size_t>(V) * sizeof(float)))
+          << file << ": sequence " << b;
+  }
 }
 
 TEST(LlamaGguf, ExportedFilesLoadBackWithTheSameLogits) {

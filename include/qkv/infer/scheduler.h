@@ -18,8 +18,12 @@
 // A request's tokens are those it gets alone (greedy or sampled with its seed), whatever runs
 // beside it: a prompt's chunks are cut at fixed offsets of its own and each runs in a forward
 // pass of its own, decode passes give each sequence its own rows, and every sequence has its own
-// Sampler. (This needs the model's products to give a row the same bits whatever the other rows
-// are, for a given row count path: true of GPT-2 and of the Llama family's packed rows.)
+// Sampler. (This needs the model to give a sequence the same bits whatever the other rows are:
+// GPT-2 computes every slot's rows, padding included, so its products always have the same
+// rows; the Llama family packs the rows of the sequences that step, and a decode step takes the
+// products' decode path for any row count (qgemm's rows_alone) and splits a sequence's attention
+// by its own length only. Tests: Scheduler.SixteenClientsEachGetTheirTokensAlone,
+// LlamaModel.DecodeStepGivesEachSequenceItsLogitsAlone, ServeGguf.ConcurrentClients*.)
 //
 // Letters (docs/shapes.md): S slots (the cache's batch), V vocabulary.
 //

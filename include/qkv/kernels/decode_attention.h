@@ -21,8 +21,10 @@
 // chunks handled by different threads, each chunk keeping its own running max m, sum l and
 // output o per query row, merged afterwards with the log-sum-exp rule
 // (flash-decoding: O = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s, M = max_s m_s).
-// How a head is split depends only on B, H_kv, k_len, q_len and the window, not on the thread
-// count, so results are bitwise identical for any number of threads.
+// How a sequence's heads are split depends only on B, H_kv and that sequence's own k_len, q_len
+// and window — not on the thread count, nor on the other sequences — so its results are bitwise
+// identical for any number of threads and whatever the other rows of the batch hold (a
+// continuous-batching scheduler's sequences get the bits they get alone).
 #pragma once
 #include <cstdint>
 
@@ -48,9 +50,9 @@ void decode_attention_forward(float* O, const float* Q, const float* K, const fl
 template <class T>
 void decode_attention_ref(T* O, const T* Q, const T* K, const T* V, const DecodeParams& p);
 
-// The number of key chunks decode_attention_forward splits each (sequence, key/value head) into
-// for B sequences, H_kv key/value heads and at most max_keys keys seen by one sequence's queries
-// (1 = no split); exposed for tests.
-std::int64_t decode_attention_splits(std::int64_t B, std::int64_t H_kv, std::int64_t max_keys);
+// The number of key chunks decode_attention_forward splits each key/value head of a sequence
+// into, for B sequences, H_kv key/value heads and the sequence's queries seeing `keys` keys at
+// most (1 = no split); exposed for tests.
+std::int64_t decode_attention_splits(std::int64_t B, std::int64_t H_kv, std::int64_t keys);
 
 }  // namespace qkv::kernels

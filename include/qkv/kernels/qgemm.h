@@ -10,7 +10,7 @@
 // M, N or K may be 0 (K == 0: the product is 0).
 //
 // No float copy of W is made. Two paths, chosen by M alone (so by nothing that depends on the
-// thread count):
+// thread count), unless options.rows_alone asks for the decode path:
 //  - decode (M <= qgemm_decode_max_m()): every block of W is streamed from memory once,
 //    dequantized in registers and multiplied into all M rows; threads split the N rows of W.
 //  - prefill (larger M): panels of W are dequantized into a per-thread float sliver (nr x kc, in
@@ -64,6 +64,12 @@ struct QGemmOptions {
   bool accumulate = false;  // C += A @ W^T (epilogue must be empty)
   QActivations activations = QActivations::F32;
   bool threaded = true;     // false: the calling thread only (inside parallel_for)
+  // true: the decode path for any M, whose every element depends only on K and its two rows, so
+  // each row of C has the bits it has in a product of its own (M = 1). For rows of independent
+  // sequences batched together (a continuous-batching decode step), whose results must not
+  // depend on what runs beside them; exact activations (Q8 is not used). Slower than the
+  // prefill path for large M.
+  bool rows_alone = false;
 };
 
 // C = epilogue(A @ W^T), or C += A @ W^T. ValueError naming the argument for a bad size or stride,

@@ -127,7 +127,10 @@ class LlamaForCausalLM : public infer::CausalLM {
   infer::KVCacheOptions cache_options(std::int64_t batch, std::int64_t max_len) const override;
   // The sequences' new tokens are computed together as rows of one matrix (no padding); a
   // sequence with few new tokens attends through the decode kernel, a longer one through the
-  // tiled FlashAttention kernel, both reading the cache's shared key/value heads in place.
+  // tiled FlashAttention kernel, both reading the cache's shared key/value heads in place. When
+  // no sequence has more than kernels::qgemm_decode_max_m() new tokens (a decode step), each
+  // sequence's logits are bitwise those it gets alone, whatever the other rows (continuous
+  // batching: infer/scheduler.h).
   Tensor forward_cached(const Tensor& ids, const std::vector<std::int64_t>& n_new, infer::KVCache& cache,
                         bool all_logits = false) const override;
 
