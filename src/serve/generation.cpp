@@ -44,12 +44,16 @@ Prepared prepare(Server::Impl& s, const httplib::Request& req, ApiKind kind) {
   request_record().model = m.id;
   std::vector<i64> prompt;
   if (kind == ApiKind::Chat) {
-    if (!m.chat_prompt)
-      throw ApiError(400, "The model '" + m.id + "' has no chat template: use /v1/completions, or start the server with "
-                          "--chat-template FILE.", "messages", "no_chat_template");
     try {
-      prompt = m.chat_prompt(g.messages);
+      prompt = m.lm->chat_prompt(g.messages);
+    } catch (const tokenize::ChatTemplateError& e) {  // raise_exception(msg) of the template: msg itself
+      throw ApiError(400, std::string("The model's chat template refused these messages: ") +
+                              (e.raised_by_template() ? e.detail() : std::string(e.what())),
+                     "messages", "invalid_messages");
     } catch (const ValueError& e) {
+      if (!m.lm->chat_template)  // none, or one qkv cannot run (the loader's reason)
+        throw ApiError(400, "The model '" + m.id + "' cannot chat: " + e.what() + ", or use /v1/completions.", "messages",
+                       "no_chat_template");
       throw ApiError(400, std::string("The model's chat template refused these messages: ") + e.what(), "messages",
                      "invalid_messages");
     }
@@ -63,7 +67,7 @@ Prepared prepare(Server::Impl& s, const httplib::Request& req, ApiKind kind) {
     prompt = g.prompt_ids;
   } else {
     try {
-      prompt = m.encode_prompt(g.prompt);
+      prompt = m.lm->encode_prompt(g.prompt);
     } catch (const ValueError& e) {
       throw ApiError(400, std::string("Invalid 'prompt': ") + e.what(), "prompt", "invalid_value");
     }
@@ -84,7 +88,7 @@ Prepared prepare(Server::Impl& s, const httplib::Request& req, ApiKind kind) {
     r.sampling.top_p = 1;
   }
   r.sampling.seed = g.seed ? *g.seed : new_seed();
-  r.stop_ids = m.eos_ids;
+  r.stop_ids = m.lm->eos_ids;
   r.logprobs = g.logprobs ? g.top_logprobs : -1;
   return p;
 }
@@ -100,7 +104,7 @@ class Generation {
  public:
   Generation(Server::Impl& s, Prepared p, std::shared_ptr<infer::Sequence> seq)
       : s_(s), p_(std::move(p)), m_(*p_.model), seq_(std::move(seq)),
-        text_(*m_.tokenizer, p_.params.stop, m_.eos_ids), id_(new_id(chat() ? "chatcmpl-" : "cmpl-")),
+        text_(m_.lm->tok(), p_.params.stop, m_.lm->eos_ids), id_(new_id(chat() ? "chatcmpl-" : "cmpl-")),
         created_(std::time(nullptr)), start_(detail::request_start()) {}
 
   bool chat() const { return p_.params.kind == ApiKind::Chat; }
@@ -268,7 +272,7 @@ class Generation {
   // Appends token t (whose text piece was just released) to a logprobs object.
   void add_logprob(json& lp, const infer::GeneratedToken& t, const std::string& piece) const {
     if (!p_.params.logprobs) return;
-    const tokenize::ByteLevelBPE& tok = *m_.tokenizer;
+    const tokenize::ByteLevelBPE& tok = m_.lm->tok();
     if (chat()) {
       json top = json::array();
       for (const auto& [id, l] : t.top)

@@ -141,14 +141,14 @@ std::string message_content(const json& m, const std::string& param, const std::
   return text;
 }
 
-std::vector<ChatTurn> parse_messages(const json& o) {
+std::vector<tokenize::ChatMessage> parse_messages(const json& o) {
   const json* ms = field(o, "messages");
   if (!ms) missing("messages");
   if (!ms->is_array()) wrong_type("messages", "an array", *ms);
   if (ms->empty())
     throw ApiError(400, "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.",
                    "messages", "empty_array");
-  std::vector<ChatTurn> out;
+  std::vector<tokenize::ChatMessage> out;
   out.reserve(ms->size());
   for (std::size_t i = 0; i < ms->size(); ++i) {
     const json& m = (*ms)[i];
@@ -160,7 +160,7 @@ std::vector<ChatTurn> parse_messages(const json& o) {
     if (role != "system" && role != "developer" && role != "user" && role != "assistant" && role != "tool")
       throw ApiError(400, "Invalid value: '" + role + "'. Supported values are: 'system', 'developer', 'user', 'assistant' and 'tool'.",
                      p + ".role", "invalid_value");
-    out.push_back({role, message_content(m, p, role)});
+    out.push_back({.role = role, .content = message_content(m, p, role)});
   }
   return out;
 }

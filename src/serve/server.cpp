@@ -258,6 +258,18 @@ void Server::Impl::setup() {
   http->set_logger([this](const httplib::Request& req, const httplib::Response& res) { log_request(req, res); });
 }
 
+TextModel make_text_model(std::shared_ptr<const infer::LanguageModel> lm, const infer::SchedulerOptions& options) {
+  if (!lm) throw ValueError("serve: no language model");
+  if (!lm->tokenizer)
+    throw ValueError("serve: " + lm->path + " has no tokenizer (tokenizer.json, or vocab.json and merges.txt); the server "
+                     "needs one");
+  TextModel m;
+  m.id = lm->name;
+  m.scheduler = std::make_shared<infer::Scheduler>(lm->model, options);
+  m.lm = std::move(lm);
+  return m;
+}
+
 Server::Server(ServerOptions options, std::vector<TextModel> text_models, std::vector<EmbeddingModel> embedding_models)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
@@ -267,8 +279,8 @@ Server::Server(ServerOptions options, std::vector<TextModel> text_models, std::v
   if (s.text.empty() && s.embed.empty()) throw ValueError("serve: no model to serve");
   std::set<std::string> ids;
   for (const auto& m : s.text) {
-    if (!m.scheduler || !m.tokenizer || !m.encode_prompt)
-      throw ValueError("serve: text model '" + m.id + "' lacks a scheduler, a tokenizer or a prompt encoder");
+    if (!m.lm || !m.scheduler) throw ValueError("serve: text model '" + m.id + "' lacks its language model or scheduler");
+    if (!m.lm->tokenizer) throw ValueError("serve: text model '" + m.id + "' has no tokenizer");
     if (!ids.insert(m.id).second) throw ValueError("serve: two models are named '" + m.id + "'");
   }
   for (const auto& m : s.embed) {

@@ -2,9 +2,10 @@
 # GPT-2 of the fixtures with a ChatML template; the MiniLM embedder of `make models`), clients in
 # C++ with cpp-httplib's client and raw sockets: request parsing, every endpoint and field, SSE
 # framing, errors and limits, slow clients, 16 concurrent clients each equal to alone, a client
-# that disconnects mid-stream.
+# that disconnects mid-stream; every eos id ending a reply, chat template failures answered 400.
 qkv_add_test(test_serve
   SOURCES serve/test_serve_units.cpp serve/test_server_api.cpp serve/test_server_errors.cpp serve/test_server_load.cpp
+          serve/test_server_lm.cpp
   LIBS qkv_serve PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)
 # `qkv serve` as a process: the hostile-request corpus (RSS before and after), SIGTERM with
 # requests in flight, start-up errors.
@@ -12,4 +13,9 @@ if(TARGET qkv_tool)
   qkv_add_test(test_serve_cli SOURCES serve/test_serve_cli.cpp LIBS qkv_serve PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)
   target_compile_definitions(test_serve_cli PRIVATE QKV_BIN="$<TARGET_FILE:qkv_tool>")
   add_dependencies(test_serve_cli qkv_tool)
+  # `qkv serve` on SmolLM2-135M-Instruct Q4_1 (make models): chat equal to `qkv generate --chat`
+  # token for token, streamed or not, and with many clients at once.
+  qkv_add_test(test_serve_gguf SOURCES serve/test_serve_gguf.cpp LIBS qkv_serve PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)
+  target_compile_definitions(test_serve_gguf PRIVATE QKV_BIN="$<TARGET_FILE:qkv_tool>")
+  add_dependencies(test_serve_gguf qkv_tool)
 endif()

@@ -20,10 +20,8 @@
 
 #include "qkv/infer/causal_lm.h"
 #include "qkv/infer/embed.h"
-#include "qkv/io/files.h"
-#include "qkv/models/gpt2.h"
+#include "qkv/infer/language_model.h"
 #include "qkv/serve/server.h"
-#include "qkv/tokenize/chat_template.h"
 
 namespace qkv::testing {
 
@@ -33,38 +31,26 @@ inline std::string gpt2_tiny_dir() { return std::string(QKV_FIXTURE_DIR) + "/gpt
 inline std::string chatml_template() { return std::string(QKV_FIXTURE_DIR) + "/serve/chatml.jinja"; }
 inline std::string minilm_dir() { return std::string(QKV_SOURCE_DIR) + "/models/all-MiniLM-L6-v2"; }
 
-inline std::shared_ptr<const infer::CausalLM> gpt2_tiny_model() {
-  static const std::shared_ptr<const infer::CausalLM> m = models::load_gpt2(gpt2_tiny_dir());
-  return m;
+// The tiny GPT-2 as infer::load_language_model loads it, with the ChatML template.
+inline std::shared_ptr<const infer::LanguageModel> gpt2_tiny_lm() {
+  static const auto lm = std::make_shared<const infer::LanguageModel>(
+      infer::load_language_model(gpt2_tiny_dir(), {.chat_template_file = chatml_template()}));
+  return lm;
 }
-
-inline std::shared_ptr<const tokenize::ByteLevelBPE> gpt2_tiny_tokenizer() {
-  static const auto t =
-      std::make_shared<const tokenize::ByteLevelBPE>(tokenize::ByteLevelBPE::from_folder(gpt2_tiny_dir()));
-  return t;
-}
+inline std::shared_ptr<const infer::CausalLM> gpt2_tiny_model() { return gpt2_tiny_lm()->model; }
+inline const tokenize::ByteLevelBPE* gpt2_tiny_tokenizer() { return &gpt2_tiny_lm()->tok(); }
 
 // The tiny GPT-2 as a served text model (id "gpt2_tiny"), with the ChatML template; `model`
 // replaces the network (a gated one, say).
 inline serve::TextModel tiny_text_model(const infer::SchedulerOptions& so,
                                         std::shared_ptr<const infer::CausalLM> model = gpt2_tiny_model()) {
-  auto tok = gpt2_tiny_tokenizer();
-  auto tmpl = std::make_shared<const tokenize::ChatTemplate>(
-      tokenize::ChatTemplate::parse(io::read_file(chatml_template(), "test"), "chatml.jinja"));
-  serve::TextModel m;
-  m.id = "gpt2_tiny";
-  m.scheduler = std::make_shared<infer::Scheduler>(std::move(model), so);
-  m.tokenizer = tok;
-  m.eos_ids = {*tok->eos_id()};
-  m.encode_prompt = [tok](const std::string& s) { return tok->encode(s); };
-  m.chat_prompt = [tok, tmpl](const std::vector<serve::ChatTurn>& turns) {
-    std::vector<tokenize::ChatMessage> msgs;
-    for (const auto& t : turns) msgs.push_back({t.role, t.content, ""});
-    tokenize::ChatTemplateOptions co;
-    co.add_generation_prompt = true;
-    return tok->encode(tmpl->render(msgs, co));
-  };
-  return m;
+  auto lm = gpt2_tiny_lm();
+  if (model != lm->model) {
+    auto other = std::make_shared<infer::LanguageModel>(*lm);
+    other->model = std::move(model);
+    lm = std::move(other);
+  }
+  return serve::make_text_model(std::move(lm), so);
 }
 
 // A server running on its own thread; stopped and joined on destruction.

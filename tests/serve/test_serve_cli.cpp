@@ -276,11 +276,14 @@ TEST(ServeCli, StartupErrorsAreNamed) {
     return std::make_pair(code, p.log());
   };
   auto [c1, e1] = run({"--model", "/no/such/model"});
-  EXPECT_EQ(c1, 1);
-  EXPECT_NE(e1.find("'/no/such/model' does not exist"), std::string::npos) << e1;
+  EXPECT_EQ(c1, 2);
+  EXPECT_NE(e1.find("/no/such/model"), std::string::npos) << e1;
   auto [c2, e2] = run({"--model", std::string(QKV_FIXTURE_DIR) + "/linear.safetensors"});
-  EXPECT_EQ(c2, 1);
-  EXPECT_NE(e2.find("is not a model qkv serves"), std::string::npos) << e2;
+  EXPECT_EQ(c2, 2);
+  EXPECT_NE(e2.find("linear.safetensors is a file but not a GGUF file"), std::string::npos) << e2;
+  auto [c6, e6] = run({"--model", std::string(QKV_FIXTURE_DIR)});  // a folder, but no model
+  EXPECT_EQ(c6, 1);
+  EXPECT_NE(e6.find("is not a model folder qkv reads"), std::string::npos) << e6;
   auto [c3, e3] = run(tiny_args({"--ctx", "4096"}));
   EXPECT_EQ(c3, 1);
   EXPECT_NE(e3.find("--ctx 4096"), std::string::npos) << e3;

@@ -14,7 +14,6 @@
 namespace {
 
 using namespace qkv::testing;
-using qkv::serve::ChatTurn;
 using i64 = std::int64_t;
 
 constexpr qkv::infer::SchedulerOptions kSched{.slots = 4, .context = 128, .max_queue = 64, .prefill_chunk = 16};
@@ -68,8 +67,8 @@ TEST(ServerChat, ResponseShapeAndGreedyTextOfGenerate) {
   EXPECT_EQ(c["message"]["role"], "assistant");
   EXPECT_TRUE(c["logprobs"].is_null());
   // The prompt is the template's rendering, tokenized; the text is greedy generation's.
-  const std::vector<ChatTurn> turns = {{"system", "You are brief."}, {"user", "Hello there"}};
-  const auto prompt = tiny_text_model(kSched).chat_prompt(turns);
+  const auto prompt = gpt2_tiny_lm()->chat_prompt({{.role = "system", .content = "You are brief."},
+                                                   {.role = "user", .content = "Hello there"}});
   std::string finish;
   EXPECT_EQ(c["message"]["content"], generate_text(prompt, 12, &finish));
   EXPECT_EQ(c["finish_reason"], finish);

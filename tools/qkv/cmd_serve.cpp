@@ -92,8 +92,9 @@ QKV_TOOL_COMMAND(serve, {
     .order = 62,
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
-          "Serves POST /v1/chat/completions, /v1/completions (text models: GPT-2 and Llama-family folders, GGUF "
-          "files), POST /v1/embeddings (sentence-transformers BERT folders), GET /v1/models, /health and /metrics "
+          "Serves POST /v1/chat/completions (through the model's chat template, or --chat-template's), "
+          "/v1/completions (text models: GGUF files, GPT-2 and Llama-family folders, loaded as qkv generate loads "
+          "them; every end-of-sequence token ends a reply), POST /v1/embeddings (sentence-transformers BERT folders), GET /v1/models, /health and /metrics "
           "(Prometheus), in the OpenAI API's shapes; streaming is server-sent events. A model's id is its file or "
           "folder name. Each text model has --parallel KV-cache slots: every step decodes one token for every "
           "running request in one batched forward pass, and requests join and leave at any step (continuous "
@@ -107,7 +108,12 @@ QKV_TOOL_COMMAND(serve, {
           "  curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\\n"
           "       -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi!\"}], \"max_tokens\": 32}'");
       auto opt = std::make_shared<ServeOptions>();
-      sub.add_option("--model", opt->models, "A model file or folder (repeatable)")->required();
+      sub.add_option("--model", opt->models,
+                     "A model: a GGUF file, a GPT-2 or Llama-family folder (text), a sentence-transformers BERT folder "
+                     "(embeddings); repeatable")
+          ->check(lm_model_path())
+          ->type_name("PATH")
+          ->required();
       sub.add_option("--host", opt->host, "Address to listen on")->capture_default_str();
       sub.add_option("--port", opt->port, "Port (0: any free one)")->check(int_range(0, 65535))->capture_default_str();
       sub.add_option("--parallel", opt->parallel, "KV-cache slots per text model (sequences decoded together)")
@@ -123,15 +129,16 @@ QKV_TOOL_COMMAND(serve, {
           ->capture_default_str();
       sub.add_option("--api-key", opt->api_key, "Bearer key the /v1/ routes require (default: $QKV_API_KEY, else none)");
       sub.add_option("--chat-template", opt->chat_template, "A Jinja chat template file replacing the models' own")
-          ->check(CLI::ExistingFile);
+          ->check(input_file("a Jinja template file"))
+          ->type_name("FILE");
       sub.add_option("--max-body", opt->max_body, "Largest request body in bytes (413 beyond)")
           ->check(int_range(1024, std::int64_t{1} << 30))
           ->capture_default_str();
       sub.add_option("--request-timeout", opt->request_timeout, "Seconds to read a whole request (slow clients are dropped)")
-          ->check(CLI::Range(0.1, 3600.0))
+          ->check(real_range(0.1, 3600.0))
           ->capture_default_str();
       sub.add_option("--shutdown-grace", opt->shutdown_grace, "Seconds in-flight requests get after SIGTERM")
-          ->check(CLI::Range(0.0, 3600.0))
+          ->check(real_range(0.0, 3600.0))
           ->capture_default_str();
       sub.add_flag("--quiet", opt->quiet, "No request log");
       return [opt] { return run_serve(*opt); };

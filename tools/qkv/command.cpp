@@ -113,19 +113,21 @@ CLI::Option* add_model_option(CLI::App& sub, std::string& dir, const std::string
   return sub.add_option("--model", dir, what)->check(input_folder("a model folder"))->type_name("DIR");
 }
 
-CLI::Option* add_lm_model_option(CLI::App& sub, std::string& path, const std::string& what) {
-  const CLI::Validator gguf(
-      [](std::string& s) -> std::string {
+CLI::Validator lm_model_path() {
+  const CLI::Validator exists = input_file_or_folder("a GGUF file or a model folder");
+  return CLI::Validator(
+      [exists](std::string& s) -> std::string {
+        if (std::string e = exists(s); !e.empty()) return e;
         std::error_code ec;
         if (std::filesystem::is_regular_file(s, ec) && !io::is_gguf_file(s))
           return s + " is a file but not a GGUF file, expected a GGUF file or a model folder";
         return {};
       },
       "");
-  return sub.add_option("--model", path, what)
-      ->check(input_file_or_folder("a GGUF file or a model folder"))
-      ->check(gguf)
-      ->type_name("PATH");
+}
+
+CLI::Option* add_lm_model_option(CLI::App& sub, std::string& path, const std::string& what) {
+  return sub.add_option("--model", path, what)->check(lm_model_path())->type_name("PATH");
 }
 
 CLI::Option* add_no_progress_flag(CLI::App& sub, bool& progress) {

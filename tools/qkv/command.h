@@ -72,6 +72,9 @@ CLI::Validator input_file(const std::string& kind = "a file");
 CLI::Validator input_folder(const std::string& kind = "a folder");
 // An existing folder or regular file (a language model: a GGUF file or a model folder).
 CLI::Validator input_file_or_folder(const std::string& kind);
+// An existing model folder or GGUF file ("x is a file but not a GGUF file, ..."): what --model
+// of a language model takes.
+CLI::Validator lm_model_path();
 
 // Options several commands share, declared alike everywhere (name, type hint, wording):
 //   --model DIR       an existing model folder (`what` says which kind)

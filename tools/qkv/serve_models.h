@@ -28,8 +28,9 @@ struct ServedModels {
   std::string summary;  // "model a (text, 4 slots x 2048 positions), model b (embeddings)"
 };
 
-// IOError / FormatError naming the path for a missing or unsupported model; ValueError for a
-// chat template that does not parse.
+// Text models through infer::load_language_model, BERT folders as sentence embedders. IOError /
+// FormatError naming the path for a missing or unsupported model; ValueError for a chat template
+// that does not parse or a model without a tokenizer.
 ServedModels load_served_models(const std::vector<std::string>& paths, const ServeModelOptions& o);
 
 }  // namespace qkv::tool

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "qkv/core/error.h"
+#include "qkv/tokenize/chat_template.h"
 
 namespace qkv::serve {
 
@@ -43,15 +44,12 @@ inline constexpr std::size_t kMaxEmbeddingInputs = 2048;
 
 enum class ApiKind { Chat, Completion };
 
-struct ChatTurn {
-  std::string role;     // system | developer | user | assistant | tool
-  std::string content;  // a string, or the text parts of a content array joined
-};
-
 struct GenerationParams {
   ApiKind kind = ApiKind::Chat;
   std::string model;                     // "" when absent
-  std::vector<ChatTurn> messages;        // chat: at least one
+  // chat: at least one; role system | developer | user | assistant | tool, content a string or the
+  // text parts of a content array joined
+  std::vector<tokenize::ChatMessage> messages;
   std::string prompt;                    // completion, as text ...
   std::vector<std::int64_t> prompt_ids;  // ... or as token ids (prompt_is_ids)
   bool prompt_is_ids = false;

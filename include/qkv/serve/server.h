@@ -26,31 +26,32 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "qkv/infer/embed_batcher.h"
+#include "qkv/infer/language_model.h"
 #include "qkv/infer/scheduler.h"
 #include "qkv/serve/openai.h"
-#include "qkv/tokenize/bpe.h"
 
 namespace qkv::serve {
 
-// A text model as the server sees it: the scheduler that runs it and the text side.
+// A text model as the server sees it: the language model as every front end loads it
+// (infer::load_language_model: tokenizer, chat template, stop tokens) and the scheduler that runs
+// its network. Chat prompts go through LanguageModel::chat_prompt (a template that fails or is
+// missing is answered 400 with its message), completion prompts through encode_prompt; every
+// eos id ends a reply (and is not shown as text).
 struct TextModel {
-  std::string id;  // the model's name in the API (its file or folder name)
-  std::shared_ptr<infer::Scheduler> scheduler;
-  std::shared_ptr<const tokenize::ByteLevelBPE> tokenizer;
-  // Messages -> prompt ids through the chat template. ValueError (answered 400) when the model
-  // has no template or the template refuses the conversation; null: chat is not offered.
-  std::function<std::vector<std::int64_t>(const std::vector<ChatTurn>&)> chat_prompt;
-  // Text -> prompt ids (with BOS when the model wants one).
-  std::function<std::vector<std::int64_t>(const std::string&)> encode_prompt;
-  std::vector<std::int64_t> eos_ids;  // tokens that end a reply (not shown as text)
+  std::string id;  // the model's name in the API (LanguageModel::name: its file or folder name)
+  std::shared_ptr<const infer::LanguageModel> lm;  // with a tokenizer
+  std::shared_ptr<infer::Scheduler> scheduler;     // over lm->model
 };
+
+// `lm` with a scheduler of its network (its options as Scheduler's; ValueError for a model
+// without a tokenizer, naming it).
+TextModel make_text_model(std::shared_ptr<const infer::LanguageModel> lm, const infer::SchedulerOptions& options);
 
 struct EmbeddingModel {
   std::string id;

@@ -1,0 +1,117 @@
+// The server's use of infer::LanguageModel: every end-of-sequence id ends a reply (and is not
+// shown), chat prompts go through the model's template, and a template that is missing, cannot
+// run or refuses the conversation is answered 400 with its message while completions still work.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "qkv/infer/generate.h"
+#include "serve_test_util.h"
+
+namespace {
+
+using namespace qkv::testing;
+using i64 = std::int64_t;
+
+constexpr qkv::infer::SchedulerOptions kSched{.slots = 2, .context = 128, .max_queue = 8, .prefill_chunk = 64};
+
+const json kHello = json::array({{{"role", "user"}, {"content", "Hello there"}}});
+
+// The tiny GPT-2 with `edit` applied to its language model, served as `id`.
+template <class Edit>
+qkv::serve::TextModel edited(const std::string& id, const Edit& edit) {
+  auto lm = std::make_shared<qkv::infer::LanguageModel>(*gpt2_tiny_lm());
+  edit(*lm);
+  auto m = qkv::serve::make_text_model(std::move(lm), kSched);
+  m.id = id;
+  return m;
+}
+
+json post(int port, const std::string& path, const json& body, int want) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  auto r = c.Post(path.c_str(), body.dump(), "application/json");
+  EXPECT_TRUE(r);
+  if (!r) return {};
+  EXPECT_EQ(r->status, want) << r->body;
+  return json::parse(r->body);
+}
+
+TEST(ServerLanguageModel, EveryEosIdEndsTheReply) {
+  // Greedy, the tiny model's reply (up to its own eos); a token of it becomes a second eos id.
+  const auto lm = gpt2_tiny_lm();
+  const auto prompt = lm->chat_prompt({{.role = "user", .content = "Hello there"}});
+  const auto gen = qkv::infer::generate(*lm->model, {prompt}, {.max_new_tokens = 12, .eos_id = lm->eos_id()});
+  const std::vector<i64>& ids = gen[0].new_ids;
+  std::size_t cut = 1;  // the first token not seen before it (from the second on)
+  while (cut < ids.size() && (lm->is_eos(ids[cut]) || std::count(ids.begin(), ids.begin() + cut, ids[cut]) > 0)) ++cut;
+  ASSERT_LT(cut, ids.size()) << "the tiny model's reply has no token to make an eos id of";
+  const i64 other_eos = ids[cut];
+  TestServer s({}, {edited("two_eos", [&](qkv::infer::LanguageModel& m) { m.eos_ids.push_back(other_eos); })});
+  for (const bool stream : {false, true}) {
+    const json body = {{"messages", kHello}, {"max_tokens", 12}, {"temperature", 0}, {"stream", stream},
+                       {"stream_options", {{"include_usage", true}}}};
+    httplib::Client c("127.0.0.1", s.port);
+    auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    std::string text, finish;
+    json usage;
+    if (stream) {
+      const Streamed st = parse_stream(r->body);
+      text = st.text, finish = st.finish_reason, usage = st.usage;
+    } else {
+      const json j = json::parse(r->body);
+      text = j["choices"][0]["message"]["content"], finish = j["choices"][0]["finish_reason"], usage = j["usage"];
+    }
+    EXPECT_EQ(finish, "stop");
+    EXPECT_EQ(text, lm->tok().decode(std::vector<i64>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(cut))));
+    EXPECT_EQ(usage["completion_tokens"], static_cast<i64>(cut) + 1);  // the eos counts, unshown
+  }
+}
+
+TEST(ServerLanguageModel, TemplateFailuresAre400WithTheTemplatesMessage) {
+  const std::string refusing =
+      "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System messages are not supported.') }}"
+      "{% endif %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:";
+  TestServer s({}, {edited("none",
+                           [](qkv::infer::LanguageModel& m) {
+                             m.chat_template = nullptr;
+                             m.chat_template_error.clear();
+                           }),
+                    edited("unusable",
+                           [](qkv::infer::LanguageModel& m) {
+                             m.chat_template = nullptr;
+                             m.chat_template_error = "x.gguf chat template line 3, column 7: 'macro' is not supported";
+                           }),
+                    edited("refusing", [&](qkv::infer::LanguageModel& m) {
+                      m.chat_template = std::make_shared<const qkv::tokenize::ChatTemplate>(
+                          qkv::tokenize::ChatTemplate::parse(refusing, "refusing.jinja"));
+                    })});
+  auto error_of = [&](const std::string& model, const json& messages) {
+    const json j = post(s.port, "/v1/chat/completions", {{"model", model}, {"messages", messages}, {"max_tokens", 2}}, 400);
+    EXPECT_EQ(j["error"]["param"], "messages");
+    return j["error"];
+  };
+  json e = error_of("none", kHello);
+  EXPECT_EQ(e["code"], "no_chat_template");
+  EXPECT_NE(e["message"].get<std::string>().find("gpt2_tiny has no chat template; pass one with --chat-template FILE, or "
+                                                 "use /v1/completions."),
+            std::string::npos)
+      << e;
+  e = error_of("unusable", kHello);
+  EXPECT_EQ(e["code"], "no_chat_template");
+  EXPECT_NE(e["message"].get<std::string>().find("line 3, column 7: 'macro' is not supported (pass another template"),
+            std::string::npos)
+      << e;
+  const json with_system = json::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}});
+  e = error_of("refusing", with_system);
+  EXPECT_EQ(e["code"], "invalid_messages");
+  EXPECT_EQ(e["message"], "The model's chat template refused these messages: System messages are not supported.");
+  // What the template accepts is answered; completions never need it.
+  post(s.port, "/v1/chat/completions", {{"model", "refusing"}, {"messages", kHello}, {"max_tokens", 2}}, 200);
+  for (const char* model : {"none", "unusable", "refusing"})
+    post(s.port, "/v1/completions", {{"model", model}, {"prompt", "Hello"}, {"max_tokens", 2}}, 200);
+}
+
+}  // namespace
