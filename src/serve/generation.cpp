@@ -88,7 +88,7 @@ Prepared prepare(Server::Impl& s, const httplib::Request& req, ApiKind kind) {
     r.sampling.top_p = 1;
   }
   r.sampling.seed = g.seed ? *g.seed : new_seed();
-  r.stop_ids = m.lm->eos_ids;
+  if (!g.ignore_eos) r.stop_ids = m.lm->eos_ids;
   r.logprobs = g.logprobs ? g.top_logprobs : -1;
   return p;
 }

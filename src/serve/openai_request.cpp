@@ -293,6 +293,7 @@ GenerationParams parse_generation_request(std::string_view body, ApiKind kind) {
   }
   parse_stop(o, p);
   if (const json* s = field(o, "stream")) p.stream = get_bool(*s, "stream");
+  if (const json* e = field(o, "ignore_eos")) p.ignore_eos = get_bool(*e, "ignore_eos");
   if (const json* so = field(o, "stream_options")) {
     if (!so->is_object()) wrong_type("stream_options", "an object", *so);
     if (const json* u = field(*so, "include_usage")) p.include_usage = get_bool(*u, "stream_options.include_usage");

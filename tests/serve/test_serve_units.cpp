@@ -27,6 +27,7 @@ TEST(ServeParse, ChatFieldsAndDefaults) {
   EXPECT_EQ(d.top_k, 0);
   EXPECT_FALSE(d.seed);
   EXPECT_FALSE(d.stream);
+  EXPECT_FALSE(d.ignore_eos);
   EXPECT_FALSE(d.logprobs);
 
   const GenerationParams p = parse_generation_request(R"({
@@ -35,7 +36,7 @@ TEST(ServeParse, ChatFieldsAndDefaults) {
                                  {"role": "assistant", "content": null}],
       "max_tokens": 7, "max_completion_tokens": 5, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
       "seed": -1, "stop": "x", "stream": true, "stream_options": {"include_usage": true},
-      "logprobs": true, "top_logprobs": 4, "n": 1, "presence_penalty": 1, "tools": []})",
+      "logprobs": true, "top_logprobs": 4, "n": 1, "presence_penalty": 1, "tools": [], "ignore_eos": true})",
                                                       ApiKind::Chat);
   EXPECT_EQ(p.model, "m");
   ASSERT_EQ(p.messages.size(), 3u);
@@ -47,7 +48,7 @@ TEST(ServeParse, ChatFieldsAndDefaults) {
   EXPECT_EQ(p.top_k, 40);
   EXPECT_EQ(*p.seed, ~std::uint64_t{0});
   EXPECT_EQ(p.stop, std::vector<std::string>{"x"});
-  EXPECT_TRUE(p.stream && p.include_usage && p.logprobs);
+  EXPECT_TRUE(p.stream && p.include_usage && p.logprobs && p.ignore_eos);
   EXPECT_EQ(p.top_logprobs, 4);
   // null means "not given".
   const GenerationParams n = parse_generation_request(

@@ -1,5 +1,5 @@
 // The server's use of infer::LanguageModel: every end-of-sequence id ends a reply (and is not
-// shown), chat prompts go through the model's template, and a template that is missing, cannot
+// shown; ignore_eos turns that off), chat prompts go through the model's template, and a template that is missing, cannot
 // run or refuses the conversation is answered 400 with its message while completions still work.
 #include <gtest/gtest.h>
 
@@ -68,6 +68,12 @@ TEST(ServerLanguageModel, EveryEosIdEndsTheReply) {
     EXPECT_EQ(text, lm->tok().decode(std::vector<i64>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(cut))));
     EXPECT_EQ(usage["completion_tokens"], static_cast<i64>(cut) + 1);  // the eos counts, unshown
   }
+  // ignore_eos (llama.cpp's extension): no eos id stops the reply.
+  const json j = post(s.port, "/v1/chat/completions",
+                      {{"messages", kHello}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}}, 200);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  post(s.port, "/v1/chat/completions", {{"messages", kHello}, {"ignore_eos", "yes"}}, 400);
 }
 
 TEST(ServerLanguageModel, TemplateFailuresAre400WithTheTemplatesMessage) {

@@ -31,6 +31,7 @@ struct ServeOptions {
   std::int64_t prefill_chunk = 256;
   std::string api_key;
   std::string chat_template;
+  std::string activations = "f32";
   std::int64_t max_body = 1 << 20;
   double request_timeout = 10;
   double shutdown_grace = 4;
@@ -56,7 +57,9 @@ int run_serve(const ServeOptions& o) {
                                                       .context = o.ctx,
                                                       .max_queue = o.queue,
                                                       .prefill_chunk = o.prefill_chunk,
-                                                      .chat_template_file = o.chat_template});
+                                                      .chat_template_file = o.chat_template,
+                                                      .activations = o.activations == "q8" ? kernels::QActivations::Q8
+                                                                                           : kernels::QActivations::F32});
   serve::ServerOptions so;
   so.host = o.host;
   so.port = o.port;
@@ -131,6 +134,11 @@ QKV_TOOL_COMMAND(serve, {
       sub.add_option("--chat-template", opt->chat_template, "A Jinja chat template file replacing the models' own")
           ->check(input_file("a Jinja template file"))
           ->type_name("FILE");
+      sub.add_option("--activations", opt->activations,
+                     "f32 (exact, the default) or q8 (prompts' quantized products take activations quantized per 32 "
+                     "values: faster prefill; as qkv generate --activations q8)")
+          ->check(CLI::IsMember({"f32", "q8"}))
+          ->capture_default_str();
       sub.add_option("--max-body", opt->max_body, "Largest request body in bytes (413 beyond)")
           ->check(int_range(1024, std::int64_t{1} << 30))
           ->capture_default_str();

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/kernels/qgemm.h"
 #include "qkv/serve/server.h"
 
 namespace qkv::tool {
@@ -16,6 +17,7 @@ struct ServeModelOptions {
   std::int64_t max_queue = 64;
   std::int64_t prefill_chunk = 256;
   std::string chat_template_file;  // replaces the text models' own templates
+  kernels::QActivations activations = kernels::QActivations::F32;  // Llama family with quantized weights
 };
 
 // Positions per slot when --ctx is not given (a model's full context would give every slot a

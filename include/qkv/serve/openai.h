@@ -60,6 +60,7 @@ struct GenerationParams {
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;           // up to kMaxStopStrings, none empty
   bool stream = false;
+  bool ignore_eos = false;                 // llama.cpp's extension: end-of-sequence tokens do not stop
   bool include_usage = false;              // stream_options.include_usage
   bool logprobs = false;
   std::int64_t top_logprobs = 0;           // [0, 20]

@@ -2,6 +2,7 @@
 //
 //   POST /v1/chat/completions   messages through the model's chat template; stream (SSE) or not
 //   POST /v1/completions        prompt text or token ids
+//   (both: OpenAI's sampling fields, plus top_k and llama.cpp's ignore_eos)
 //   POST /v1/embeddings         input text(s); float or base64
 //   GET  /v1/models, GET /health (slots busy and free; 503 while stopping), GET /metrics
 // Errors are OpenAI's {"error": {"message", "type", "param", "code"}}: 400 (bad JSON, wrong types,
