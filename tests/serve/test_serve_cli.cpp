@@ -290,6 +290,9 @@ TEST(ServeCli, StartupErrorsAreNamed) {
   auto [c4, e4] = run({"--model", gpt2_tiny_dir(), "--host", "203.0.113.7"});
   EXPECT_EQ(c4, 1);
   EXPECT_NE(e4.find("cannot listen on 203.0.113.7"), std::string::npos) << e4;
+  auto [c7, e7] = run({"--model", gpt2_tiny_dir(), "--activations", "q9"});
+  EXPECT_EQ(c7, 2);
+  EXPECT_NE(e7.find("--activations: q9 not in {f32,q8}"), std::string::npos) << e7;
   auto [c5, e5] = run({"--model", gpt2_tiny_dir(), "--parallel", "0"});
   EXPECT_EQ(c5, 2);
   EXPECT_NE(e5.find("--parallel"), std::string::npos) << e5;

@@ -40,13 +40,13 @@ struct Reference {
   std::string text, finish_reason;
 };
 
-// `qkv generate --chat Q --json` (greedy), once per question.
-const Reference& generated(std::size_t q) {
-  static std::map<std::size_t, Reference> cache;
-  if (auto it = cache.find(q); it != cache.end()) return it->second;
+// `qkv generate --chat Q --json` (greedy), once per question and activations.
+const Reference& generated(std::size_t q, const std::string& activations = "f32") {
+  static std::map<std::pair<std::size_t, std::string>, Reference> cache;
+  if (auto it = cache.find({q, activations}); it != cache.end()) return it->second;
   const auto& [question, max_new] = kQuestions[q];
   const auto r = qkv::cli_test::run("generate --model '" + kSmol + "' --chat '" + question + "' --max-new " +
-                                    std::to_string(max_new) + " --logprobs 0 --json");
+                                    std::to_string(max_new) + " --activations " + activations + " --logprobs 0 --json");
   EXPECT_EQ(r.code, 0) << r.err;
   Reference ref;
   const json j = json::parse(r.out);
@@ -55,7 +55,7 @@ const Reference& generated(std::size_t q) {
   for (const json& t : j["logprobs"]) ref.logprobs.push_back(t["logprob"]);
   ref.text = j["text"];
   ref.finish_reason = j["stop_reason"] == "eos" ? "stop" : "length";
-  return cache[q] = ref;
+  return cache[{q, activations}] = ref;
 }
 
 const qkv::tokenize::ByteLevelBPE& smol_tokenizer() {
@@ -121,8 +121,8 @@ Answer ask(int port, std::size_t q, bool stream) {
 
 // The answer is the reference, token for token (and bit for bit: each token's log-probability,
 // printed in full, is the same double).
-void expect_generated(const Answer& a, std::size_t q) {
-  const Reference& ref = generated(q);
+void expect_generated(const Answer& a, std::size_t q, const std::string& activations = "f32") {
+  const Reference& ref = generated(q, activations);
   ASSERT_EQ(a.status, 200) << a.body;
   EXPECT_EQ(a.text, ref.text) << kQuestions[q].first;
   EXPECT_EQ(a.finish_reason, ref.finish_reason) << kQuestions[q].first;
@@ -157,6 +157,16 @@ TEST(ServeGguf, ChatIsGenerateTokenForTokenStreamedOrNot) {
   auto models = c.Get("/v1/models");
   ASSERT_TRUE(models);
   EXPECT_EQ(json::parse(models->body)["data"][0]["id"], kSmolId);
+  p.signal(SIGTERM);
+  EXPECT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.log();
+}
+
+// --activations q8 (prompts' products on quantized activations) is qkv generate --activations q8.
+TEST(ServeGguf, Q8ActivationsAreThoseOfGenerate) {
+  need_smol();
+  ServeProcess p({"--model", kSmol, "--parallel", "2", "--ctx", "512", "--activations", "q8"});
+  ASSERT_GT(p.port(), 0) << p.first_output() << p.log();
+  for (std::size_t q : {std::size_t{0}, std::size_t{3}}) expect_generated(ask(p.port(), q, false), q, "q8");
   p.signal(SIGTERM);
   EXPECT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.log();
 }
