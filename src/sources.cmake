@@ -43,6 +43,8 @@ set(QKV_SOURCES
   train/lm.cpp
   train/seq2seq.cpp
   train/classify.cpp
+  train/distributed.cpp
+  train/grad_exchange.cpp
   tokenize/bpe_train.cpp
 )
 

@@ -85,8 +85,7 @@ bool is_special(const std::string& token) {
   return token.size() >= 4 && token.compare(0, 2, "<|") == 0 && token.compare(token.size() - 2, 2, "|>") == 0;
 }
 
-void read_vocab(ByteLevelBPE::Impl& m, const std::string& path) {
-  const std::string text = read_file(path, "vocab.json");
+void read_vocab(ByteLevelBPE::Impl& m, const std::string& text, const std::string& path) {
   const std::string where = "vocab.json '" + path + "': ";
   // A JSON object may repeat a key (the parser would keep the last); a vocabulary must not.
   std::unordered_set<std::string> seen;
@@ -145,8 +144,7 @@ void read_vocab(ByteLevelBPE::Impl& m, const std::string& path) {
   if (const auto it = m.ids.find(std::string_view("<|endoftext|>")); it != m.ids.end()) m.eos = it->second;
 }
 
-void read_merges(ByteLevelBPE::Impl& m, const std::string& path) {
-  const std::string text = read_file(path, "merges.txt");
+void read_merges(ByteLevelBPE::Impl& m, const std::string& text, const std::string& path) {
   std::vector<std::size_t> line_of_rank;
   std::size_t pos = 0, line_no = 0;
   while (pos < text.size()) {
@@ -196,9 +194,16 @@ char32_t byte_to_code_point(unsigned char b) {
 }
 
 ByteLevelBPE ByteLevelBPE::load(const std::string& vocab_json, const std::string& merges_txt) {
+  const std::string vocab = read_file(vocab_json, "vocab.json");
+  const std::string merges = read_file(merges_txt, "merges.txt");
+  return parse(vocab, merges, vocab_json, merges_txt);
+}
+
+ByteLevelBPE ByteLevelBPE::parse(const std::string& vocab_json_text, const std::string& merges_txt_text,
+                                 const std::string& vocab_name, const std::string& merges_name) {
   auto m = std::make_shared<Impl>();
-  read_vocab(*m, vocab_json);
-  read_merges(*m, merges_txt);
+  read_vocab(*m, vocab_json_text, vocab_name);
+  read_merges(*m, merges_txt_text, merges_name);
   return ByteLevelBPE(std::move(m));
 }
 

@@ -23,11 +23,16 @@
 #include "qkv/ops/ops.h"
 #include "qkv/optim/optimizer.h"
 #include "qkv/train/classify.h"
+#include "qkv/train/distributed.h"
 #include "train_tasks.h"
 
 namespace qkv::tool {
 
-int run_train_classify(const TrainClassifyOptions& o, std::ostream& out, std::vector<std::string>* files_written) {
+int run_train_classify(const TrainClassifyOptions& o, std::ostream& out_all, std::vector<std::string>* files_written) {
+  // Data-parallel (train/distributed.h): rank 0 alone prints and writes.
+  train::World& w = train::world();
+  std::ostream quiet(nullptr);
+  std::ostream& out = w.root() ? out_all : quiet;
   if (o.epochs < 1) throw ValueError("train classify: --epochs must be >= 1, got " + std::to_string(o.epochs));
   if (o.log_every < 1) throw ValueError("train classify: --log-every must be >= 1");
   std::unique_ptr<train::ClassifyTrainer> tr;
@@ -40,9 +45,24 @@ int run_train_classify(const TrainClassifyOptions& o, std::ostream& out, std::ve
         .balanced = o.balanced,
         .train_size = o.train_size,
         .val_size = o.val_size,
-        .eval_every = o.log_every});
+        .eval_every = o.log_every,
+        .grad_accum = o.grad_accum * w.size()});  // --grad-accum is per rank
   } else {
-    tr = std::make_unique<train::ClassifyTrainer>(io::load_checkpoint(o.resume), o.resume, o.epochs, o.log_every);
+    tr = std::make_unique<train::ClassifyTrainer>(train::shared_checkpoint(o.resume), o.resume, o.epochs, o.log_every);
+  }
+  {
+    const train::ClassifyRunOptions& ro = tr->options();
+    std::uint64_t data = 0;
+    for (const Tensor& t : {tr->train_data().tokens, tr->train_data().labels, tr->val_data().tokens, tr->val_data().labels}) {
+      const Tensor c = t.contiguous();
+      data = io::digest64(c.raw_data(), static_cast<std::size_t>(c.numel()) * dtype_size(c.dtype()), data);
+    }
+    w.check_same({{"the model config", models::classifier_config_to_json(ro.model)},
+                  {"the epochs", std::to_string(ro.epochs)},
+                  {"the learning rate", std::to_string(ro.lr)},
+                  {"the micro-batches per epoch (global --grad-accum)", std::to_string(ro.grad_accum)},
+                  {"the data (digest)", std::to_string(data)}},
+                 "the classifier run");
   }
   const train::ClassifyRunOptions& r = tr->options();
   const models::ClassifyData& train_data = tr->train_data();
@@ -63,13 +83,16 @@ int run_train_classify(const TrainClassifyOptions& o, std::ostream& out, std::ve
         << (r.balanced ? "balanced" : "uniform (the tutorial's)") << "; positives: train "
         << fixed(100 * positives(train_data.labels), 1) << "%, validation "
         << fixed(100 * positives(val_data.labels), 1) << "%\n"
-        << "full-batch Adam, lr " << general(r.lr) << ", seed " << r.seed << ", " << num_threads() << " thread(s)";
+        << "full-batch Adam, lr " << general(r.lr);
+    if (r.grad_accum > 1) out << ", " << r.grad_accum << " micro-batches per epoch";
+    if (w.distributed()) out << " (" << w.size() << " ranks x " << r.grad_accum / w.size() << ")";
+    out << ", seed " << r.seed << ", " << num_threads() << " thread(s)" << (w.distributed() ? " per rank" : "");
     if (!o.resume.empty()) out << ", resumed from " << o.resume << " at epoch " << tr->epoch();
     out << "\nmajority-class baseline (validation): " << fixed(baseline, 3)
         << "  (predicting the most frequent label; accuracy at this level has learned nothing)\n\n";
   }
 
-  ProgressBar bar("train", o.epochs - tr->epoch(), ProgressOptions{.enabled = o.progress});
+  ProgressBar bar("train", o.epochs - tr->epoch(), ProgressOptions{.enabled = o.progress && w.root()});
   double last_loss = 0, last_train = 0, last_val = 0;
   auto on_report = [&](const train::ClassifyReport& rep) {
     last_train = rep.train_acc;
@@ -87,7 +110,8 @@ int run_train_classify(const TrainClassifyOptions& o, std::ostream& out, std::ve
   };
   auto on_epoch = [&](std::int64_t epoch, double loss) {
     last_loss = loss;
-    if (!o.save.empty() && o.save_every > 0 && epoch % o.save_every == 0 && epoch != o.epochs) tr->save(o.save);
+    if (!o.save.empty() && o.save_every > 0 && epoch % o.save_every == 0 && epoch != o.epochs && w.root())
+      tr->save(o.save);
     bar.update(epoch - first_epoch + 1, "loss " + fixed(loss, 4));
   };
   const auto start = std::chrono::steady_clock::now();
@@ -99,7 +123,7 @@ int run_train_classify(const TrainClassifyOptions& o, std::ostream& out, std::ve
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   bar.finish("loss " + fixed(last_loss, 4));
-  if (!o.save.empty()) {
+  if (!o.save.empty() && w.root()) {
     tr->save(o.save);
     if (files_written) files_written->push_back(o.save);
   }
@@ -155,6 +179,8 @@ QKV_TRAIN_TASK(classify, {
       fixed_by_ckpt.push_back(sub.add_option("--seed", opt->seed, "Seed of the data, the initial weights and dropout")->capture_default_str());
       fixed_by_ckpt.push_back(sub.add_flag("--balanced", opt->balanced, "Half positive, half negative; 200 train / 200 validation"));
       fixed_by_ckpt.push_back(sub.add_option("--train-size", opt->train_size, "Training sequences")->check(int_range(2, 10000000))->capture_default_str());
+      fixed_by_ckpt.push_back(sub.add_option("--grad-accum", opt->grad_accum, "Micro-batches the training set is cut into per epoch (per rank under mpirun)")
+          ->check(int_range(1, 1000000))->capture_default_str());
       fixed_by_ckpt.push_back(sub.add_option("--val-size", opt->val_size, "Validation sequences (default 50, or 200 with --balanced)")->check(int_range(2, 10000000)));
       sub.add_option("--save", opt->save, "Write a checkpoint (safetensors) here at the end (atomically)");
       sub.add_option("--save-every", opt->save_every, "Also save every N epochs")->check(int_range(1, 10000000));

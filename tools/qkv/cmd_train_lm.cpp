@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -16,8 +17,10 @@
 #include "qkv/core/error.h"
 #include "qkv/core/parallel.h"
 #include "qkv/infer/generate.h"
+#include "qkv/io/checkpoint.h"
 #include "qkv/io/files.h"
 #include "qkv/tokenize/bpe_train.h"
+#include "qkv/train/distributed.h"
 #include "train_tasks.h"
 
 namespace qkv::tool {
@@ -55,6 +58,45 @@ tokenize::ByteLevelBPE obtain_tokenizer(const TrainLMCliOptions& o, std::ostream
   return tokenize::ByteLevelBPE::from_folder(o.out);
 }
 
+// Data-parallel: rank 0 obtains the tokenizer (and writes it into DIR); every other rank
+// gets its files' contents from rank 0.
+tokenize::ByteLevelBPE shared_tokenizer(const TrainLMCliOptions& o, std::ostream& log, train::World& w) {
+  if (!w.distributed()) return obtain_tokenizer(o, log);
+  std::string files;
+  if (w.root()) {
+    const train::World::Busy busy(w);
+    obtain_tokenizer(o, log);
+    const std::string vocab = io::read_file(o.out + "/vocab.json", "train lm");
+    files = std::to_string(vocab.size()) + "\n" + vocab + io::read_file(o.out + "/merges.txt", "train lm");
+  }
+  w.broadcast(files, "rank 0's tokenizer");
+  const std::size_t nl = files.find('\n');
+  const std::size_t n = nl == std::string::npos ? 0 : std::stoull(files.substr(0, nl));
+  if (nl == std::string::npos || n > files.size() - nl - 1)
+    throw train::DistributedError("train lm: a malformed tokenizer from rank 0", false);
+  return tokenize::ByteLevelBPE::parse(files.substr(nl + 1, n), files.substr(nl + 1 + n),
+                                       "rank 0's " + o.out + "/vocab.json", "rank 0's " + o.out + "/merges.txt");
+}
+
+// Data-parallel: rank 0 tokenizes the texts into the cache DIR.tokens; the other ranks read
+// their own texts and reuse that cache when it holds them (one machine, or a shared disk),
+// else keep their tokens in memory. The start-up check compares every rank's corpus key.
+train::CorpusTokens shared_corpus(const TrainLMCliOptions& o, const tokenize::ByteLevelBPE& bpe,
+                                  const std::string& cache, train::World& w) {
+  if (!w.distributed()) return train::tokenize_corpus(o.texts, bpe, cache);
+  std::optional<train::CorpusTokens> c;
+  if (w.root()) {
+    const train::World::Busy busy(w);
+    c = train::tokenize_corpus(o.texts, bpe, cache);
+  }
+  w.barrier("rank 0 to tokenize the corpus");
+  if (!w.root()) {
+    const train::World::Busy busy(w);
+    c = train::tokenize_corpus(o.texts, bpe, cache, /*write_cache=*/false);
+  }
+  return std::move(*c);
+}
+
 std::string sample_text(const models::GPT2LMHeadModel& model, const tokenize::ByteLevelBPE& bpe,
                         const std::vector<i64>& prompt, i64 n) {
   const i64 room = model.config().n_positions - static_cast<i64>(prompt.size());
@@ -67,17 +109,30 @@ std::string sample_text(const models::GPT2LMHeadModel& model, const tokenize::By
 
 }  // namespace
 
-int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
+int run_train_lm(const TrainLMCliOptions& o, std::ostream& out_all) {
   if (o.out.empty()) throw ValueError("train lm: --out DIR is required");
   if (o.texts.empty()) throw ValueError("train lm: --text FILE... is required");
+  // Data-parallel (train/distributed.h): rank 0 alone prints and writes.
+  train::World& w = train::world();
+  std::ostream quiet(nullptr);
+  std::ostream& out = w.root() ? out_all : quiet;
   const std::string dir = strip_slash(o.out);
-  const tokenize::ByteLevelBPE bpe = obtain_tokenizer(o, out);
-  const train::CorpusTokens corpus = train::tokenize_corpus(o.texts, bpe, dir + ".tokens");
+  const tokenize::ByteLevelBPE bpe = shared_tokenizer(o, out, w);
+  const train::CorpusTokens corpus = shared_corpus(o, bpe, dir + ".tokens", w);
   const train::TokenFile& tokens = corpus.tokens;
 
   std::unique_ptr<train::LMTrainer> tr;
-  if (o.resume) {
+  if (o.resume && w.distributed()) {
+    // Every rank resumes from rank 0's state file; rank 0 then repairs DIR if a save was
+    // cut short.
+    const std::string path = dir + "/" + train::LMTrainer::kStateFile;
+    const io::Checkpoint state = train::shared_checkpoint(path);
+    tr = train::LMTrainer::resume_from(state, path, tokens, bpe);
+    if (w.root()) tr->restore_folder(dir, state);
+  } else if (o.resume) {
     tr = train::LMTrainer::resume(dir, tokens, bpe);
+  }
+  if (o.resume) {
     if (tr->loop().finished())
       throw ValueError("train lm: " + dir + " holds a finished run (step " + std::to_string(tr->loop().step()) +
                        " of " + std::to_string(tr->loop().total_steps()) + "); there is nothing left to resume");
@@ -94,10 +149,17 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
     cfg.activation_function = "gelu_new";
     cfg.dropout = o.dropout;
     if (const auto eos = bpe.eos_id()) cfg.bos_token_id = cfg.eos_token_id = *eos;
-    tr = std::make_unique<train::LMTrainer>(cfg, o.train, tokens, bpe);
+    train::LMTrainOptions to = o.train;
+    to.grad_accum *= w.size();  // --grad-accum is per rank; the run's step has N times as many micro-batches
+    tr = std::make_unique<train::LMTrainer>(cfg, to, tokens, bpe);
   }
+  w.check_same({{"the corpus (digest of the texts and tokenizer)", std::to_string(tokens.key())},
+                {"the corpus's token count", std::to_string(tokens.size())},
+                {"the model config", models::gpt2_config_to_json(tr->model().config())},
+                {"the training options", tr->options().to_json()}},
+               "the language-model run");
   if (o.init_only) {
-    tr->save(dir);
+    if (w.root()) tr->save(dir);
     if (o.json)
       out << nlohmann::ordered_json{{"event", "init"}, {"step", 0}, {"out", dir}}.dump() << std::endl;
     else
@@ -127,8 +189,10 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
         << tr->task().train_tokens() << " train / " << tr->task().val_tokens() << " held out\n"
         << "AdamW lr " << general(to.lr) << " (warmup " << to.warmup << ", cosine to " << general(to.min_lr) << " over "
         << to.steps << " steps), batch " << to.batch << " x " << to.context << " tokens x " << to.grad_accum
-        << " accumulation, weight decay " << general(to.weight_decay) << ", clip " << general(to.grad_clip) << ", seed "
-        << to.seed << ", " << num_threads() << " thread(s)";
+        << " accumulation";
+    if (w.distributed()) out << " (" << w.size() << " ranks x " << to.grad_accum / w.size() << ")";
+    out << ", weight decay " << general(to.weight_decay) << ", clip " << general(to.grad_clip) << ", seed " << to.seed
+        << ", " << num_threads() << " thread(s)" << (w.distributed() ? " per rank" : "");
     if (o.resume) out << "\nresumed from " << dir << " at step " << first_step;
     out << "\n\n";
   }
@@ -136,10 +200,12 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
   std::unique_ptr<ProgressBar> bar;
   train::LoopCallbacks cb;
   cb.on_step = [&](i64 step, i64 total, double loss) {
+    if (!w.root()) return;
     if (!bar) bar = std::make_unique<ProgressBar>("train", total - first_step, ProgressOptions{.enabled = o.progress && !o.json});
     bar->update(step - first_step, "loss " + fixed(loss, 4));
   };
   cb.on_report = [&](const train::Report& r) {
+    if (!w.root()) return;
     const std::string sample = sample_text(tr->model(), bpe, prompt, o.sample_tokens);
     tr->save(dir);
     if (o.json) {
@@ -154,6 +220,10 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
                                {"elapsed_s", r.elapsed_s},
                                {"skipped_steps", r.skipped_steps},
                                {"sample", sample}};
+      if (w.distributed()) {
+        j["ranks"] = w.size();
+        j["wait_s"] = r.wait_s;  // rank 0 blocked on the others since the previous evaluation
+      }
       out << j.dump() << std::endl;
     } else {
       if (bar && bar->is_tty()) std::cerr << "\r\033[K";
@@ -165,7 +235,7 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
   };
   const bool finished = tr->train(cb, o.stop_after);
   if (bar) bar->finish();
-  if (!finished) tr->save(dir);  // stopped between evaluations (--stop-after)
+  if (!finished && w.root()) tr->save(dir);  // stopped between evaluations (--stop-after)
   const train::Report* last = tr->loop().reports().empty() ? nullptr : &tr->loop().reports().back();
   const double secs = tr->loop().elapsed_s();
   if (o.json) {
@@ -178,6 +248,11 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
     }
     j["elapsed_s"] = secs;
     j["threads"] = num_threads();
+    if (w.distributed()) {
+      j["ranks"] = w.size();
+      j["wait_s"] = tr->loop().wait_s();
+      j["bytes_sent_per_step"] = tr->loop().bytes_sent_per_step();
+    }
     j["out"] = dir;
     out << j.dump() << std::endl;
     return 0;

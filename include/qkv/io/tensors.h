@@ -22,6 +22,8 @@ struct LoadedTensors {
 };
 
 LoadedTensors load_safetensors(const std::string& path);
+// The same from a file's bytes (SafetensorsFile::parse); `source` names it in messages.
+LoadedTensors load_safetensors_bytes(std::vector<std::uint8_t> bytes, const std::string& source);
 // Tensors of any layout; written contiguous in the given order. Atomic.
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
