@@ -157,6 +157,9 @@ bool built_with_mpi() { return Comm::built_with_mpi(); }
 int World::rank() const { return comm_ ? comm_->rank() : 0; }
 int World::size() const { return comm_ ? comm_->size() : 1; }
 int World::local_size() const { return comm_ ? comm_->local_size() : 1; }
+std::int64_t World::bucket_bytes() const {
+  return o_.bucket_bytes > 0 ? o_.bucket_bytes : std::max<std::int64_t>(std::int64_t{1} << 20, size() * (std::int64_t{256} << 10));
+}
 
 void World::barrier(const std::string& what) {
   if (distributed()) comm_->barrier(what);
@@ -201,9 +204,10 @@ World& start_distributed(const DistributedOptions& o) {
   if (w.comm_) throw Error("start_distributed: already started");
   w.o_ = o;
   if (const char* v = std::getenv("QKV_DP_OVERLAP"); v && std::string(v) == "0") w.o_.overlap = false;
+  if (const char* v = std::getenv("QKV_DP_BUCKET_KIB"); v && std::atoll(v) > 0) w.o_.bucket_bytes = std::atoll(v) * 1024;
   if (!(o.collective_timeout_s > 0))
     throw ValueError("distributed: the collective timeout must be > 0 seconds, got " + std::to_string(o.collective_timeout_s));
-  if (o.bucket_bytes < 4) throw ValueError("distributed: the bucket size must be >= 4 bytes");
+  if (o.bucket_bytes < 0) throw ValueError("distributed: the bucket size must be >= 0 bytes (0: automatic)");
   w.comm_ = Comm::start(o.collective_timeout_s);
   return w;
 }

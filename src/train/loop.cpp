@@ -145,7 +145,7 @@ Loop::Loop(nn::Module& model, optim::Optimizer& optimizer, Task& task, const Loo
   ranks_ = w.size();
   rank_ = w.rank();
   if (o_.grad_accum > 1 || ranks_ > 1)
-    ex_ = std::make_unique<detail::GradExchange>(params_, w.comm(), o_.grad_accum, w.options().bucket_bytes,
+    ex_ = std::make_unique<detail::GradExchange>(params_, w.comm(), o_.grad_accum, w.bucket_bytes(),
                                                  w.options().overlap);
 }
 

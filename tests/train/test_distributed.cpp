@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
 
 #include "qkv/io/checkpoint.h"
@@ -39,6 +40,7 @@ TEST(Distributed, OneProcessIsRankZeroOfOneAndCollectivesAreNoOps) {
   EXPECT_TRUE(w.root());
   EXPECT_FALSE(w.distributed());
   EXPECT_EQ(w.comm(), nullptr);
+  EXPECT_EQ(w.bucket_bytes(), 1 << 20);  // the default: max(1 MiB, ranks x 256 KiB)
   std::string bytes = "abc";
   w.broadcast(bytes, "x");
   EXPECT_EQ(bytes, "abc");
@@ -48,7 +50,27 @@ TEST(Distributed, OneProcessIsRankZeroOfOneAndCollectivesAreNoOps) {
   { const train::World::Busy busy(w); }
   train::stop_distributed();
   EXPECT_EQ(&train::world(), &w);
-  EXPECT_THROW(train::start_distributed({.collective_timeout_s = 0}), ValueError);
+  try {
+    train::start_distributed({.collective_timeout_s = 0});
+    FAIL() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_STREQ(e.what(), "distributed: the collective timeout must be > 0 seconds, got 0.000000");
+  }
+}
+
+// A qkv built without MPI, started by mpirun as one of several ranks, refuses to run.
+TEST(Distributed, WithoutMpiAJobOfSeveralRanksIsRefused) {
+  if (train::built_with_mpi()) GTEST_SKIP() << "built with MPI: the refusal is the build without it";
+  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  try {
+    train::start_distributed();
+    ADD_FAILURE() << "no error";
+  } catch (const train::DistributedError& e) {
+    EXPECT_NE(std::string(e.what()).find("this qkv was built without MPI, so it cannot be one rank of an mpirun job"),
+              std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
 }
 
 TEST(Distributed, DisagreementNamesTheFieldTheValuesAndTheRank) {

@@ -296,6 +296,21 @@ TEST(TrainLoop, ResumeRejectsAnotherRunLength) {
   }
 }
 
+TEST(TrainLoop, AccumulatedStepsNeedFloat32Parameters) {
+  struct Wide : nn::Module {
+    Tensor w = register_parameter("w", Tensor::zeros({3}, DType::F64));
+  } m;
+  Regression r;
+  RegressionTask t(r, 4, 1);  // never asked for a loss
+  optim::SGD o(m.named_parameters(), {});
+  try {
+    Loop l(m, o, t, {.total_steps = 3, .grad_accum = 2});
+    FAIL() << "no error";
+  } catch (const TypeError& e) {
+    EXPECT_STREQ(e.what(), "train: data-parallel and accumulated steps need float32 parameters; parameter 0 [3] is float64");
+  }
+}
+
 TEST(TrainLoop, RejectsInvalidOptions) {
   Regression m;
   RegressionTask t(m, 4, 1);

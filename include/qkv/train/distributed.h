@@ -49,7 +49,9 @@ class DistributedError : public Error {
 
 struct DistributedOptions {
   double collective_timeout_s = 60;   // a wait on a rank that sends nothing for this long fails
-  std::int64_t bucket_bytes = 1 << 20;  // gradients are exchanged in buckets of about this size
+  // Gradients are exchanged in buckets of about this many bytes; 0: max(1 MiB, ranks x 256 KiB),
+  // so each rank's shard of a bucket stays >= 256 KiB as ranks grow ($QKV_DP_BUCKET_KIB sets it).
+  std::int64_t bucket_bytes = 0;
   bool overlap = true;  // exchange buckets during the backward (false: after it; $QKV_DP_OVERLAP=0)
 };
 
@@ -64,6 +66,7 @@ class World {
   bool distributed() const { return size() > 1; }
   int local_size() const;  // ranks on this machine
   const DistributedOptions& options() const { return o_; }
+  std::int64_t bucket_bytes() const;  // options().bucket_bytes, or the default for size()
 
   // Collectives: every rank calls them in the same order; no-ops with one rank.
   void barrier(const std::string& what);
