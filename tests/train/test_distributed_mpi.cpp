@@ -38,9 +38,12 @@ using testing::expect_same_checkpoint_tensors;
 const std::string kBin = QKV_BIN;
 const std::string kText = std::string(QKV_FIXTURE_DIR) + "/text/kjv_genesis.txt";
 
-std::string mpirun(int np) {
-  return std::string(QKV_MPIEXEC) + " --oversubscribe --allow-run-as-root -np " + std::to_string(np) + " ";
-}
+// As root in CI; more ranks than cores; no single-copy (CMA) transfers between ranks, which
+// containers without ptrace rights refuse ("Read -1, expected ..., errno = 1").
+const std::string kMpiexec = std::string(QKV_MPIEXEC) +
+                             " --oversubscribe --allow-run-as-root --mca btl_vader_single_copy_mechanism none ";
+
+std::string mpirun(int np) { return kMpiexec + "-np " + std::to_string(np) + " "; }
 
 std::string scratch(const std::string& name) {
   const fs::path d = fs::path(::testing::TempDir()) / ("qkv_mpi_" + name + "_" + std::to_string(::getpid()));
@@ -246,7 +249,7 @@ TEST(DistributedMpi, RanksThatDisagreeFailAtStartUpNamingTheDifference) {
   const std::string d = scratch("disagree");
   // Different options (MPMD: one command line per rank).
   const std::string base = kLM + " --steps 2 --out " + d + "/run";
-  EXPECT_NE(run(std::string(QKV_MPIEXEC) + " --oversubscribe --allow-run-as-root -np 1 " + kBin + base + " --lr 0.001 : -np 1 " +
+  EXPECT_NE(run(kMpiexec + "-np 1 " + kBin + base + " --lr 0.001 : -np 1 " +
                     kBin + base + " --lr 0.002",
                 d + "/opt.log"),
             0);
@@ -265,7 +268,7 @@ TEST(DistributedMpi, RanksThatDisagreeFailAtStartUpNamingTheDifference) {
   std::ofstream(d + "/b/text.txt", std::ios::binary) << other;
   const std::string rel = " train lm --text text.txt --vocab-size 300 --context 16 --layers 1 --d-model 16 --heads 2"
                           " --batch 2 --steps 2 --no-progress --threads 1 --out run";
-  EXPECT_NE(run(std::string(QKV_MPIEXEC) + " --oversubscribe --allow-run-as-root -np 1 -wdir " + d + "/a " + kBin + rel +
+  EXPECT_NE(run(kMpiexec + "-np 1 -wdir " + d + "/a " + kBin + rel +
                     " : -np 1 -wdir " + d + "/b " + kBin + rel,
                 d + "/data.log"),
             0);
@@ -276,7 +279,7 @@ TEST(DistributedMpi, RanksThatDisagreeFailAtStartUpNamingTheDifference) {
   EXPECT_NE(log.find("on rank 1 but '"), std::string::npos) << log;
 
   // A rank that fails alone (its text is missing) stops the job, naming itself.
-  EXPECT_NE(run(std::string(QKV_MPIEXEC) + " --oversubscribe --allow-run-as-root -np 1 -wdir " + d + "/a " + kBin + rel +
+  EXPECT_NE(run(kMpiexec + "-np 1 -wdir " + d + "/a " + kBin + rel +
                     " : -np 1 -wdir " + d + "/c " + kBin + rel,
                 d + "/missing.log"),
             0);

@@ -30,6 +30,7 @@ if(QKV_WITH_MPI AND MPIEXEC_EXECUTABLE)
   target_include_directories(test_distributed_ranks PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src)
   target_compile_options(test_distributed_ranks PRIVATE ${QKV_ARCH_FLAGS})
   add_test(NAME DistributedRanks.ThreeRanks
-           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 3 $<TARGET_FILE:test_distributed_ranks>)
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root --mca btl_vader_single_copy_mechanism none
+                   -np 3 $<TARGET_FILE:test_distributed_ranks>)
   set_tests_properties(DistributedRanks.ThreeRanks PROPERTIES TIMEOUT 300)
 endif()

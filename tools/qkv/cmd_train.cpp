@@ -68,12 +68,14 @@ int run_task(const CLI::App& train_app, const CLI::App& task, const Action& acti
         ((de && de->collective()) || dynamic_cast<const NumericError*>(&e)) && !w.local_failure();
     const bool root = w.root();  // (after stop_distributed, this process is rank 0 of 1)
     if (together) {
+      // Rank 0 prints it once, before the barrier of stop_distributed: mpirun ends the job as
+      // soon as a rank exits non-zero, so no rank may leave before the message is out.
+      if (root) std::cerr << "qkv: error: " << one_line(e.what()) << std::endl;
       try {
         train::stop_distributed();
       } catch (const Error&) {
         train::abort_distributed(1);
       }
-      if (root) throw;  // printed once, by main
       return 1;
     }
     const std::string rank = "rank " + std::to_string(w.rank()) + " of " + std::to_string(w.size());
