@@ -245,11 +245,9 @@ void Comm::wait(std::vector<Request>& reqs, const std::string& what) {
 }
 
 void Comm::set_busy(bool on) {
-  {
-    std::lock_guard lk(impl_->beat_mu);
-    impl_->busy += on ? 1 : -1;
-  }
-  if (on) impl_->beat_cv.notify_all();
+  // The thread sends at its next tick: work shorter than a tick needs no heartbeat.
+  std::lock_guard lk(impl_->beat_mu);
+  impl_->busy += on ? 1 : -1;
 }
 
 void Comm::finish() {
