@@ -58,7 +58,7 @@ test-tsan: models
 ASAN_BUILD ?= build-asan
 ASAN_CXX ?= clang++-14
 ASAN_SYMBOLIZER := $(firstword $(wildcard /usr/lib/llvm-14/bin/llvm-symbolizer) $(shell command -v llvm-symbolizer))
-FUZZ_TARGETS := fuzz_safetensors fuzz_checkpoint fuzz_model_folder fuzz_bpe fuzz_wordpiece fuzz_make_seeds
+FUZZ_TARGETS := fuzz_safetensors fuzz_checkpoint fuzz_model_folder fuzz_bpe fuzz_wordpiece fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_make_seeds
 FUZZ_SECONDS ?= 60
 define asan_configure
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=$(ASAN_CXX) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -80,7 +80,7 @@ test-asan: models data
 	  exit $$rc
 
 # libFuzzer targets of the parsers (fuzz/: safetensors, checkpoints, model folders and their
-# config.json readers, byte-level BPE, WordPiece), each run $(FUZZ_SECONDS) s under ASan + UBSan
+# config.json readers, byte-level BPE, WordPiece, GGUF), each run $(FUZZ_SECONDS) s under ASan + UBSan
 # from its seeds; any crash, leak, hang or report fails (scripts/fuzz_smoke.sh prints a table).
 fuzz-smoke: setup
 	$(asan_configure)

@@ -1,6 +1,6 @@
 // fuzz_make_seeds OUT: writes the seed inputs that only the library can make -- checkpoints of
 // the three trainers, a token cache, safetensors files of every dtype, model folders with
-// weights -- into OUT/<target>/ (scripts/fuzz_smoke.sh runs it; nothing here is committed).
+// weights, GGUF files of every metadata value type -- into OUT/<target>/ (scripts/fuzz_smoke.sh runs it; nothing here is committed).
 // Each seed is small (a few KB): tiny models, a handful of examples. The hand-written seeds
 // (configs, vocabularies, merges) are committed in fuzz/corpus/<target>/.
 #include <cstdio>
@@ -10,6 +10,7 @@
 #include "fuzz_util.h"
 #include "lm_world.h"
 #include "qkv/core/rng.h"
+#include "qkv/io/gguf_writer.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/io/tensors.h"
 #include "qkv/models/bert.h"
@@ -139,6 +140,39 @@ void model_folder_seeds(const fuzz::Scratch& s, const fs::path& out) {
   }
 }
 
+// A llama-like GGUF file (every value type, string and nested arrays, block types) with the
+// default alignment and with general.alignment 64, and one with metadata only.
+void gguf_seeds(const fuzz::Scratch& s, const fs::path& out) {
+  using M = io::GGUFMeta;
+  using T = io::GGUFType;
+  using Q = kernels::QType;
+  io::GGUFMetadata meta = {
+      {"general.architecture", M::string("llama")},
+      {"llama.block_count", M::u32(1)},
+      {"llama.rope.freq_base", M::f32(10000.0f)},
+      {"llama.attention.layer_norm_rms_epsilon", M::f64(1e-5)},
+      {"s.u8", M::u8(7)}, {"s.i8", M::i8(-7)}, {"s.u16", M::u16(700)}, {"s.i16", M::i16(-700)},
+      {"s.i32", M::i32(-70000)}, {"s.u64", M::u64(1ull << 40)}, {"s.i64", M::i64(-(1ll << 40))},
+      {"tokenizer.ggml.add_bos_token", M::boolean(true)},
+      {"tokenizer.ggml.tokens", M::string_array({"<s>", "a", "b", "\u0120ab"})},
+      {"tokenizer.ggml.token_type", M::int_array(T::I32, {3, 1, 1, 1})},
+      {"tokenizer.ggml.merges", M::string_array({"a b"})},
+      {"tokenizer.chat_template", M::string("{% for m in messages %}{{ m['content'] }}{% endfor %}")},
+      {"nested", M::array_of_arrays({M::int_array(T::U16, {1, 2}), M::int_array(T::U16, {})})},
+  };
+  std::vector<std::uint8_t> q8(2 * 34, 1), q41(20, 2), f32(16, 0);
+  const std::vector<io::GGUFTensorData> tensors = {{"token_embd.weight", Q::Q8_0, {32, 2}, q8.data(), q8.size()},
+                                                   {"blk.0.attn_q.weight", Q::Q4_1, {32, 1}, q41.data(), q41.size()},
+                                                   {"output_norm.weight", Q::F32, {4}, f32.data(), f32.size()}};
+  io::write_gguf(s.path("llama.gguf"), meta, tensors);
+  put(out, "gguf", "llama.gguf", fuzz::read_bytes(s.path("llama.gguf")));
+  meta.emplace_back("general.alignment", M::u32(64));
+  io::write_gguf(s.path("align64.gguf"), meta, tensors);
+  put(out, "gguf", "align64.gguf", fuzz::read_bytes(s.path("align64.gguf")));
+  io::write_gguf(s.path("metadata_only.gguf"), {{"general.name", M::string("vocab only")}}, {});
+  put(out, "gguf", "metadata_only.gguf", fuzz::read_bytes(s.path("metadata_only.gguf")));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -152,6 +186,7 @@ int main(int argc, char** argv) {
     safetensors_seeds(scratch, out);
     checkpoint_seeds(scratch, out);
     model_folder_seeds(scratch, out);
+    gguf_seeds(scratch, out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz_make_seeds: %s\n", e.what());
     return 1;

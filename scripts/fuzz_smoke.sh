@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every libFuzzer target of fuzz/ for SECONDS each (default 60) under ASan + UBSan, JOBS at
 # a time (default 2), from its committed seeds (fuzz/corpus/<target>/) and the seeds the library
-# makes (fuzz_make_seeds: checkpoints, weights). Fails on any crash, leak, timeout (an input
+# makes (fuzz_make_seeds: checkpoints, weights, GGUF files). Fails on any crash, leak, timeout (an input
 # taking over 25 s), out-of-memory (2 GB), sanitizer report or exception that is not a
 # qkv::Error; the input that did it is saved in BUILD/fuzz-run/artifacts/ (reproduce with
 # `BUILD/fuzz/fuzz_<target> <file>`). Prints seconds, executions and corpus per target.
@@ -11,7 +11,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$(cd "$1" && pwd)"
 secs="${2:-60}"
 jobs="${3:-2}"
-targets=(safetensors checkpoint model_folder bpe wordpiece)
+targets=(safetensors checkpoint model_folder bpe wordpiece gguf tokenizer chat_template)
 run="$build/fuzz-run"
 rm -rf "$run"
 mkdir -p "$run/seeds" "$run/corpus" "$run/artifacts" "$run/logs"

@@ -17,12 +17,15 @@ set(QKV_SOURCES
   io/tensors.cpp
   io/checkpoint.cpp
   io/files.cpp
+  io/folder.cpp
   infer/kv_cache.cpp
   models/gpt2.cpp
   models/gpt2_io.cpp
   infer/sampling.cpp
   infer/generate.cpp
+  infer/session.cpp
   models/attention_maps.cpp
+  models/text_attention.cpp
   models/classifier.cpp
   models/seq2seq.cpp
   models/seq2seq_decode.cpp
@@ -38,6 +41,10 @@ set(QKV_SOURCES
   tokenize/pretokenize.cpp
   tokenize/bpe_load.cpp
   tokenize/bpe.cpp
+  tokenize/bpe_build.cpp
+  tokenize/regex.cpp
+  tokenize/tokenizer_json.cpp
+  tokenize/gguf_vocab.cpp
   train/loop.cpp
   train/corpus.cpp
   train/lm.cpp
@@ -46,6 +53,15 @@ set(QKV_SOURCES
   train/distributed.cpp
   train/grad_exchange.cpp
   tokenize/bpe_train.cpp
+  tokenize/chat_template.cpp
+  tokenize/jinja_text.cpp
+  tokenize/jinja_value.cpp
+  tokenize/jinja_lexer.cpp
+  tokenize/jinja_parser.cpp
+  tokenize/jinja_scope.cpp
+  tokenize/jinja_render.cpp
+  tokenize/jinja_builtins.cpp
+  tokenize/jinja_methods.cpp
 )
 
 # The functional ops and the optimisers are elementwise loops and reductions that only

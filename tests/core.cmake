@@ -7,6 +7,8 @@ qkv_add_test(test_core_kernels SOURCES core/test_dropout_mask.cpp core/test_soft
              core/test_softmax_backward_kernel.cpp LIBS qkv_core)
 # Layer norm rows (forward, backward) against their naive twin and a float64 formula.
 qkv_add_test(test_layer_norm_kernel SOURCES core/test_layer_norm_kernel.cpp LIBS qkv_core)
+# The Llama family's row kernels (RMSNorm, RoPE, SwiGLU) against their naive twins.
+qkv_add_test(test_llama_kernels SOURCES core/test_llama_kernels.cpp LIBS qkv_core)
 # parallel_for's static chunks and parallel_claim's run-time balancing; the thread pool under
 # them (many calls, exceptions, nesting, concurrent callers, resizing, idle sleep, fork).
 qkv_add_test(test_parallel SOURCES core/test_parallel.cpp core/test_thread_pool.cpp core/test_team.cpp LIBS qkv_core

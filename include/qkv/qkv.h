@@ -8,6 +8,8 @@
 #include "qkv/infer/generate.h"
 #include "qkv/infer/kv_cache.h"
 #include "qkv/io/checkpoint.h"
+#include "qkv/io/gguf.h"
+#include "qkv/io/gguf_writer.h"
 #include "qkv/io/tensors.h"
 #include "qkv/models/bert.h"
 #include "qkv/models/gpt2.h"

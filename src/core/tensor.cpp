@@ -338,6 +338,42 @@ Tensor Tensor::to(DType dt) const {
   return out;
 }
 
+Tensor Tensor::from_external(void* data, const Shape& shape, DType dtype, std::shared_ptr<const void> owner,
+                             const Shape& strides) {
+  const std::int64_t n = checked_numel(shape, "from_external");
+  const std::size_t es = dtype_size(dtype);
+  if (reinterpret_cast<std::uintptr_t>(data) % es)
+    throw ValueError("from_external: the data of a " + std::string(dtype_name(dtype)) + " tensor " + qkv::shape_str(shape) +
+                     " is not aligned to " + std::to_string(es) + " bytes");
+  if (!strides.empty() && strides.size() != shape.size())
+    throw ShapeError("from_external: strides " + qkv::shape_str(strides) + " do not match shape " + qkv::shape_str(shape));
+  std::int64_t span = n ? 1 : 0;  // elements from the first to the last one addressed, inclusive
+  const Shape st = strides.empty() ? contiguous_strides(shape) : strides;
+  for (std::size_t d = 0; d < shape.size() && n; ++d) {
+    if (st[d] < 0) throw ShapeError("from_external: negative stride in " + qkv::shape_str(st));
+    span += (shape[d] - 1) * st[d];
+  }
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(data, static_cast<std::size_t>(span) * es, std::move(owner));
+  impl->shape = shape;
+  impl->strides = st;
+  impl->dtype = dtype;
+  return Tensor(impl);
+}
+
+void Tensor::set_data_(const Tensor& src) const {
+  if (src.shape() != shape())
+    throw ShapeError("set_data_: source " + src.shape_str() + " does not match " + shape_str());
+  if (src.dtype() != dtype())
+    throw TypeError(std::string("set_data_: source dtype ") + dtype_name(src.dtype()) + " does not match " +
+                    dtype_name(dtype()));
+  TensorImpl* d = impl();
+  d->storage = src.impl_ptr()->storage;
+  d->strides = src.strides();
+  d->offset = src.offset();
+  d->grad.reset();
+}
+
 Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = impl_ptr()->storage;

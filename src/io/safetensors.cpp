@@ -16,19 +16,13 @@
 //      begin == previous end, last end == data length).
 #include "qkv/io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <limits>
-#include <new>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
-#include "qkv/core/memory.h"
+#include "qkv/io/mapped_file.h"
 #include "safetensors_util.h"
 
 namespace qkv::io {
@@ -368,25 +362,60 @@ class HeaderSax {
 
 // ---------------------------------------------------------------- reader ----
 
-SafetensorsFile SafetensorsFile::parse(std::vector<std::uint8_t> bytes, std::string source_name) {
-  const std::string& src = source_name;
-  auto bad = [&](const std::string& problem) -> FormatError {
-    return FormatError(src + ": invalid safetensors file: " + problem);
-  };
+namespace {
 
-  const std::uint64_t size = bytes.size();
+FormatError bad_file(const std::string& src, const std::string& problem) {
+  return FormatError(src + ": invalid safetensors file: " + problem);
+}
+
+// N, the header length, from the first min(8, size) bytes of a file of `size` bytes, checked
+// against the format's limit and the file's size.
+std::uint64_t header_length(const std::uint8_t* first, std::uint64_t size, const std::string& src) {
   if (size < 8)
-    throw bad("file is " + std::to_string(size) + " bytes, shorter than the 8-byte header-length prefix");
+    throw bad_file(src, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header-length prefix");
   std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
+  for (int i = 7; i >= 0; --i) n = (n << 8) | first[i];
   if (n > detail::kMaxHeaderSize)
-    throw bad("header length " + std::to_string(n) + " exceeds the limit of " +
-              std::to_string(detail::kMaxHeaderSize) + " bytes");
+    throw bad_file(src, "header length " + std::to_string(n) + " exceeds the limit of " +
+                            std::to_string(detail::kMaxHeaderSize) + " bytes");
   if (n > size - 8)
-    throw bad("header length " + std::to_string(n) + " runs past the end of the file (only " +
-              std::to_string(size - 8) + " bytes follow the 8-byte prefix)");
+    throw bad_file(src, "header length " + std::to_string(n) + " runs past the end of the file (only " +
+                            std::to_string(size - 8) + " bytes follow the 8-byte prefix)");
+  return n;
+}
 
-  const unsigned char* hdr = bytes.data() + 8;
+}  // namespace
+
+SafetensorsFile SafetensorsFile::parse(std::vector<std::uint8_t> bytes, std::string source_name) {
+  const std::uint64_t size = bytes.size();
+  return parse_buffer(MappedFile::from_bytes(std::move(bytes), std::move(source_name)), size, false);
+}
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  std::shared_ptr<const MappedFile> m = MappedFile::open(path, "safetensors file");
+  const std::uint64_t size = m->size();
+  return parse_buffer(std::move(m), size, false);
+}
+
+SafetensorsFile SafetensorsFile::open_header(const std::string& path) {
+  const FilePrefix first = read_file_prefix(path, 8, "safetensors file");
+  const std::uint64_t n = header_length(first.bytes.data(), first.file_size, path);
+  FilePrefix head = read_file_prefix(path, 8 + n, "safetensors file");
+  // The file may have changed between the two reads: the size that counts is the last one.
+  if (head.file_size != first.file_size) header_length(head.bytes.data(), head.file_size, path);
+  const std::uint64_t size = head.file_size;
+  return parse_buffer(MappedFile::from_bytes(std::move(head.bytes), path), size, true);
+}
+
+SafetensorsFile SafetensorsFile::parse_buffer(std::shared_ptr<const MappedFile> buffer, std::uint64_t size,
+                                              bool header_only) {
+  const std::string& src = buffer->source();
+  auto bad = [&](const std::string& problem) -> FormatError { return bad_file(src, problem); };
+  const std::uint8_t* bytes = buffer->data();
+  const std::uint64_t n = header_length(bytes, size, src);
+  if (buffer->size() < 8 + n) throw bad("header length " + std::to_string(n) + " runs past the bytes read");
+
+  const unsigned char* hdr = bytes + 8;
   std::size_t bad_at = 0;
   if (!detail::utf8_valid(hdr, n, &bad_at)) {
     static const char* hex = "0123456789abcdef";
@@ -477,54 +506,11 @@ SafetensorsFile SafetensorsFile::parse(std::vector<std::uint8_t> bytes, std::str
   for (std::size_t i = 0; i < f.tensors_.size(); ++i) f.index_.emplace(f.tensors_[i].name, i);
   f.metadata_ = std::move(sax.metadata);
   f.header_size_ = n;
-  f.bytes_ = std::move(bytes);
-  f.source_ = std::move(source_name);
+  f.file_size_ = size;
+  f.header_only_ = header_only;
+  f.source_ = src;
+  f.buffer_ = std::move(buffer);
   return f;
-}
-
-SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  auto io_fail = [&](const std::string& what, int err) -> IOError {
-    return IOError(path + ": cannot read safetensors file: " + what + (err ? std::string(": ") + std::strerror(err) : ""));
-  };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw io_fail("open failed", errno);
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw io_fail("fstat failed", errno);
-  if (S_ISDIR(st.st_mode)) throw io_fail("it is a directory", 0);
-  if (!S_ISREG(st.st_mode)) throw io_fail("not a regular file", 0);
-  const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
-
-  // The whole file is read into memory: it must fit (a sparse file can claim terabytes).
-  if (size >= kCheckedAllocationBytes) check_allocation(size, path + ": reading the safetensors file");
-  std::vector<std::uint8_t> bytes;
-  try {
-    bytes.resize(size);
-  } catch (const std::bad_alloc&) {
-    throw AllocError(path + ": cannot read safetensors file: " + std::to_string(size) +
-                     " bytes do not fit in memory");
-  } catch (const std::length_error&) {
-    throw AllocError(path + ": cannot read safetensors file: " + std::to_string(size) +
-                     " bytes do not fit in memory");
-  }
-  std::uint64_t got = 0;
-  while (got < size) {
-    const std::size_t chunk = static_cast<std::size_t>(std::min<std::uint64_t>(size - got, 1u << 30));
-    const ssize_t r = ::pread(fd, bytes.data() + got, chunk, static_cast<off_t>(got));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      throw io_fail("read failed at byte " + std::to_string(got), errno);
-    }
-    if (r == 0)
-      throw io_fail("file shrank while being read (" + std::to_string(got) + " of " + std::to_string(size) +
-                    " bytes)", 0);
-    got += static_cast<std::uint64_t>(r);
-  }
-  return parse(std::move(bytes), path);
 }
 
 const StTensorInfo* SafetensorsFile::find(const std::string& name) const {
@@ -539,11 +525,14 @@ const StTensorInfo& SafetensorsFile::at(const std::string& name) const {
 }
 
 const std::uint8_t* SafetensorsFile::data(const StTensorInfo& t) const {
+  if (header_only_)
+    throw ValueError(source_ + ": tensor " + msg_quote(t.name) +
+                     ": the file was opened with open_header, which reads no tensor data");
   // Only infos of this file are valid here; check rather than trust.
-  if (t.begin > t.end || t.end > bytes_.size() - 8 - header_size_)
+  if (t.begin > t.end || t.end > file_size_ - 8 - header_size_)
     throw ValueError(source_ + ": tensor " + msg_quote(t.name) + " with data_offsets " + offsets_str(t.begin, t.end) +
                      " does not belong to this file");
-  return bytes_.data() + 8 + header_size_ + t.begin;
+  return buffer_->data() + 8 + header_size_ + t.begin;
 }
 
 }  // namespace qkv::io

@@ -1,8 +1,10 @@
 #include "qkv/io/tensors.h"
 
 #include <cstring>
+#include <optional>
 
 #include "qkv/core/memory.h"
+#include "qkv/io/mapped_file.h"
 
 namespace qkv::io {
 
@@ -45,6 +47,23 @@ StDType to_st(DType dt) {
 }
 
 }  // namespace
+
+Tensor view_tensor(const SafetensorsFile& f, const StTensorInfo& info) {
+  std::optional<DType> dt;
+  switch (info.dtype) {
+    case StDType::F32: dt = DType::F32; break;
+    case StDType::F64: dt = DType::F64; break;
+    case StDType::I64: dt = DType::I64; break;
+    default: break;
+  }
+  const std::shared_ptr<const MappedFile> map = f.mapping();
+  const std::uint8_t* src = f.data(info);
+  if (!dt || !map || !map->is_mapped() || info.numel() == 0 ||
+      reinterpret_cast<std::uintptr_t>(src) % dtype_size(*dt) != 0)
+    return to_tensor(f, info);
+  // The mapping is private and writable (copy-on-write), so the view may be written.
+  return Tensor::from_external(const_cast<std::uint8_t*>(src), info.shape, *dt, map);
+}
 
 Tensor to_tensor(const SafetensorsFile& f, const StTensorInfo& info) {
   const std::uint8_t* src = f.data(info);
@@ -119,7 +138,8 @@ static LoadedTensors load_safetensors_from(const SafetensorsFile& f, const std::
   LoadedTensors out;
   out.source = path;
   out.metadata = f.metadata();
-  for (const auto& info : f.tensors()) out.tensors.emplace_back(info.name, to_tensor(f, info));
+  // Float32 (and F64, I64) tensors view the mapped file, copy-on-write: nothing is copied.
+  for (const auto& info : f.tensors()) out.tensors.emplace_back(info.name, view_tensor(f, info));
   return out;
 }
 

@@ -298,7 +298,11 @@ std::vector<AttentionMap> classifier_attention_maps(const io::Checkpoint& ckpt, 
   if (static_cast<std::int64_t>(ids.size()) > o.max_len)
     throw ValueError("classifier input: " + std::to_string(ids.size()) + " tokens, more than max_len " +
                      std::to_string(o.max_len));
-  TinyTextClassifier model(o);
+  const auto made = [&] {
+    nn::SkipInitGuard skip;  // every parameter is loaded next: no random initialisation
+    return std::make_unique<TinyTextClassifier>(o);
+  }();
+  TinyTextClassifier& model = *made;
   model.load_state_dict(ckpt.model);
   model.eval();
   autograd::NoGradGuard no_grad;

@@ -17,49 +17,24 @@
 #include "qkv/io/tensors.h"
 #include "qkv/models/gpt2.h"
 #include "qkv/ops/ops.h"
+#include "hf_json.h"
 
 namespace qkv::models {
 namespace {
 
 using i64 = std::int64_t;
 using json = nlohmann::json;
+using hf::bad;
+using hf::get_bool;
+using hf::get_double;
+using hf::get_int;
+using hf::get_token_id;
 
-[[noreturn]] void bad(const std::string& source, const std::string& what) {
-  throw FormatError(source + ": " + what);
-}
-
-i64 get_int(const json& j, const char* key, const std::string& src, std::optional<i64> dflt = std::nullopt) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (dflt) return *dflt;
-    bad(src, std::string("field '") + key + "' is missing");
-  }
-  if (!it->is_number_integer()) bad(src, std::string("field '") + key + "' must be an integer, got " + it->dump());
-  const i64 v = it->get<i64>();
-  if (v < 1) bad(src, std::string("field '") + key + "' must be >= 1, got " + std::to_string(v));
-  return v;
-}
-
-double get_double(const json& j, const char* key, const std::string& src, double dflt) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return dflt;
-  if (!it->is_number()) bad(src, std::string("field '") + key + "' must be a number, got " + it->dump());
-  return it->get<double>();
-}
-
-bool get_bool(const json& j, const char* key, const std::string& src, bool dflt) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return dflt;
-  if (!it->is_boolean()) bad(src, std::string("field '") + key + "' must be true or false, got " + it->dump());
-  return it->get<bool>();
-}
-
-std::optional<i64> get_token_id(const json& j, const char* key, const std::string& src) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number_integer() || it->get<i64>() < 0)
-    bad(src, std::string("field '") + key + "' must be a non-negative integer, got " + it->dump());
-  return it->get<i64>();
+// The parameter p now views t (the file's mapped bytes, or their float32 conversion): no copy.
+// A file in float64 is converted into the parameter's float32 storage instead.
+void take(const Tensor& p, const Tensor& t) {
+  if (t.dtype() == p.dtype()) p.set_data_(t);
+  else p.copy_(t);
 }
 
 // One tensor of the Hugging Face file: its expected shape and where its values go.
@@ -73,9 +48,9 @@ std::map<std::string, Slot> hf_slots(GPT2LMHeadModel& m) {
   const GPT2Config& c = m.config();
   const i64 C = c.n_embd, F = c.d_ff();
   std::map<std::string, Slot> s;
-  auto direct = [](const Tensor& p) { return [p](const Tensor& t) { p.copy_(t); }; };
-  // Conv1D [in, out] into a Linear weight [out, in].
-  auto conv = [](const Tensor& p) { return [p](const Tensor& t) { p.copy_(t.transpose(0, 1)); }; };
+  auto direct = [](const Tensor& p) { return [p](const Tensor& t) { take(p, t); }; };
+  // Conv1D [in, out] into a Linear weight [out, in]: a transposed view (ops::linear reads it in place).
+  auto conv = [](const Tensor& p) { return [p](const Tensor& t) { take(p, t.transpose(0, 1)); }; };
   s["wte.weight"] = {{c.vocab_size, C}, direct(m.wte->weight)};
   s["wpe.weight"] = {{c.n_positions, C}, direct(m.wpe->weight)};
   for (i64 i = 0; i < c.n_layer; ++i) {
@@ -85,14 +60,14 @@ std::map<std::string, Slot> hf_slots(GPT2LMHeadModel& m) {
     s[p + "ln_1.weight"] = {{C}, direct(b.norm1->weight)};
     s[p + "ln_1.bias"] = {{C}, direct(b.norm1->bias)};
     s[p + "attn.c_attn.weight"] = {{C, 3 * C}, [&a, C](const Tensor& t) {
-                                     a.w_q->weight.copy_(t.narrow(1, 0, C).transpose(0, 1));
-                                     a.w_k->weight.copy_(t.narrow(1, C, C).transpose(0, 1));
-                                     a.w_v->weight.copy_(t.narrow(1, 2 * C, C).transpose(0, 1));
+                                     take(a.w_q->weight, t.narrow(1, 0, C).transpose(0, 1));
+                                     take(a.w_k->weight, t.narrow(1, C, C).transpose(0, 1));
+                                     take(a.w_v->weight, t.narrow(1, 2 * C, C).transpose(0, 1));
                                    }};
     s[p + "attn.c_attn.bias"] = {{3 * C}, [&a, C](const Tensor& t) {
-                                   a.w_q->bias.copy_(t.narrow(0, 0, C));
-                                   a.w_k->bias.copy_(t.narrow(0, C, C));
-                                   a.w_v->bias.copy_(t.narrow(0, 2 * C, C));
+                                   take(a.w_q->bias, t.narrow(0, 0, C));
+                                   take(a.w_k->bias, t.narrow(0, C, C));
+                                   take(a.w_v->bias, t.narrow(0, 2 * C, C));
                                  }};
     s[p + "attn.c_proj.weight"] = {{C, C}, conv(a.w_o->weight)};
     s[p + "attn.c_proj.bias"] = {{C}, direct(a.w_o->bias)};
@@ -123,13 +98,7 @@ std::string list(const std::vector<std::string>& v) {
 }  // namespace
 
 GPT2Config gpt2_config_from_json(const std::string& text, const std::string& src) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number beyond double (1e400)
-    bad(src, std::string("not valid JSON: ") + e.what());
-  }
-  if (!j.is_object()) bad(src, "config must be a JSON object");
+  const json j = hf::parse_object(text, src);
   if (auto it = j.find("model_type"); it != j.end() && !(it->is_string() && it->get<std::string>() == "gpt2"))
     bad(src, "model_type " + it->dump() + " is not supported (only \"gpt2\")");
   GPT2Config c;
@@ -235,10 +204,9 @@ void load_weights_from(GPT2LMHeadModel& model, const io::SafetensorsFile& f, con
     throw FormatError(msg);
   }
   autograd::NoGradGuard no_grad;
-  for (const auto& [name, info] : found) slots[name].load(io::to_tensor(f, *info));
-  // The file's tensors were temporaries (converted, transposed): give their blocks back
-  // rather than keep up to the block cache's bound of them beside the weights.
-  release_cached_memory();
+  // Parameters view the mapped file where its tensors are float32 (the pages are read when first
+  // used, nothing is copied), else their converted copies.
+  for (const auto& [name, info] : found) slots[name].load(io::view_tensor(f, *info));
 }
 
 // A count that may be astronomically large (from a hostile config): an integer or like 1.2e+18.
@@ -278,7 +246,10 @@ std::shared_ptr<GPT2LMHeadModel> load_gpt2(const std::string& dir) {
   check_gpt2_config(cfg);  // an unaffordable config is refused before its file is read
   const io::SafetensorsFile f = io::SafetensorsFile::open(st_path);
   check_config_fits_file(cfg, f, cfg_path, st_path);
-  auto model = std::make_shared<GPT2LMHeadModel>(cfg);
+  auto model = [&] {
+    nn::SkipInitGuard skip;  // every parameter is loaded next: no random initialisation
+    return std::make_shared<GPT2LMHeadModel>(cfg);
+  }();
   load_weights_from(*model, f, st_path);
   model->eval();
   return model;

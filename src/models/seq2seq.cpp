@@ -356,7 +356,10 @@ std::shared_ptr<Seq2Seq> seq2seq_from_checkpoint(const io::Checkpoint& ckpt) {
     throw ValueError("seq2seq: checkpoint holds a '" + ckpt.model_type + "' model, not 'seq2seq'");
   const Seq2SeqOptions o = Seq2SeqOptions::from_json(ckpt.config_json);
   check_seq2seq_config_fits(o, ckpt.model);
-  auto m = std::make_shared<Seq2Seq>(o);
+  auto m = [&] {
+    nn::SkipInitGuard skip;  // every parameter is loaded next: no random initialisation
+    return std::make_shared<Seq2Seq>(o);
+  }();
   m->load_state_dict(ckpt.model);
   m->eval();
   return m;

@@ -19,8 +19,11 @@ Linear::Linear(const LinearOptions& o) : opt_(o) {
   check_positive(o.in_features, "Linear", "in_features");
   check_positive(o.out_features, "Linear", "out_features");
   const double bound = 1.0 / std::sqrt(static_cast<double>(o.in_features));
-  weight = register_parameter("weight", Tensor::uniform({o.out_features, o.in_features}, -bound, bound, nullptr, o.dtype));
-  if (o.bias) bias = register_parameter("bias", Tensor::uniform({o.out_features}, -bound, bound, nullptr, o.dtype));
+  auto init = [&](const Shape& s) {
+    return skip_init() ? Tensor::empty(s, o.dtype) : Tensor::uniform(s, -bound, bound, nullptr, o.dtype);
+  };
+  weight = register_parameter("weight", init({o.out_features, o.in_features}));
+  if (o.bias) bias = register_parameter("bias", init({o.out_features}));
 }
 
 Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
@@ -31,8 +34,9 @@ Embedding::Embedding(const EmbeddingOptions& o) : opt_(o) {
   if (o.padding_idx && (*o.padding_idx < 0 || *o.padding_idx >= o.num_embeddings))
     throw ValueError("Embedding: padding_idx " + std::to_string(*o.padding_idx) + " is outside [0, " +
                      std::to_string(o.num_embeddings) + ")");
-  Tensor w = Tensor::randn({o.num_embeddings, o.embedding_dim}, nullptr, o.dtype);
-  if (o.padding_idx) w.select(0, *o.padding_idx).fill_(0.0);
+  Tensor w = skip_init() ? Tensor::empty({o.num_embeddings, o.embedding_dim}, o.dtype)
+                         : Tensor::randn({o.num_embeddings, o.embedding_dim}, nullptr, o.dtype);
+  if (o.padding_idx && !skip_init()) w.select(0, *o.padding_idx).fill_(0.0);
   weight = register_parameter("weight", w);
 }
 
@@ -42,8 +46,9 @@ LayerNorm::LayerNorm(const LayerNormOptions& o) : opt_(o) {
   check_positive(o.normalized_shape, "LayerNorm", "normalized_shape");
   if (!(o.eps > 0.0)) throw ValueError("LayerNorm: eps must be > 0, got " + std::to_string(o.eps));
   if (o.elementwise_affine) {
-    weight = register_parameter("weight", Tensor::ones({o.normalized_shape}, o.dtype));
-    bias = register_parameter("bias", Tensor::zeros({o.normalized_shape}, o.dtype));
+    const Shape s{o.normalized_shape};
+    weight = register_parameter("weight", skip_init() ? Tensor::empty(s, o.dtype) : Tensor::ones(s, o.dtype));
+    bias = register_parameter("bias", skip_init() ? Tensor::empty(s, o.dtype) : Tensor::zeros(s, o.dtype));
   }
 }
 

@@ -6,6 +6,14 @@
 
 namespace qkv::nn {
 
+namespace {
+thread_local bool t_skip_init = false;
+}
+
+SkipInitGuard::SkipInitGuard() : prev_(t_skip_init) { t_skip_init = true; }
+SkipInitGuard::~SkipInitGuard() { t_skip_init = prev_; }
+bool skip_init() { return t_skip_init; }
+
 Tensor Module::register_parameter(const std::string& name, Tensor t) {
   t.requires_grad_(true);
   params_.emplace_back(name, t);

@@ -50,7 +50,7 @@ LearnedPositionalEncoding::LearnedPositionalEncoding(const LearnedPositionalEnco
   pe = register_module("pe", std::make_shared<Embedding>(EmbeddingOptions{.num_embeddings = o.max_len,
                                                                           .embedding_dim = o.d_model,
                                                                           .dtype = o.dtype}));
-  {
+  if (!skip_init()) {
     // N(0, 0.02) as in BERT / GPT-2 initialisation.
     Tensor w = Tensor::randn({o.max_len, o.d_model}, nullptr, o.dtype);
     pe->weight.copy_(mul(w, 0.02).detach());

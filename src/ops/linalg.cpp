@@ -170,7 +170,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape.back() = outf;
   Tensor x2 = x.detach().contiguous();
-  Tensor wc = w.detach().contiguous();
+  // A weight that is the transpose of a row-major [in, out] matrix (GPT-2's Conv1D weights viewed
+  // in place, row stride ldt >= out) is read as it lies; any other layout is made contiguous.
+  const bool wt = !w.is_contiguous() && w.stride(0) == 1 && w.stride(1) >= outf && in > 1;
+  Tensor wc = wt ? w.detach() : w.detach().contiguous();
+  const std::int64_t ldw = wt ? w.stride(1) : std::max<std::int64_t>(in, 1);
   const std::int64_t rows = in ? x2.numel() / in : checked_numel(Shape(x.shape().begin(), x.shape().end() - 1));
   Tensor out = Tensor::empty(out_shape, x.dtype());
   dispatch_float(x.dtype(), "linear", [&]<class T>() {
@@ -189,11 +193,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
       beta = T(1);
     }
     // y[rows, out] = x[rows, in] @ w[out, in]^T (+ bias)
-    gemm<T>(false, true, rows, outf, in, T(1), x2.data<T>(), std::max<std::int64_t>(in, 1), wc.data<T>(),
-            std::max<std::int64_t>(in, 1), beta, y, std::max<std::int64_t>(outf, 1));
+    gemm<T>(false, !wt, rows, outf, in, T(1), x2.data<T>(), std::max<std::int64_t>(in, 1), wc.data<T>(), ldw, beta, y,
+            std::max<std::int64_t>(outf, 1));
   });
   const bool gx = x.requires_grad(), gw = w.requires_grad(), gbias = bias.defined() && bias.requires_grad();
-  record(out, "linear", {x, w, bias}, [x2, wc, gx, gw, gbias, rows, in, outf, xs = x.shape()](const Tensor& g) {
+  record(out, "linear", {x, w, bias}, [x2, wc, wt, ldw, gx, gw, gbias, rows, in, outf, xs = x.shape()](const Tensor& g) {
     // y = x @ w^T + b  ->  dx = g @ w,  dw = g^T @ x,  db = sum_rows(g)
     Tensor gc = g.contiguous();
     Tensor dx, dw, db;
@@ -201,8 +205,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
       const T* gp = gc.data<T>();
       if (gx) {
         dx = Tensor::empty(xs, g.dtype());
-        gemm<T>(false, false, rows, in, outf, T(1), gp, std::max<std::int64_t>(outf, 1), wc.data<T>(),
-                std::max<std::int64_t>(in, 1), T(0), dx.data<T>(), std::max<std::int64_t>(in, 1));
+        gemm<T>(false, wt, rows, in, outf, T(1), gp, std::max<std::int64_t>(outf, 1), wc.data<T>(), ldw, T(0),
+                dx.data<T>(), std::max<std::int64_t>(in, 1));
       }
       if (gw) {
         dw = Tensor::empty({outf, in}, g.dtype());

@@ -29,7 +29,9 @@ Optimizer::Optimizer(NamedParams params, const char* kind) : params_(std::move(p
     if (!p.defined() || !is_floating(p.dtype()))
       throw TypeError(kind_ + ": parameter '" + n + "' must be a defined float tensor");
     if (!p.is_leaf()) throw ValueError(kind_ + ": parameter '" + n + "' is not a leaf tensor");
-    if (!p.is_contiguous()) throw ValueError(kind_ + ": parameter '" + n + "' must be contiguous");
+    // A parameter viewing its file in another layout (GPT-2's Conv1D weights, transposed) gets
+    // contiguous storage of its own: the updates run over contiguous memory.
+    if (!p.is_contiguous()) p.set_data_(p.detach().contiguous());
   }
 }
 

@@ -144,7 +144,7 @@ std::uint64_t corpus_key(const std::vector<std::string>& texts, const tokenize::
 }
 
 CorpusTokens tokenize_corpus(const std::vector<std::string>& files, const tokenize::ByteLevelBPE& bpe,
-                             const std::string& cache_path, bool write_cache) {
+                             const std::string& cache_path, const std::string& write_path, bool write_cache) {
   if (files.empty()) throw ValueError("train lm: no text files given");
   std::vector<std::string> texts;
   std::uint64_t bytes = 0;
@@ -185,8 +185,9 @@ CorpusTokens tokenize_corpus(const std::vector<std::string>& files, const tokeni
   }
   const auto vocab = static_cast<std::uint64_t>(bpe.vocab_size());
   if (write_cache) {
-    TokenFile::write(cache_path, ids, key, bytes, vocab);
-    out.tokens = TokenFile::open(cache_path);
+    const std::string& to = write_path.empty() ? cache_path : write_path;
+    TokenFile::write(to, ids, key, bytes, vocab);
+    out.tokens = TokenFile::open(to);
   } else {
     out.tokens = TokenFile::from_bytes(TokenFile::encode(ids, key, bytes, vocab), cache_path + " (in memory)");
   }

@@ -191,6 +191,26 @@ void World::check_same(const Fields& fields, const std::string& what) {
   if (!diff.empty()) throw DistributedError("ranks disagree on " + what + ": " + diff, true);
 }
 
+void World::fail_together(const std::function<void()>& f, const std::string& what) {
+  if (!distributed()) return f();
+  std::string mine;
+  const bool failed_before = local_failure_;
+  try {
+    const Busy busy(*this);  // the others wait meanwhile
+    f();
+  } catch (const Error& e) {
+    mine = e.what();
+    if (mine.empty()) mine = "failed";
+  }
+  local_failure_ = failed_before;  // a failure caught here: every rank learns of it below
+  const std::vector<std::string> all = allgather(mine, what);
+  for (std::size_t r = 0; r < all.size(); ++r)
+    if (!all[r].empty()) {
+      const std::string who = r == 0 ? "" : "rank " + std::to_string(r) + " of " + std::to_string(all.size()) + ": ";
+      throw DistributedError(who + all[r], true);
+    }
+}
+
 World::Busy::Busy(World& w) : w_(w), exceptions_(std::uncaught_exceptions()) {
   if (w_.distributed()) w_.comm()->set_busy(true);
 }
@@ -227,12 +247,16 @@ io::Checkpoint shared_checkpoint(const std::string& path) {
   World& w = g_world;
   if (!w.distributed()) return io::load_checkpoint(path);
   std::string bytes;
-  if (w.root()) {
-    const World::Busy busy(w);
-    bytes = io::read_file(path, "checkpoint");
-  }
+  w.fail_together(
+      [&] {
+        if (w.root()) bytes = io::read_file(path, "checkpoint");
+      },
+      "rank 0 to read " + path);
   w.broadcast(bytes, "rank 0's " + path);
-  return io::load_checkpoint_bytes(std::vector<std::uint8_t>(bytes.begin(), bytes.end()), path);
+  io::Checkpoint c;  // a damaged file fails on every rank alike: rank 0 reports it
+  w.fail_together([&] { c = io::load_checkpoint_bytes(std::vector<std::uint8_t>(bytes.begin(), bytes.end()), path); },
+                  "the ranks to read " + path);
+  return c;
 }
 
 // ---------------------------------------------------------------- checks

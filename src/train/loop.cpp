@@ -1,6 +1,7 @@
 #include "qkv/train/loop.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -71,6 +72,9 @@ const Tensor& StateReader::tensor(const std::string& name, DType dt, std::int64_
 
 namespace {
 
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "request_stop() is called from a signal handler");
+
 void validate(const LoopOptions& o) {
   auto fail = [](const std::string& m) { throw ValueError("train: " + m); };
   if (o.total_steps < 1) fail("total steps must be >= 1, got " + std::to_string(o.total_steps));
@@ -137,6 +141,21 @@ void share_metrics(Metrics& m, std::int64_t step) {
 }
 
 }  // namespace
+
+void request_stop() { g_stop.store(true, std::memory_order_relaxed); }
+bool stop_requested() { return g_stop.load(std::memory_order_relaxed); }
+void clear_stop_request() { g_stop.store(false, std::memory_order_relaxed); }
+
+bool stop_requested_by_any_rank(const std::string& where) {
+  World& w = world();
+  if (!w.distributed()) return stop_requested();
+  for (const std::string& r : w.allgather(stop_requested() ? "1" : "0", "the ranks' stop requests " + where))
+    if (r == "1") {
+      request_stop();
+      return true;
+    }
+  return false;
+}
 
 Loop::Loop(nn::Module& model, optim::Optimizer& optimizer, Task& task, const LoopOptions& o)
     : model_(model), opt_(optimizer), task_(task), o_(o), params_(model.parameters()) {
@@ -296,6 +315,10 @@ bool Loop::run(const LoopCallbacks& cb, std::int64_t stop_at_step) {
       const World::Busy busy(world());
       cb.on_step(step_, o_.total_steps, lv);
     }
+    // Ctrl-C: every rank stops after this same step (the run's last step needs no vote).
+    if (!finished() && !(stop_at_step > 0 && step_ >= stop_at_step) &&
+        stop_requested_by_any_rank("after step " + std::to_string(step_)))
+      break;
   }
   model_.eval();
   return finished();

@@ -154,14 +154,15 @@ TEST(Distributed, TokenizingWithoutWritingKeepsTheTokensInMemory) {
     const std::string tok = std::string(QKV_FIXTURE_DIR) + "/gpt2_tiny";
     return tokenize::ByteLevelBPE::from_folder(tok);
   }();
-  const auto mem = train::tokenize_corpus({d + "/a.txt"}, bpe, d + "/a.tokens", /*write_cache=*/false);
+  const auto mem = train::tokenize_corpus({d + "/a.txt"}, bpe, d + "/a.tokens", d + "/a.tokens.tmp", /*write_cache=*/false);
   EXPECT_FALSE(fs::exists(d + "/a.tokens"));
+  EXPECT_FALSE(fs::exists(d + "/a.tokens.tmp"));
   EXPECT_FALSE(mem.reused);
   const auto file = train::tokenize_corpus({d + "/a.txt"}, bpe, d + "/a.tokens");
   ASSERT_EQ(mem.tokens.size(), file.tokens.size());
   for (std::int64_t i = 0; i < mem.tokens.size(); ++i) EXPECT_EQ(mem.tokens[i], file.tokens[i]);
   EXPECT_EQ(mem.tokens.key(), file.tokens.key());
-  EXPECT_TRUE(train::tokenize_corpus({d + "/a.txt"}, bpe, d + "/a.tokens", false).reused);  // the cache, read only
+  EXPECT_TRUE(train::tokenize_corpus({d + "/a.txt"}, bpe, d + "/a.tokens", "", false).reused);  // the cache, read only
 }
 
 // A seq2seq step of K micro-batches: the step takes batch x K examples, each micro-batch

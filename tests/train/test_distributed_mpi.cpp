@@ -10,7 +10,10 @@
 //  - faults: a rank killed (SIGKILL) ends every rank with a non-zero exit naming it and
 //    leaves a checkpoint that resumes; a rank that hangs (SIGSTOP) is named by the others
 //    after --collective-timeout; ranks given different options or different data stop at
-//    start-up naming the difference; a rank that fails alone stops the job.
+//    start-up naming the difference; a check that fails on one rank (a missing text, an
+//    --out that holds files) stops every rank at once with one message and writes nothing;
+//    a rank that fails alone later stops the job; Ctrl-C on one rank stops every rank after
+//    the same step, which rank 0 saves (exit 130).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -24,9 +27,11 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "qkv/io/checkpoint.h"
 #include "qkv/io/files.h"
+#include "qkv/io/folder.h"
 #include "testing/checkpoint_compare.h"
 
 namespace qkv {
@@ -216,6 +221,17 @@ FaultResult fault(const std::string& cmd, const std::string& log, const std::str
   return r;
 }
 
+// The step of the run saved in `out`, after checking that one process resumes it for one
+// more step (its log in `d`).
+int resumes_one_more_step(const std::string& out, const std::string& d) {
+  const int step = std::stoi(lm_state(out).metadata.at("step"));
+  const std::string cont = kLM.substr(0, kLM.find(" --vocab-size")) + " --no-progress --threads 1 --resume --out " + out +
+                           " --stop-after " + std::to_string(step + 1);
+  EXPECT_EQ(run(kBin + cont, d + "/resume.log"), 0) << slurp(d + "/resume.log");
+  EXPECT_EQ(lm_state(out).metadata.at("step"), std::to_string(step + 1));
+  return step;
+}
+
 TEST(DistributedMpi, KilledRankStopsEveryRankAndLeavesTheCheckpointWhole) {
   const std::string d = scratch("killed");
   const std::string out = d + "/run";
@@ -224,13 +240,7 @@ TEST(DistributedMpi, KilledRankStopsEveryRankAndLeavesTheCheckpointWhole) {
   EXPECT_NE(r.code, 0) << r.log;
   EXPECT_NE(r.log.find("rank 1"), std::string::npos) << r.log;  // mpirun: "process rank 1 ... exited on signal 9"
   // Whatever rank 0 was doing (often saving), the folder holds a whole checkpoint that resumes.
-  const io::Checkpoint c = lm_state(out);
-  const int step = std::stoi(c.metadata.at("step"));
-  EXPECT_GE(step, 1);
-  const std::string cont = kLM.substr(0, kLM.find(" --vocab-size")) + " --no-progress --threads 1 --resume --out " + out +
-                           " --stop-after " + std::to_string(step + 1);
-  EXPECT_EQ(run(kBin + cont, d + "/resume.log"), 0) << slurp(d + "/resume.log");
-  EXPECT_EQ(lm_state(out).metadata.at("step"), std::to_string(step + 1));
+  EXPECT_GE(resumes_one_more_step(out, d), 1);
 }
 
 TEST(DistributedMpi, HungRankIsNamedAfterTheCollectiveTimeout) {
@@ -243,6 +253,21 @@ TEST(DistributedMpi, HungRankIsNamedAfterTheCollectiveTimeout) {
       << r.log;
   EXPECT_NE(r.log.find("(--collective-timeout 3): it died, hangs or cannot be reached"), std::string::npos) << r.log;
   io::load_checkpoint(out + "/qkv_train_state.safetensors");  // whole
+}
+
+TEST(DistributedMpi, CtrlCOnOneRankStopsEveryRankAfterTheSameStepAndSaves) {
+  const std::string d = scratch("sigint");
+  const std::string out = d + "/run";
+  const FaultResult r = fault(mpirun(2) + kBin + kLM + " --steps 100000 --eval-every 1 --json --out " + out,
+                              d + "/job.log", out, SIGINT);
+  EXPECT_EQ(r.code, 130) << r.log;
+  EXPECT_NE(r.log.find("qkv: interrupted; stopping once the current step is done"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("\"interrupted\":true"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("\"resume\":\"qkv train lm --resume --out "), std::string::npos) << r.log;
+  EXPECT_EQ(r.log.find("qkv: error"), std::string::npos) << r.log;
+  // Rank 0 saved the step every rank stopped after, and it resumes.
+  const int step = resumes_one_more_step(out, d);
+  EXPECT_NE(r.log.find("{\"event\":\"done\",\"step\":" + std::to_string(step) + ","), std::string::npos) << r.log;
 }
 
 TEST(DistributedMpi, RanksThatDisagreeFailAtStartUpNamingTheDifference) {
@@ -258,7 +283,7 @@ TEST(DistributedMpi, RanksThatDisagreeFailAtStartUpNamingTheDifference) {
             std::string::npos)
       << log;
   EXPECT_EQ(log.find("qkv: error"), log.rfind("qkv: error")) << "rank 0 alone reports it: " << log;
-  EXPECT_FALSE(fs::exists(d + "/run/model.safetensors"));
+  EXPECT_FALSE(fs::exists(d + "/run")) << "nothing is written before the first save";
 
   // The same command line, another text on rank 1 (its own working directory).
   for (const char* r : {"/a", "/b", "/c"}) fs::create_directories(d + r);
@@ -278,15 +303,46 @@ TEST(DistributedMpi, RanksThatDisagreeFailAtStartUpNamingTheDifference) {
       << log;
   EXPECT_NE(log.find("on rank 1 but '"), std::string::npos) << log;
 
-  // A rank that fails alone (its text is missing) stops the job, naming itself.
+  // A check that fails on one rank (its text is missing) stops every rank at once and
+  // cleanly: rank 0 reports it, naming the rank.
   EXPECT_NE(run(kMpiexec + "-np 1 -wdir " + d + "/a " + kBin + rel +
                     " : -np 1 -wdir " + d + "/c " + kBin + rel,
                 d + "/missing.log"),
             0);
   log = slurp(d + "/missing.log");
+  EXPECT_NE(log.find("qkv: error: rank 1 of 2: train lm: --text"), std::string::npos) << log;
+  EXPECT_NE(log.find("text.txt"), std::string::npos) << log;
+  EXPECT_EQ(log.find("qkv: error"), log.rfind("qkv: error")) << "rank 0 alone reports it: " << log;
+  EXPECT_FALSE(fs::exists(d + "/a/run")) << log;
+
+  // A rank that fails alone later (its text is not UTF-8, found while tokenizing) stops the
+  // job, naming itself.
+  std::ofstream(d + "/c/text.txt", std::ios::binary) << "In the beginning \xff\xfe God";
+  EXPECT_NE(run(kMpiexec + "-np 1 -wdir " + d + "/a " + kBin + rel +
+                    " : -np 1 -wdir " + d + "/c " + kBin + rel,
+                d + "/utf8.log"),
+            0);
+  log = slurp(d + "/utf8.log");
   EXPECT_NE(log.find("qkv: error: rank 1 of 2: "), std::string::npos) << log;
   EXPECT_NE(log.find("text.txt"), std::string::npos) << log;
   EXPECT_NE(log.find("; stopping every rank"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(d + "/a/run")) << log;
+}
+
+TEST(DistributedMpi, OutputThatHoldsFilesIsRefusedOnEveryRank) {
+  const std::string d = scratch("taken");
+  fs::create_directories(d + "/run");
+  std::ofstream(d + "/run/notes.txt") << "mine";
+  const std::string cmd = mpirun(2) + kBin + kLM + " --steps 2 --collective-timeout 30 --out " + d + "/run";
+  EXPECT_NE(run(cmd, d + "/a.log"), 0);
+  const std::string log = slurp(d + "/a.log");
+  EXPECT_NE(log.find("qkv: error: train lm: --out " + d + "/run already holds"), std::string::npos) << log;
+  EXPECT_EQ(log.find("qkv: error"), log.rfind("qkv: error")) << "rank 0 alone reports it: " << log;
+  // Every rank left through the check, none through the collective timeout.
+  EXPECT_EQ(log.find("sent nothing for"), std::string::npos) << log;
+  EXPECT_EQ(io::folder_entries(d + "/run"), std::vector<std::string>{"notes.txt"});
+  EXPECT_EQ(slurp(d + "/run/notes.txt"), "mine");
+  EXPECT_FALSE(fs::exists(d + "/run.tokens"));
 }
 
 }  // namespace

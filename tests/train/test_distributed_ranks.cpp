@@ -6,6 +6,8 @@
 //    and without overlap, 2 rounds per rank, parameters with no gradient; the test data are
 //    chosen so that another association differs (the check can fail);
 //  - the start-up check throws the same collective error on every rank, naming the rank;
+//    so does a check that fails on one rank (World::fail_together);
+//  - a stop request (Ctrl-C) on one rank is every rank's (stop_requested_by_any_rank);
 //  - a rank busy (World::Busy) for longer than the collective timeout is not a fault: its
 //    heartbeats keep the others waiting; a rank silent for that long is named (last test).
 #include <gtest/gtest.h>
@@ -142,6 +144,45 @@ TEST(Ranks, RanksThatDisagreeAllThrowTheSameErrorNamingTheRank) {
     EXPECT_STREQ(e.what(), "ranks disagree on the test: option --lr is '0.002' on rank 2 but '0.001' on rank 0");
   }
   w.check_same({{"option --lr", "0.001"}}, "the test");  // and the job goes on
+}
+
+TEST(Ranks, ACheckThatFailsOnOneRankFailsOnEveryRankNamingIt) {
+  train::World& w = world();
+  for (const int failing : {0, 2}) {
+    try {
+      w.fail_together(
+          [&] {
+            if (w.rank() == failing) throw IOError("train lm: --text t.txt: no such file");
+          },
+          "the test's checks");
+      FAIL() << "no error";
+    } catch (const train::DistributedError& e) {
+      EXPECT_TRUE(e.collective());
+      EXPECT_FALSE(w.local_failure());
+      EXPECT_EQ(std::string(e.what()),
+                (failing == 0 ? "" : "rank 2 of 3: ") + std::string("train lm: --text t.txt: no such file"));
+    }
+  }
+  // The lowest failing rank speaks; no failure: no error.
+  try {
+    w.fail_together([&] { throw ValueError("on rank " + std::to_string(w.rank())); }, "the test's checks");
+    FAIL() << "no error";
+  } catch (const train::DistributedError& e) {
+    EXPECT_STREQ(e.what(), "on rank 0");
+  }
+  int ran = 0;
+  w.fail_together([&] { ++ran; }, "the test's checks");
+  EXPECT_EQ(ran, 1);
+}
+
+TEST(Ranks, AStopRequestedOnOneRankStopsEveryRank) {
+  train::World& w = world();
+  train::clear_stop_request();
+  EXPECT_FALSE(train::stop_requested_by_any_rank("in a test"));
+  if (w.rank() == 1) train::request_stop();  // Ctrl-C reached rank 1 alone
+  EXPECT_TRUE(train::stop_requested_by_any_rank("in a test"));
+  EXPECT_TRUE(train::stop_requested());  // now every rank's own request
+  train::clear_stop_request();
 }
 
 TEST(Ranks, ABusyRankIsNotAFault) {

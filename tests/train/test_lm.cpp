@@ -198,7 +198,8 @@ TEST(LMTrainer, ResumesBitwiseFromItsFolder) {
   const auto loaded = models::load_gpt2(d + "/whole");
   const Tensor ids = Tensor::from_vector(std::vector<std::int64_t>{1, 2, 3, 4, 5}, {1, 5});
   whole.model().eval();
-  EXPECT_EQ(loaded->forward(ids).to_vector<float>(), whole.model().forward(ids).to_vector<float>());
+  // (Its Conv1D weights are read in place in their [in, out] layout: equal to float rounding.)
+  EXPECT_LE(qkv::max_abs_diff(loaded->forward(ids), whole.model().forward(ids)), 1e-5);
 
   // Another corpus: resume refuses, naming the state file.
   write_text(d + "/other.txt", "Another text entirely, long enough to hold a few windows of sixteen tokens. " +

@@ -31,7 +31,9 @@ struct GenerateOptions {
   double top_p = 1.0;
   std::uint64_t seed = 0;
   std::vector<std::string> stop;
+  std::vector<std::string> positional;  // PROMPT given without --prompt
   bool no_cache = false, json = false;
+  bool top_k_given = false, top_p_given = false, seed_given = false;
 };
 
 // Per prompt: text generated so far (complete characters only) and whether a stop string ended it.
@@ -41,8 +43,20 @@ struct Stream {
   bool stopped = false;
 };
 
-int run_generate(const GenerateOptions& o, std::ostream& out) {
+int run_generate(GenerateOptions o, std::ostream& out) {
   // Every check before the model is read.
+  if (!o.positional.empty()) {
+    if (o.positional.size() > 1)
+      throw ValueError("generate: give one prompt (quote it: qkv generate --model DIR \"And God said\"), or one per line "
+                       "of --prompts-file; got " + std::to_string(o.positional.size()) + " arguments");
+    if (o.prompt) throw ValueError("generate: the prompt is given twice (--prompt and a PROMPT argument); give one");
+    o.prompt = o.positional[0];
+  }
+  require_model_kind(o.model, {"gpt2"}, "generate", "a GPT-2 folder (config.json, model.safetensors, vocab.json, merges.txt)");
+  if (o.temperature == 0) {  // greedy: the sampling options change nothing
+    for (const auto& [given, flag] : {std::pair{o.top_k_given, "--top-k"}, {o.top_p_given, "--top-p"}, {o.seed_given, "--seed"}})
+      if (given) warn(std::string(flag) + " has no effect with greedy decoding (--temperature 0); add --temperature T > 0 to sample");
+  }
   infer::GenerationOptions g;
   g.max_new_tokens = o.max_new;
   g.sampling = {.temperature = o.temperature, .top_k = o.top_k.value_or(0), .top_p = o.top_p, .seed = o.seed};
@@ -50,7 +64,7 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
   if (o.top_k && *o.top_k <= 0) throw ValueError("--top-k must be >= 1, got " + std::to_string(*o.top_k));
   infer::check_sampling(g.sampling);
   const int sources = o.prompt.has_value() + !o.prompt_ids.empty() + !o.prompts_file.empty();
-  if (sources != 1) throw ValueError("give exactly one of --prompt, --prompt-ids, --prompts-file");
+  if (sources != 1) throw ValueError("generate: give exactly one of PROMPT (or --prompt), --prompt-ids, --prompts-file");
   for (const std::string& s : o.stop)
     if (s.empty()) throw ValueError("--stop: an empty stop string would stop at once");
 
@@ -171,24 +185,33 @@ QKV_TOOL_COMMAND(generate, {
           "string), tokens_per_s, stop_reason (length | eos | stop). --no-cache recomputes the whole sequence "
           "every step (same tokens, for comparison).\n\n"
           "Examples:\n"
-          "  qkv generate --model tests/fixtures/gpt2_tiny --prompt \"In the beginning\" --max-new 40\n"
+          "  qkv generate --model tests/fixtures/gpt2_tiny \"In the beginning\" --max-new 40\n"
           "  qkv generate --model DIR --prompts-file prompts.txt --temperature 0.8 --top-p 0.9 --seed 1 --json");
       auto opt = std::make_shared<GenerateOptions>();
-      sub.add_option("--model", opt->model, "GPT-2 folder")->required()->check(CLI::ExistingDirectory);
-      sub.add_option("--prompt", opt->prompt, "Prompt text");
+      add_model_option(sub, opt->model, "GPT-2 model folder")->required();
+      sub.add_option("--prompt", opt->prompt, "Prompt text (or give it as the PROMPT argument)");
+      sub.add_option("prompt", opt->positional, "Prompt text (the same as --prompt)")->type_name("PROMPT");
       sub.add_option("--prompt-ids", opt->prompt_ids, "Prompt token ids, e.g. 1,2,3");
       sub.add_option("--prompts-file", opt->prompts_file, "A prompt per line, generated as one batch")
-          ->check(CLI::ExistingFile);
+          ->check(input_file("a text file, one prompt per line"))
+          ->type_name("FILE");
       sub.add_option("--max-new", opt->max_new, "Most tokens to generate")->check(int_range(1, 1 << 20))->capture_default_str();
-      sub.add_option("--temperature", opt->temperature, "0 = greedy; > 0 samples")->capture_default_str();
-      sub.add_option("--top-k", opt->top_k, "Sample among the K most likely tokens (K >= 1)");
-      sub.add_option("--top-p", opt->top_p, "Sample from the smallest set of tokens with probability >= P, in (0, 1]")
-          ->capture_default_str();
-      sub.add_option("--seed", opt->seed, "Seed of the sampling stream")->capture_default_str();
+      sub.add_option("--temperature", opt->temperature, "0 = greedy; > 0 samples")->check(real_at_least(0))->capture_default_str();
+      CLI::Option* top_k = sub.add_option("--top-k", opt->top_k, "Sample among the K most likely tokens (K >= 1)");
+      CLI::Option* top_p =
+          sub.add_option("--top-p", opt->top_p, "Sample from the smallest set of tokens with probability >= P, in (0, 1]")
+              ->check(real_range(0, 1))
+              ->capture_default_str();
+      CLI::Option* seed = add_seed_option(sub, opt->seed, "Seed of the sampling stream");
       sub.add_option("--stop", opt->stop, "Stop a prompt's generation once its text contains this (repeatable)");
       sub.add_flag("--no-cache", opt->no_cache, "Recompute the whole sequence every step");
       sub.add_flag("--json", opt->json, "One JSON object per prompt");
-      return [opt] { return run_generate(*opt, std::cout); };
+      return [opt, top_k, top_p, seed] {
+        opt->top_k_given = top_k->count() > 0;
+        opt->top_p_given = top_p->count() > 0;
+        opt->seed_given = seed->count() > 0;
+        return run_generate(*opt, std::cout);
+      };
     }});
 
 }  // namespace

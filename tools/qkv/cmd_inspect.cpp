@@ -1,5 +1,6 @@
-// qkv inspect FILE.safetensors: tensors (name, dtype, shape, bytes),
-// metadata and header size, read by the library's strict reader.
+// qkv inspect FILE: tensors (name, dtype, shape, bytes), metadata and header size of a
+// safetensors file, read header-only by the library's strict reader; GGUF files (detected by
+// their magic) are listed by cmd_inspect_gguf.cpp.
 #include "cmd_inspect.h"
 
 #include <iostream>
@@ -9,12 +10,14 @@
 
 #include "command.h"
 #include "format.h"
+#include "qkv/io/gguf.h"
 #include "qkv/io/safetensors.h"
 
 namespace qkv::tool {
 
 int run_inspect(const InspectOptions& opt, std::ostream& out) {
-  const io::SafetensorsFile f = io::SafetensorsFile::open(opt.file);
+  if (io::is_gguf_file(opt.file)) return run_inspect_gguf(opt, out);
+  const io::SafetensorsFile f = io::SafetensorsFile::open_header(opt.file);
   std::uint64_t data_bytes = 0;
   for (const auto& t : f.tensors()) data_bytes += t.nbytes();
 
@@ -27,8 +30,9 @@ int run_inspect(const InspectOptions& opt, std::ostream& out) {
                          {"numel", t.numel()},
                          {"bytes", t.nbytes()},
                          {"data_offsets", {t.begin, t.end}}});
-    nlohmann::json j = {{"file", f.source()},       {"file_size", f.file_size()}, {"header_size", f.header_size()},
-                        {"data_bytes", data_bytes}, {"metadata", f.metadata()},   {"tensors", tensors}};
+    nlohmann::json j = {{"file", f.source()},         {"format", "safetensors"}, {"file_size", f.file_size()},
+                        {"header_size", f.header_size()}, {"data_bytes", data_bytes}, {"metadata", f.metadata()},
+                        {"tensors", tensors}};
     out << j.dump() << '\n';
     return 0;
   }
@@ -58,16 +62,21 @@ int run_inspect(const InspectOptions& opt, std::ostream& out) {
 
 QKV_TOOL_COMMAND(inspect, {
     .name = "inspect",
-    .summary = "List the tensors (name, dtype, shape, bytes) and metadata of a .safetensors file",
+    .summary = "List the tensors (name, type, shape, bytes) and metadata of a .safetensors or .gguf file",
     .order = 40,
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
-          "Reads FILE with qkv's strict safetensors reader and lists its tensors (name, dtype, shape, element "
-          "count, bytes, data offsets), the __metadata__ entries and the header size. A missing or corrupt file "
-          "gives one line naming the problem and exit code 1.");
+          "Reads the header of FILE with qkv's strict readers -- safetensors, or GGUF when the file starts with "
+          "the GGUF magic, whatever its name -- and lists its tensors (name, type, shape in PyTorch order, "
+          "element count, bytes, data offsets) and its metadata (safetensors: the __metadata__ entries and the "
+          "header size; GGUF: every key with its type, long arrays and strings shortened unless --full). No "
+          "tensor data is read: a file of any size takes milliseconds. A missing or corrupt file gives one line "
+          "naming the problem and exit code 1.");
       auto opt = std::make_shared<InspectOptions>();
-      sub.add_option("FILE", opt->file, "The .safetensors file")->required();
+      sub.add_option("FILE", opt->file, "The .safetensors or .gguf file")->required();
       sub.add_flag("--json", opt->json, "Print one JSON object instead of the table");
+      sub.add_flag("--full", opt->full,
+                   "GGUF: print every element of the metadata arrays and long strings (the chat template) whole");
       return [opt] { return run_inspect(*opt, std::cout); };
     }});
 

@@ -6,10 +6,13 @@ set(QKV_TOOL_SOURCES
   command.cpp
   format.cpp
   progress.cpp
+  output.cpp
+  interrupt.cpp
   cmd_worked_example.cpp
   cmd_trace.cpp
   cmd_variance.cpp
   cmd_inspect.cpp
+  cmd_inspect_gguf.cpp
   bench_util.cpp
   cmd_bench.cpp
   cmd_bench_generate.cpp

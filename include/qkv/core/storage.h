@@ -11,6 +11,9 @@ class Storage {
  public:
   // Throws AllocError (naming `what`) if the allocation fails.
   explicit Storage(std::size_t nbytes, const char* what = "tensor");
+  // Memory owned by someone else (a memory-mapped file, say): nothing is allocated or freed;
+  // `owner` is kept alive as long as this storage is, so the memory stays valid.
+  Storage(void* data, std::size_t nbytes, std::shared_ptr<const void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -21,6 +24,7 @@ class Storage {
  private:
   void* data_ = nullptr;
   std::size_t nbytes_ = 0;
+  std::shared_ptr<const void> owner_;  // set for external memory (then data_ is not ours to free)
 };
 
 // Aligned allocation used by Storage and by workspaces. Blocks come from the engine's

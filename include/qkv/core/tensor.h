@@ -56,6 +56,11 @@ class Tensor {
   static Tensor randn(const Shape& shape, Generator* gen = nullptr, DType dtype = DType::F32);
   static Tensor uniform(const Shape& shape, double lo, double hi, Generator* gen = nullptr, DType dtype = DType::F32);
   static Tensor randint(std::int64_t lo, std::int64_t hi, const Shape& shape, Generator* gen = nullptr);
+  // A tensor over memory someone else owns (a memory-mapped file's weights): no allocation, no
+  // copy. `strides` in elements (empty: contiguous); `owner` keeps the memory alive while any
+  // view of it lives. ValueError when data is not aligned for the dtype.
+  static Tensor from_external(void* data, const Shape& shape, DType dtype, std::shared_ptr<const void> owner,
+                              const Shape& strides = {});
 
   // ---- metadata ----
   bool defined() const { return impl_ != nullptr; }
@@ -115,6 +120,10 @@ class Tensor {
   // ---- in-place (no autograd; for optimisers, initialisers and buffers) ----
   void fill_(double value) const;
   void copy_(const Tensor& src) const;  // same shape (or broadcastable), any layout, converts dtype
+  // This tensor, and every handle that shares it (a module's parameter, say), now views src's
+  // memory instead of its own: PyTorch's `param.data = src`. Same shape and dtype (ShapeError /
+  // TypeError otherwise); keeps requires_grad, drops any gradient. No copy.
+  void set_data_(const Tensor& src) const;
 
   std::string to_string(int precision = 4) const;
   TensorImpl* impl() const;

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,6 +26,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/core/shape.h"
+#include "qkv/io/mapped_file.h"
 
 namespace qkv::io {
 
@@ -55,9 +57,16 @@ struct StTensorInfo {
 
 class SafetensorsFile {
  public:
-  // Reads the whole file into memory and parses it. IOError naming the path
-  // if it is missing, not a regular file or unreadable; FormatError if corrupt.
+  // Maps the whole file (io/mapped_file.h: nothing is read up front; tensor
+  // data is read from the file when first touched) and parses it. IOError
+  // naming the path if it is missing, not a regular file or unreadable;
+  // FormatError if corrupt.
   static SafetensorsFile open(const std::string& path);
+  // Reads only the 8-byte prefix and the N-byte header (nothing of the tensor
+  // data is read or mapped) and checks them as open() does, against the real
+  // file size: the same tensors, metadata and errors as open(), but data()
+  // throws. For `qkv inspect` of files of any size.
+  static SafetensorsFile open_header(const std::string& path);
   // Parses bytes already in memory; source_name (a path or a label) is used
   // in every error message.
   static SafetensorsFile parse(std::vector<std::uint8_t> bytes, std::string source_name);
@@ -70,24 +79,39 @@ class SafetensorsFile {
   const StTensorInfo* find(const std::string& name) const;
   // FormatError naming the tensor and the file if absent.
   const StTensorInfo& at(const std::string& name) const;
-  // Pointer to the tensor's nbytes() bytes inside this object's buffer (valid
-  // while this object lives). Not necessarily aligned for the dtype: copy
-  // with std::memcpy rather than casting.
+  // Pointer to the tensor's nbytes() bytes inside the file's mapping (valid
+  // while this object or a copy of mapping() lives). Not necessarily aligned
+  // for the dtype: copy with std::memcpy rather than casting. ValueError after
+  // open_header.
   const std::uint8_t* data(const StTensorInfo& t) const;
+  // The whole file's bytes (a mapping after open(), the bytes given to
+  // parse()), shared: views of tensor data may hold it to stay valid after
+  // this object is gone. data(t) == mapping()->data() + data_offset() + t.begin.
+  // nullptr after open_header.
+  std::shared_ptr<const MappedFile> mapping() const { return header_only_ ? nullptr : buffer_; }
+  // File offset of the data section: 8 + header_size().
+  std::uint64_t data_offset() const { return 8 + header_size_; }
+  // False after open_header (no tensor data available).
+  bool has_data() const { return !header_only_; }
 
   // N, the length of the JSON header in bytes (padding included).
   std::uint64_t header_size() const { return header_size_; }
   // Total bytes: 8 + header_size() + data bytes.
-  std::uint64_t file_size() const { return bytes_.size(); }
+  std::uint64_t file_size() const { return file_size_; }
   // The path or label given to open()/parse().
   const std::string& source() const { return source_; }
 
  private:
   SafetensorsFile() = default;
+  // buffer holds at least the first 8 + N bytes of a file of `size` bytes (all of it unless
+  // header_only).
+  static SafetensorsFile parse_buffer(std::shared_ptr<const MappedFile> buffer, std::uint64_t size,
+                                      bool header_only);
 
-  std::vector<std::uint8_t> bytes_;
+  std::shared_ptr<const MappedFile> buffer_;
   std::string source_;
-  std::uint64_t header_size_ = 0;
+  std::uint64_t header_size_ = 0, file_size_ = 0;
+  bool header_only_ = false;
   std::map<std::string, std::string> metadata_;
   std::vector<StTensorInfo> tensors_;
   std::unordered_map<std::string, std::size_t> index_;  // name -> position in tensors_

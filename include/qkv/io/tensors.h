@@ -21,6 +21,7 @@ struct LoadedTensors {
   std::string source;
 };
 
+// Tensors of a mapped file (view_tensor: float32 ones view the file, copy-on-write).
 LoadedTensors load_safetensors(const std::string& path);
 // The same from a file's bytes (SafetensorsFile::parse); `source` names it in messages.
 LoadedTensors load_safetensors_bytes(std::vector<std::uint8_t> bytes, const std::string& source);
@@ -29,5 +30,9 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
                       const std::map<std::string, std::string>& metadata = {});
 // One file tensor -> a qkv Tensor.
 Tensor to_tensor(const SafetensorsFile& f, const StTensorInfo& info);
+// The same without a copy where it can be: for an F32, F64 or I64 tensor of a mapped file whose
+// bytes are aligned for the dtype, a tensor viewing the mapping (which it keeps alive;
+// copy-on-write, so writing it never changes the file); else to_tensor's converted copy.
+Tensor view_tensor(const SafetensorsFile& f, const StTensorInfo& info);
 
 }  // namespace qkv::io

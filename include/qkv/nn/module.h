@@ -19,6 +19,23 @@
 namespace qkv::nn {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// While a SkipInitGuard lives on a thread, the modules built there allocate their parameters
+// without initialising them: no random numbers drawn, no page of memory touched (PyTorch's
+// skip_init, accelerate's init_empty_weights). For models whose every parameter is about to be
+// loaded from a file; the values are unspecified until then.
+class SkipInitGuard {
+ public:
+  SkipInitGuard();
+  ~SkipInitGuard();
+  SkipInitGuard(const SkipInitGuard&) = delete;
+  SkipInitGuard& operator=(const SkipInitGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+// True inside a SkipInitGuard on this thread.
+bool skip_init();
 using StateDict = std::map<std::string, Tensor>;
 
 class Module {

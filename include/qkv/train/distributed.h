@@ -19,6 +19,7 @@
 // no-op for one process.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -75,6 +76,12 @@ class World {
   // DistributedError (collective) on every rank if a rank's fields differ from rank 0's,
   // naming the first such field, its values and the ranks ("ranks disagree on <what>: ...").
   void check_same(const Fields& fields, const std::string& what);
+  // Runs f on this rank (each rank may do its own share: rank 0 the checks of what it alone
+  // writes), then, if f threw an Error on any rank, throws on every rank the same collective
+  // DistributedError: the message of the lowest failing rank, prefixed "rank r of N: " unless
+  // r is 0. So a check that fails on one rank stops every rank at once and cleanly, rank 0
+  // reporting it. f must not call collectives. With one process: f() (its own exception).
+  void fail_together(const std::function<void()>& f, const std::string& what);
 
   // While one lives, this rank sends heartbeats (it works alone: evaluating, saving). An
   // exception leaving it marks a failure of this rank alone (local_failure()).
