@@ -6,6 +6,7 @@ pkgs=(build-essential cmake ninja-build pkg-config
       libgtest-dev libgmock-dev libbenchmark-dev
       nlohmann-json3-dev libcli11-dev libpng-dev libomp-dev
       libopenblas-dev libsimde-dev libpcre2-dev libutf8proc-dev python3-pip chromium bible-kjv
+      libopenmpi-dev openmpi-bin  # data-parallel training: mpirun -np N qkv train ... (docs/distributed.md)
       clang-14 libclang-rt-14-dev llvm-14)  # make test-asan / fuzz-smoke: clang, ASan/UBSan/libFuzzer, llvm-symbolizer
 missing=()
 for p in "${pkgs[@]}"; do

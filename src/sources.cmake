@@ -54,6 +54,8 @@ set(QKV_SOURCES
   train/lm.cpp
   train/seq2seq.cpp
   train/classify.cpp
+  train/distributed.cpp
+  train/grad_exchange.cpp
   tokenize/bpe_train.cpp
   tokenize/chat_template.cpp
   tokenize/jinja_text.cpp
