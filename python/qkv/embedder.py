@@ -76,12 +76,12 @@ class Embedder:
         Raises ValueError for ``batch_size < 1`` or a text that is not valid UTF-8.
         """
         single = isinstance(sentences, str)
-        texts = [sentences] if single else list(sentences)
+        texts: list[str] = [sentences] if isinstance(sentences, str) else list(sentences)
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise TypeError(f"encode: sentence {i} is {type(t).__name__}, not str")
         progress = ProgressBar("encode", len(texts)) if show_progress_bar and texts else None
-        out = self._impl.encode(texts, batch_size, normalize_embeddings, progress)
+        out: Any = self._impl.encode(texts, batch_size, normalize_embeddings, progress)
         result = out[0] if single else out
         if convert_to_tensor:
             import torch

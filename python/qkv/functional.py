@@ -55,6 +55,19 @@ def scaled_dot_product_attention(
     *,
     need_weights: Literal[True],
 ) -> tuple[ArrayT, ArrayT]: ...
+@overload
+def scaled_dot_product_attention(
+    query: ArrayT,
+    key: Any,
+    value: Any,
+    attn_mask: Any | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    *,
+    need_weights: bool,
+) -> ArrayT | tuple[ArrayT, ArrayT]: ...
 def scaled_dot_product_attention(
     query: Any,
     key: Any,
@@ -132,6 +145,26 @@ def multi_head_attention(
     dropout_p: float = 0.0,
     need_weights: Literal[True],
 ) -> tuple[ArrayT, ArrayT]: ...
+@overload
+def multi_head_attention(
+    query: ArrayT,
+    key: Any,
+    value: Any,
+    num_heads: int,
+    w_q: Any,
+    w_k: Any,
+    w_v: Any,
+    w_o: Any,
+    b_q: Any | None = None,
+    b_k: Any | None = None,
+    b_v: Any | None = None,
+    b_o: Any | None = None,
+    *,
+    attn_mask: Any | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    need_weights: bool,
+) -> ArrayT | tuple[ArrayT, ArrayT]: ...
 def multi_head_attention(
     query: Any,
     key: Any,

@@ -38,13 +38,13 @@ def load_safetensors(name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     return out, json.loads(meta.get("config", "{}"))
 
 
-def _resource(env: str, default: Path) -> Path:
-    value = os.environ.get(env)
+def _resource(env: str | None, default: Path) -> Path:
+    value = os.environ.get(env) if env else None
     path = Path(value) if value else default
     if not path.exists():
         if os.environ.get("QKV_REQUIRE_RESOURCES") == "1":
             pytest.fail(f"{path} does not exist (QKV_REQUIRE_RESOURCES=1)")
-        pytest.skip(f"{path} not found (set {env}, or run `make models` / `make build`)")
+        pytest.skip(f"{path} not found (run `make models` / `make build`, or set {env or 'QKV_MODELS'})")
     return path
 
 
@@ -61,4 +61,4 @@ def models_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def minilm(models_dir: Path) -> Path:
-    return _resource("QKV_MODELS", models_dir / "all-MiniLM-L6-v2")
+    return _resource(None, models_dir / "all-MiniLM-L6-v2")
