@@ -51,5 +51,6 @@ void register_tensor(nb::module_& m);
 void register_functional(nb::module_& m);
 void register_embedder(nb::module_& m);
 void register_language_model(nb::module_& m);
+void register_bench(nb::module_& m);
 
 }  // namespace qkv::python
