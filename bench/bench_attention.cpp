@@ -10,17 +10,22 @@
 //   ./bench_attention --benchmark_filter=Memory16k     (alone: it reads the peak RSS)
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "qkv/core/parallel.h"
 #include "qkv/core/storage.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/cpu.h"
+#include "qkv/kernels/decode_attention.h"
+#include "qkv/kernels/peak.h"
 
 namespace {
 
@@ -165,6 +170,55 @@ BENCHMARK(BM_FlashMemory16k)
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// Decode attention at depth 2048 (SmolLM2-135M's attention: H=9 query heads, D=64, one new
+// query per sequence; args: B, kv heads in memory, threads). One call reads every cached key and
+// value of the B sequences once: B * kv_heads * 2048 * D * 4 bytes each of K and V, reported as
+// KV_GBs beside read_GBs, the machine's read bandwidth measured in the same run with the same
+// threads over as many bytes (kernels/peak.h), and their ratio bw_frac. Like a model's layers,
+// the call walks a rotation of caches that together exceed kColdBytes, so K and V come from
+// memory: this machine's last-level cache still held a 96 MB rotation (a streaming read ran at
+// ~28 GB/s over 48 MB and ~15 GB/s from 192 MB up, one thread). kv heads = 9 is multi-head
+// attention (K and V stored per query head, 3x the bytes of GQA's 3).
+constexpr i64 kColdBytes = 512ll << 20;
+void BM_DecodeDepth2048(benchmark::State& state) {
+  const i64 B = state.range(0), Hkv = state.range(1), H = 9, D = 64, T = 2048, depth = 2048;
+  qkv::set_num_threads(static_cast<int>(state.range(2)));
+  const i64 per_layer = B * Hkv * T * D;  // floats of K (and of V) per layer
+  const i64 layers = std::max<i64>(2, kColdBytes / (2 * per_layer * 4) + 1);
+  Buf q(B * H * D, 1), o(B * H * D), k(layers * per_layer), v(layers * per_layer);  // zeros: the time is data-independent
+  std::vector<i64> q_len(static_cast<std::size_t>(B), 1), k_len(static_cast<std::size_t>(B), depth);
+  qkv::kernels::DecodeParams p;
+  p.B = B, p.H = H, p.Lq = 1, p.D = D;
+  p.q_sb = p.o_sb = H * D, p.q_sh = p.o_sh = D, p.q_st = p.o_st = D;
+  p.k_sb = p.v_sb = Hkv * T * D, p.k_sh = p.v_sh = T * D, p.k_st = p.v_st = D;
+  if (Hkv != H) p.H_kv = Hkv;
+  p.q_len = q_len.data(), p.k_len = k_len.data();
+  p.scale = 0.125f;
+  const qkv::kernels::ReadBandwidth bw = qkv::kernels::measure_read_bandwidth(kColdBytes, 3);
+  i64 layer = 0;
+  for (i64 l = 0; l < layers; ++l)  // warm: workspaces, thread pool
+    qkv::kernels::decode_attention_forward(o.p, q.p, k.p + l * per_layer, v.p + l * per_layer, p);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    qkv::kernels::decode_attention_forward(o.p, q.p, k.p + layer * per_layer, v.p + layer * per_layer, p);
+    layer = (layer + 1) % layers;
+    benchmark::ClobberMemory();
+  }
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double bytes = 2.0 * static_cast<double>(B * Hkv * depth * D) * 4;
+  const double gbs = bytes * static_cast<double>(state.iterations()) / sec / 1e9;
+  state.counters["KV_GBs"] = gbs;
+  state.counters["read_GBs"] = bw.gbs;
+  state.counters["bw_frac"] = gbs / bw.gbs;
+  state.SetLabel(std::string(qkv::kernels::isa_name(qkv::kernels::active_isa())));
+}
+BENCHMARK(BM_DecodeDepth2048)
+    ->ArgNames({"B", "Hkv", "threads"})
+    ->ArgsProduct({{1, 4, 16}, {3, 9}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime()
+    ->MinTime(0.3);
 
 }  // namespace
 

@@ -1,5 +1,6 @@
-// KV cache (see kv_cache.h): preallocated [B, H, T_max, D] keys and values per
-// layer, written in place; attention of new queries over a sequence's cached keys.
+// KV cache (see kv_cache.h): preallocated [B, H_kv, T_max, D] keys and values per
+// layer, written in place; attention of new queries (H heads sharing the H_kv) over a
+// sequence's cached keys.
 #include "qkv/infer/kv_cache.h"
 
 #include "qkv/core/memory.h"
@@ -26,13 +27,18 @@ void check_positive(i64 v, const char* name) {
 
 }  // namespace
 
-KVCache::KVCache(const KVCacheOptions& o) : opt_(o) {
+KVCache::KVCache(const KVCacheOptions& options) : opt_(options) {
+  const KVCacheOptions& o = opt_;
   if (o.num_layers < 0) throw ValueError("KVCache: num_layers must be >= 0, got " + std::to_string(o.num_layers));
   check_positive(o.batch, "batch");
   check_positive(o.num_heads, "num_heads");
+  if (o.num_kv_heads == 0) opt_.num_kv_heads = o.num_heads;
+  if (o.num_kv_heads < 1 || o.num_heads % o.num_kv_heads != 0)
+    throw ValueError("KVCache: num_kv_heads " + std::to_string(o.num_kv_heads) + " must be >= 1 and divide num_heads " +
+                     std::to_string(o.num_heads));
   check_positive(o.max_len, "max_len");
   check_positive(o.head_dim, "head_dim");
-  const Shape s{o.batch, o.num_heads, o.max_len, o.head_dim};
+  const Shape s{o.batch, o.num_kv_heads, o.max_len, o.head_dim};
   i64 per = 0;
   try {
     per = checked_numel(s, "KVCache");
@@ -41,7 +47,7 @@ KVCache::KVCache(const KVCacheOptions& o) : opt_(o) {
     throw AllocError("KVCache: " + std::to_string(o.num_layers) + " layers x 2 x " + shape_str(s) +
                      " floats overflow 64-bit sizes");
   }
-  MemoryEstimate().add({o.batch, o.num_heads, o.max_len, o.head_dim}, 2 * o.num_layers)
+  MemoryEstimate().add({o.batch, o.num_kv_heads, o.max_len, o.head_dim}, 2 * o.num_layers)
       .check("KVCache (" + std::to_string(o.num_layers) + " layers x 2 x " + shape_str(s) + " float32)");
   k_.reserve(static_cast<std::size_t>(o.num_layers));
   v_.reserve(static_cast<std::size_t>(o.num_layers));
@@ -58,7 +64,8 @@ i64 KVCache::length(i64 b) const {
 }
 
 i64 KVCache::bytes() const {
-  return 2 * opt_.num_layers * opt_.batch * opt_.num_heads * opt_.max_len * opt_.head_dim * static_cast<i64>(sizeof(float));
+  return 2 * opt_.num_layers * opt_.batch * opt_.num_kv_heads * opt_.max_len * opt_.head_dim *
+         static_cast<i64>(sizeof(float));
 }
 
 void KVCache::check_slot(i64 b, const char* what) const {
@@ -87,17 +94,19 @@ void KVCache::write(i64 layer, const Tensor& k_new, const Tensor& v_new, const s
                      std::to_string(opt_.num_layers) + ")");
   check_room(n_new);
   for (const Tensor* t : {&k_new, &v_new}) {
-    if (t->dtype() != DType::F32 || t->dim() != 4 || t->shape()[0] != opt_.batch || t->shape()[1] != opt_.num_heads ||
-        t->shape()[3] != opt_.head_dim || t->stride(3) != 1)
-      throw ShapeError("KVCache::write: new keys/values must be float32 [" + std::to_string(opt_.batch) + ", " +
-                       std::to_string(opt_.num_heads) + ", Tn, " + std::to_string(opt_.head_dim) +
-                       "] with a contiguous last dim, got " + t->shape_str() + " " + dtype_name(t->dtype()));
+    if (t->dtype() != DType::F32 || t->dim() != 4 || t->shape()[0] != opt_.batch ||
+        t->shape()[1] != opt_.num_kv_heads || t->shape()[3] != opt_.head_dim || t->stride(3) != 1)
+      throw ShapeError(std::string("KVCache::write: new ") + (t == &k_new ? "keys" : "values") + " must be float32 [" +
+                       std::to_string(opt_.batch) + ", " + std::to_string(opt_.num_kv_heads) + ", Tn, " +
+                       std::to_string(opt_.head_dim) + "] (" + std::to_string(opt_.num_kv_heads) +
+                       " key/value heads) with a contiguous last dim, got " + t->shape_str() + " " +
+                       dtype_name(t->dtype()));
     for (std::size_t b = 0; b < n_new.size(); ++b)
       if (n_new[b] > t->shape()[2])
         throw ShapeError("KVCache::write: n_new[" + std::to_string(b) + "] = " + std::to_string(n_new[b]) +
                          " exceeds the " + std::to_string(t->shape()[2]) + " rows given");
   }
-  const i64 H = opt_.num_heads, D = opt_.head_dim, T = opt_.max_len;
+  const i64 H = opt_.num_kv_heads, D = opt_.head_dim, T = opt_.max_len;
   const std::size_t row = static_cast<std::size_t>(D) * sizeof(float);
   for (int which = 0; which < 2; ++which) {
     const Tensor& src = which == 0 ? k_new : v_new;
@@ -112,15 +121,17 @@ void KVCache::write(i64 layer, const Tensor& k_new, const Tensor& v_new, const s
   }
 }
 
-Tensor KVCache::attend(i64 layer, const Tensor& q, const std::vector<i64>& n_new, double scale) const {
+Tensor KVCache::attend(i64 layer, const Tensor& q, const std::vector<i64>& n_new, double scale, i64 window) const {
   if (layer < 0 || layer >= opt_.num_layers)
     throw IndexError("KVCache::attend: layer " + std::to_string(layer) + " out of range");
   check_room(n_new);
-  const i64 B = opt_.batch, H = opt_.num_heads, D = opt_.head_dim, T = opt_.max_len;
+  const i64 B = opt_.batch, H = opt_.num_heads, Hkv = opt_.num_kv_heads, D = opt_.head_dim, T = opt_.max_len;
   if (q.dtype() != DType::F32 || q.dim() != 4 || q.shape()[0] != B || q.shape()[1] != H || q.shape()[3] != D ||
       q.stride(3) != 1)
-    throw ShapeError("KVCache::attend: q must be float32 [" + std::to_string(B) + ", " + std::to_string(H) +
-                     ", Tn, " + std::to_string(D) + "] with a contiguous last dim, got " + q.shape_str());
+    throw ShapeError("KVCache::attend: q must be float32 [" + std::to_string(B) + ", " + std::to_string(H) + ", Tn, " +
+                     std::to_string(D) + "] (" + std::to_string(H) + " query heads) with a contiguous last dim, got " +
+                     q.shape_str() + " " + dtype_name(q.dtype()));
+  if (window < 0) throw ValueError("KVCache::attend: window must be >= 0 (0: none), got " + std::to_string(window));
   const i64 Tn = q.shape()[2];
   std::vector<i64> k_len(static_cast<std::size_t>(B));
   i64 most = 0;
@@ -141,10 +152,10 @@ Tensor KVCache::attend(i64 layer, const Tensor& q, const std::vector<i64>& n_new
   const i64 o_sb = Tn * H * D, o_sh = D, o_st = H * D;
   if (most <= kDecodeKernelMaxQueries) {
     kernels::DecodeParams p;
-    p.B = B, p.H = H, p.Lq = Tn, p.D = D;
+    p.B = B, p.H = H, p.Lq = Tn, p.D = D, p.H_kv = Hkv, p.window = window;
     p.q_sb = q.stride(0), p.q_sh = q.stride(1), p.q_st = q.stride(2);
     p.o_sb = o_sb, p.o_sh = o_sh, p.o_st = o_st;
-    p.k_sb = H * T * D, p.k_sh = T * D, p.k_st = D;
+    p.k_sb = Hkv * T * D, p.k_sh = T * D, p.k_st = D;
     p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
     p.q_len = n_new.data();
     p.k_len = k_len.data();
@@ -159,15 +170,16 @@ Tensor KVCache::attend(i64 layer, const Tensor& q, const std::vector<i64>& n_new
     const i64 n = n_new[static_cast<std::size_t>(b)];
     if (n == 0) continue;
     kernels::AttnParams p;
-    p.B = 1, p.H = H, p.Lq = n, p.Lk = k_len[static_cast<std::size_t>(b)], p.D = D, p.Dv = D;
+    p.B = 1, p.H = H, p.Lq = n, p.Lk = k_len[static_cast<std::size_t>(b)], p.D = D, p.Dv = D, p.H_kv = Hkv;
+    p.window = window;
     p.q_sb = q.stride(0), p.q_sh = q.stride(1), p.q_st = q.stride(2);
-    p.k_sb = H * T * D, p.k_sh = T * D, p.k_st = D;
+    p.k_sb = Hkv * T * D, p.k_sh = T * D, p.k_st = D;
     p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
     p.o_sb = o_sb, p.o_sh = o_sh, p.o_st = o_st;
     p.scale = static_cast<float>(scale);
     p.causal = true;
     lse.resize(static_cast<std::size_t>(H * n));
-    const std::size_t kv_off = static_cast<std::size_t>(b * H * T * D);
+    const std::size_t kv_off = static_cast<std::size_t>(b * Hkv * T * D);
     kernels::flash_attention_forward(O + b * o_sb, lse.data(), q.data<float>() + b * q.stride(0),
                                      K.data<float>() + kv_off, V.data<float>() + kv_off, p);
   }

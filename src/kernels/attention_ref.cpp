@@ -19,13 +19,19 @@ namespace {
 
 using i64 = std::int64_t;
 
-// Keys a query row may see, before bias: [0, key_end(b, i)).
-i64 key_end(const AttnParams& p, i64 b, i64 i) {
-  i64 end = p.Lk;
-  if (p.key_lengths) end = std::min(end, std::max<i64>(p.key_lengths[b], 0));
-  if (p.causal) end = std::min(end, std::max<i64>(i + (p.Lk - p.Lq) + 1, 0));
-  return end;
+// Whether query row i of sequence b may see key j, before bias: key padding, causal and the
+// sliding window, with query i at position i + (Lk - Lq) (bottom-right aligned). Checked key by
+// key, independently of the fast kernels' key ranges.
+bool allowed(const AttnParams& p, i64 b, i64 i, i64 j) {
+  const i64 pos = i + (p.Lk - p.Lq);
+  if (p.key_lengths && j >= p.key_lengths[b]) return false;
+  if (p.causal && j > pos) return false;
+  if (p.window > 0 && pos - j >= p.window) return false;
+  return true;
 }
+
+// Key/value head of query head h (grouped-query attention: H / H_kv query heads per kv head).
+i64 kv_head(const AttnParams& p, i64 h) { return p.H_kv > 0 ? h / (p.H / p.H_kv) : h; }
 
 // Dropout multiplier of element (b,h,i,j): 0 if dropped, else 1/(1-p).
 template <class T>
@@ -43,12 +49,11 @@ template <class T>
 T softmax_row(T* w, const T* Q, const T* K, const AttnParams& p, i64 b, i64 h, i64 i) {
   const T ninf = -std::numeric_limits<T>::infinity();
   const T* q = Q + b * p.q_sb + h * p.q_sh + i * p.q_st;
-  const i64 kend = key_end(p, b, i);
   T m = ninf;
   for (i64 j = 0; j < p.Lk; ++j) {
     T s = ninf;
-    if (j < kend) {
-      const T* k = K + b * p.k_sb + h * p.k_sh + j * p.k_st;
+    if (allowed(p, b, i, j)) {
+      const T* k = K + b * p.k_sb + kv_head(p, h) * p.k_sh + j * p.k_st;
       T dot = 0;
       for (i64 d = 0; d < p.D; ++d) dot += q[d] * k[d];
       s = static_cast<T>(p.scale) * dot;
@@ -74,12 +79,12 @@ T softmax_row(T* w, const T* Q, const T* K, const AttnParams& p, i64 b, i64 h, i
 
 template <class T>
 void attention_ref_forward(T* O, T* LSE, T* P, const T* Q, const T* K, const T* V, const AttnParams& p) {
-  // O   [B,H,Lq,Dv]  strides o_*
-  // LSE [B,H,Lq]     contiguous (may be null)
-  // P   [B,H,Lq,Lk]  contiguous (may be null): weights after masking + softmax, before dropout
-  // Q   [B,H,Lq,D]   strides q_*
-  // K   [B,H,Lk,D]   strides k_*
-  // V   [B,H,Lk,Dv]  strides v_*
+  // O   [B,H,Lq,Dv]     strides o_*
+  // LSE [B,H,Lq]        contiguous (may be null)
+  // P   [B,H,Lq,Lk]     contiguous (may be null): weights after masking + softmax, before dropout
+  // Q   [B,H,Lq,D]      strides q_*
+  // K   [B,H_kv,Lk,D]   strides k_*
+  // V   [B,H_kv,Lk,Dv]  strides v_*
   const i64 rows = p.B * p.H * p.Lq;
   qkv::parallel_for(0, rows, 16, [&](i64 r0, i64 r1) {
     std::vector<T> w(static_cast<std::size_t>(p.Lk));
@@ -94,7 +99,7 @@ void attention_ref_forward(T* O, T* LSE, T* P, const T* Q, const T* K, const T* 
       for (i64 j = 0; j < p.Lk; ++j) {
         const T pj = w[j] * keep_scale<T>(p, b, h, i, j);
         if (pj == T(0)) continue;  // masked keys (maybe NaN-padded) are never read
-        const T* v = V + b * p.v_sb + h * p.v_sh + j * p.v_st;
+        const T* v = V + b * p.v_sb + kv_head(p, h) * p.v_sh + j * p.v_st;
         for (i64 e = 0; e < p.Dv; ++e) o[e] += pj * v[e];
       }
     }
@@ -104,63 +109,66 @@ void attention_ref_forward(T* O, T* LSE, T* P, const T* Q, const T* K, const T* 
 template <class T>
 void attention_ref_backward(T* dQ, T* dK, T* dV, const T* dO, const T* Q, const T* K, const T* V,
                             const AttnParams& p) {
-  // dQ, Q  [B,H,Lq,D]   strides q_*
-  // dK, K  [B,H,Lk,D]   strides k_*
-  // dV, V  [B,H,Lk,Dv]  strides v_*
-  // dO     [B,H,Lq,Dv]  strides o_*
-  const i64 Lq = p.Lq, Lk = p.Lk;
-  qkv::parallel_for(0, p.B * p.H, 1, [&](i64 bh0, i64 bh1) {
+  // dQ, Q  [B,H,Lq,D]      strides q_*
+  // dK, K  [B,H_kv,Lk,D]   strides k_*
+  // dV, V  [B,H_kv,Lk,Dv]  strides v_*
+  // dO     [B,H,Lq,Dv]     strides o_*
+  const i64 Lq = p.Lq, Lk = p.Lk, Hkv = p.H_kv > 0 ? p.H_kv : p.H, G = p.H / Hkv;
+  // One task per key/value head: it owns dK, dV of that head, summed over its G query heads.
+  qkv::parallel_for(0, p.B * Hkv, 1, [&](i64 t0, i64 t1) {
     std::vector<T> P(static_cast<std::size_t>(Lq * Lk)), dS(static_cast<std::size_t>(Lq * Lk));
-    for (i64 bh = bh0; bh < bh1; ++bh) {
-      const i64 b = bh / p.H, h = bh % p.H;
-      const T* q = Q + b * p.q_sb + h * p.q_sh;
-      const T* k = K + b * p.k_sb + h * p.k_sh;
-      const T* v = V + b * p.v_sb + h * p.v_sh;
-      const T* dout = dO + b * p.o_sb + h * p.o_sh;
-      T* dq = dQ + b * p.q_sb + h * p.q_sh;
-      T* dk = dK + b * p.k_sb + h * p.k_sh;
-      T* dv = dV + b * p.v_sb + h * p.v_sh;
-      for (i64 i = 0; i < Lq; ++i) softmax_row(&P[i * Lk], Q, K, p, b, h, i);
+    for (i64 t = t0; t < t1; ++t) {
+      const i64 b = t / Hkv, hk = t % Hkv;
+      const T* k = K + b * p.k_sb + hk * p.k_sh;
+      const T* v = V + b * p.v_sb + hk * p.v_sh;
+      T* dk = dK + b * p.k_sb + hk * p.k_sh;
+      T* dv = dV + b * p.v_sb + hk * p.v_sh;
       for (i64 j = 0; j < Lk; ++j) {
         for (i64 d = 0; d < p.D; ++d) dk[j * p.k_st + d] = 0;
         for (i64 e = 0; e < p.Dv; ++e) dv[j * p.v_st + e] = 0;
       }
-      for (i64 i = 0; i < Lq; ++i) {
-        // forward: o_i = sum_j P_ij * z_ij * v_j  (z = dropout scale)
-        //   dV_j += P_ij z_ij dO_i;  dP_ij = z_ij <dO_i, v_j>
-        // softmax: dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik)
-        T rowdot = 0;
-        for (i64 j = 0; j < Lk; ++j) {
-          const T pij = P[i * Lk + j];
-          T dp = 0;
-          if (pij != T(0)) {
-            const T z = keep_scale<T>(p, b, h, i, j);
-            for (i64 e = 0; e < p.Dv; ++e) {
-              dv[j * p.v_st + e] += pij * z * dout[i * p.o_st + e];
-              dp += dout[i * p.o_st + e] * v[j * p.v_st + e];
+      for (i64 h = hk * G; h < (hk + 1) * G; ++h) {
+        const T* q = Q + b * p.q_sb + h * p.q_sh;
+        const T* dout = dO + b * p.o_sb + h * p.o_sh;
+        T* dq = dQ + b * p.q_sb + h * p.q_sh;
+        for (i64 i = 0; i < Lq; ++i) softmax_row(&P[i * Lk], Q, K, p, b, h, i);
+        for (i64 i = 0; i < Lq; ++i) {
+          // forward: o_i = sum_j P_ij * z_ij * v_j  (z = dropout scale)
+          //   dV_j += P_ij z_ij dO_i;  dP_ij = z_ij <dO_i, v_j>
+          // softmax: dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik)
+          T rowdot = 0;
+          for (i64 j = 0; j < Lk; ++j) {
+            const T pij = P[i * Lk + j];
+            T dp = 0;
+            if (pij != T(0)) {
+              const T z = keep_scale<T>(p, b, h, i, j);
+              for (i64 e = 0; e < p.Dv; ++e) {
+                dv[j * p.v_st + e] += pij * z * dout[i * p.o_st + e];
+                dp += dout[i * p.o_st + e] * v[j * p.v_st + e];
+              }
+              dp *= z;
             }
-            dp *= z;
+            dS[i * Lk + j] = dp;
+            rowdot += pij * dp;
           }
-          dS[i * Lk + j] = dp;
-          rowdot += pij * dp;
+          for (i64 j = 0; j < Lk; ++j) dS[i * Lk + j] = P[i * Lk + j] * (dS[i * Lk + j] - rowdot);
         }
-        for (i64 j = 0; j < Lk; ++j) dS[i * Lk + j] = P[i * Lk + j] * (dS[i * Lk + j] - rowdot);
+        // scores = scale * q k^T:  dQ_i = scale * sum_j dS_ij k_j;  dK_j += scale * sum_i dS_ij q_i
+        const T sc = static_cast<T>(p.scale);
+        for (i64 i = 0; i < Lq; ++i)
+          for (i64 d = 0; d < p.D; ++d) {
+            T acc = 0;
+            for (i64 j = 0; j < Lk; ++j)
+              if (dS[i * Lk + j] != T(0)) acc += dS[i * Lk + j] * k[j * p.k_st + d];
+            dq[i * p.q_st + d] = sc * acc;
+          }
+        for (i64 j = 0; j < Lk; ++j)
+          for (i64 d = 0; d < p.D; ++d) {
+            T acc = 0;
+            for (i64 i = 0; i < Lq; ++i) acc += dS[i * Lk + j] * q[i * p.q_st + d];
+            dk[j * p.k_st + d] += sc * acc;
+          }
       }
-      // scores = scale * q k^T:  dQ_i = scale * sum_j dS_ij k_j;  dK_j = scale * sum_i dS_ij q_i
-      const T sc = static_cast<T>(p.scale);
-      for (i64 i = 0; i < Lq; ++i)
-        for (i64 d = 0; d < p.D; ++d) {
-          T acc = 0;
-          for (i64 j = 0; j < Lk; ++j)
-            if (dS[i * Lk + j] != T(0)) acc += dS[i * Lk + j] * k[j * p.k_st + d];
-          dq[i * p.q_st + d] = sc * acc;
-        }
-      for (i64 j = 0; j < Lk; ++j)
-        for (i64 d = 0; d < p.D; ++d) {
-          T acc = 0;
-          for (i64 i = 0; i < Lq; ++i) acc += dS[i * Lk + j] * q[i * p.q_st + d];
-          dk[j * p.k_st + d] = sc * acc;
-        }
     }
   });
 }

@@ -25,14 +25,16 @@ struct Rows {
   using V = typename I::V;
   static constexpr int W = I::W;
 
-  // Head (b, h) of every operand: the forward's inputs and outputs, and the backward's.
+  // Head (b, h) of every operand: the forward's inputs and outputs, and the backward's. K, V (and
+  // dK, dV) are those of h's key/value head h / G (grouped-query attention).
   struct FwdHead {
     const float *q, *k, *v;
     float *o, *lse;
   };
   static FwdHead fwd_head(float* O, float* LSE, const float* Q, const float* K, const float* Vv, const AttnParams& p,
                           i64 b, i64 h) {
-    return {Q + b * p.q_sb + h * p.q_sh, K + b * p.k_sb + h * p.k_sh, Vv + b * p.v_sb + h * p.v_sh,
+    const i64 hk = h / group_size(p);
+    return {Q + b * p.q_sb + h * p.q_sh, K + b * p.k_sb + hk * p.k_sh, Vv + b * p.v_sb + hk * p.v_sh,
             O + b * p.o_sb + h * p.o_sh, LSE + (b * p.H + h) * p.Lq};
   }
   struct BwdHead {
@@ -41,9 +43,10 @@ struct Rows {
   };
   static BwdHead bwd_head(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
                           const float* Vv, const float* O, const float* LSE, const AttnParams& p, i64 b, i64 h) {
-    return {Q + b * p.q_sb + h * p.q_sh,  K + b * p.k_sb + h * p.k_sh,  Vv + b * p.v_sb + h * p.v_sh,
+    const i64 hk = h / group_size(p);
+    return {Q + b * p.q_sb + h * p.q_sh,  K + b * p.k_sb + hk * p.k_sh,  Vv + b * p.v_sb + hk * p.v_sh,
             O + b * p.o_sb + h * p.o_sh,  dO + b * p.o_sb + h * p.o_sh, LSE + (b * p.H + h) * p.Lq,
-            dQ + b * p.q_sb + h * p.q_sh, dK + b * p.k_sb + h * p.k_sh, dV + b * p.v_sb + h * p.v_sh};
+            dQ + b * p.q_sb + h * p.q_sh, dK + b * p.k_sb + hk * p.k_sh, dV + b * p.v_sb + hk * p.v_sh};
   }
 
   // Kt[d*kvp + j] = K[j][d] for j < kv, 0 for kv <= j < kvp. Rows are read whole; small head
@@ -89,10 +92,10 @@ struct Rows {
   }
 
   // s[0..np) = scale * q . K[j] for j < n (np = round_up(n, W)), then masked: s[j] = -inf for
-  // j >= n, bias added on [0, n).
+  // j < lo and j >= n, bias added on [lo, n).
   template <int DC>
-  static void scores(float* s, const float* q, const float* Kt, i64 kvp, i64 n, i64 Drt, const AttnParams& p, i64 b,
-                     i64 h, i64 i) {
+  static void scores(float* s, const float* q, const float* Kt, i64 kvp, i64 lo, i64 n, i64 Drt, const AttnParams& p,
+                     i64 b, i64 h, i64 i) {
     const i64 D = DC ? DC : Drt;
     const i64 np = round_up(n, W);
     const V vscale = I::set1(p.scale);
@@ -106,23 +109,24 @@ struct Rows {
       if (d < D) a0 = I::fma(I::set1(q[d]), I::load(Kt + d * kvp + j), a0);
       I::store(s + j, I::mul(I::add(a0, a1), vscale));
     }
-    if (n < np || p.bias) Engine<I>::mask_row(s, n, np, p, b, h, i, 0);
+    if (n < np || lo > 0 || p.bias) Engine<I>::mask_row(s, lo, n, np, p, b, h, i, 0);
   }
 
-  // scores() reading K's rows in place: s[j] = scale * q . K[j] as scalar dot products.
+  // scores() reading K's rows in place: s[j] = scale * q . K[j] as scalar dot products (keys
+  // before lo are not read).
   template <int DC>
-  static void scores_direct(float* s, const float* q, const float* k, i64 k_st, i64 n, i64 Drt, const AttnParams& p,
-                            i64 b, i64 h, i64 i) {
+  static void scores_direct(float* s, const float* q, const float* k, i64 k_st, i64 lo, i64 n, i64 Drt,
+                            const AttnParams& p, i64 b, i64 h, i64 i) {
     const i64 D = DC ? DC : Drt;
     const i64 np = round_up(n, W);
-    for (i64 j = 0; j < n; ++j) {
+    for (i64 j = lo; j < n; ++j) {
       const float* kr = k + j * k_st;
       float a = 0.f;
       for (i64 d = 0; d < D; ++d) a += q[d] * kr[d];
       s[j] = a * p.scale;
     }
     for (i64 j = n; j < np; ++j) s[j] = 0.f;
-    if (n < np || p.bias) Engine<I>::mask_row(s, n, np, p, b, h, i, 0);
+    if (n < np || lo > 0 || p.bias) Engine<I>::mask_row(s, lo, n, np, p, b, h, i, 0);
   }
 
   // One head of the forward pass.
@@ -148,17 +152,17 @@ struct Rows {
     const V vl2e = I::set1(kLog2e);
     for (i64 i = 0; i < p.Lq; ++i) {
       float* orow = o + i * p.o_st;
-      const i64 n = row_key_end(p, kv, i);
-      if (n <= 0) {
+      const i64 n = row_key_end(p, kv, i), lo = row_key_begin(p, i);  // keys [lo, n)
+      if (n <= lo) {
         std::memset(orow, 0, static_cast<std::size_t>(Dv) * sizeof(float));
         lse[i] = kNegInf;
         continue;
       }
       const i64 np = round_up(n, W);
       if (direct)
-        scores_direct<DC>(s, q + i * p.q_st, k, p.k_st, n, D, p, b, h, i);
+        scores_direct<DC>(s, q + i * p.q_st, k, p.k_st, lo, n, D, p, b, h, i);
       else
-        scores<DC>(s, q + i * p.q_st, Kt, kvp, n, D, p, b, h, i);
+        scores<DC>(s, q + i * p.q_st, Kt, kvp, lo, n, D, p, b, h, i);
       V vmax = I::set1(kNegInf);
       for (i64 j = 0; j < np; j += W) vmax = I::max(vmax, I::load(s + j));
       // A row whose allowed keys all have a -inf bias has m = -inf: its offset is -inf too, so
@@ -193,7 +197,7 @@ struct Rows {
         continue;
       }
       for (i64 e = 0; e < Dv; ++e) acc[e] = 0.f;
-      for (i64 j = 0; j < n; ++j) {
+      for (i64 j = lo; j < n; ++j) {
         const float pj = s[j];
         const float* vr = v + j * p.v_st;
         for (i64 e = 0; e < Dv; ++e) acc[e] += pj * vr[e];
@@ -244,20 +248,25 @@ struct Rows {
     for (int d = 0; d < DC; ++d) v[d] = I::load(scratch + d * W);
   }
 
-  // Per block: nrow[r] = keys row i0 + r may see (0 for r >= nb); returns the block's largest.
-  static i64 block_rows(i64* nrow, const AttnParams& p, i64 kv, i64 i0, i64 nb) {
+  // Per block: row i0 + r may see keys [nlo[r], nrow[r]) (nrow[r] = 0 when it sees none, and for
+  // r >= nb); returns the block's largest nrow.
+  static i64 block_rows(i64* nlo, i64* nrow, const AttnParams& p, i64 kv, i64 i0, i64 nb) {
     i64 jend = 0;
     for (i64 r = 0; r < W; ++r) {
+      nlo[r] = r < nb ? row_key_begin(p, i0 + r) : 0;
       nrow[r] = r < nb ? row_key_end(p, kv, i0 + r) : 0;
+      if (nrow[r] <= nlo[r]) nrow[r] = 0, nlo[r] = 0;
       jend = std::max(jend, nrow[r]);
     }
     return jend;
   }
-  // add[j*W + r] = the additive mask of (i0 + r, j): -inf past nrow[r], else the bias (or 0).
-  static void block_mask(float* add, const i64* nrow, const AttnParams& p, i64 b, i64 h, i64 i0, i64 jend) {
+  // add[j*W + r] = the additive mask of (i0 + r, j): -inf outside [nlo[r], nrow[r]), else the bias (or 0).
+  static void block_mask(float* add, const i64* nlo, const i64* nrow, const AttnParams& p, i64 b, i64 h, i64 i0,
+                         i64 jend) {
     for (i64 r = 0; r < W; ++r) {
       const float* bp = p.bias && nrow[r] > 0 ? p.bias + b * p.bias_sb + h * p.bias_sh + (i0 + r) * p.bias_si : nullptr;
-      for (i64 j = 0; j < jend; ++j) add[j * W + r] = j < nrow[r] ? (bp ? bp[j * p.bias_sj] : 0.f) : kNegInf;
+      for (i64 j = 0; j < jend; ++j)
+        add[j * W + r] = j >= nlo[r] && j < nrow[r] ? (bp ? bp[j * p.bias_sj] : 0.f) : kNegInf;
     }
   }
   // dt[j*W + r] = mul[(i0 + r)*Lk + j] (0 for r >= nb). A full block of 8 goes through 8x8
@@ -298,20 +307,20 @@ struct Rows {
     const auto [q, k, v, o, lse] = fwd_head(O, LSE, Q, K, Vv, p, b, h);
     float* qt = ws.buf[kQRows].get(static_cast<std::size_t>(DC * W));
     float* S = ws.buf[kScores].get(static_cast<std::size_t>(kvm * W));
-    const bool masked = p.causal || p.bias;
+    const bool masked = p.causal || p.bias || p.window > 0;
     float* add = masked ? ws.buf[kRowMax].get(static_cast<std::size_t>(kvm * W)) : nullptr;
     float* dt = drop.on ? ws.buf[kPDrop].get(static_cast<std::size_t>((kvm + 8) * W)) : nullptr;
     const float* mul = drop.on ? head_multipliers(drop, ws, p, b, h) : nullptr;
     alignas(64) float lm[W], ll[W], llog[W], loff[W], ot[DC * W];
-    i64 nrow[W];
+    i64 nlo[W], nrow[W];
     const V vl2e = I::set1(kLog2e);
     for (i64 i0 = 0; i0 < p.Lq; i0 += W) {
       const i64 nb = std::min<i64>(W, p.Lq - i0);
-      const i64 jend = block_rows(nrow, p, kv, i0, nb);
+      const i64 jend = block_rows(nlo, nrow, p, kv, i0, nb);
       if (jend > 0) {
         V qv[DC];
         lanes_in<DC>(qv, qt, q + i0 * p.q_st, p.q_st, nb, p.scale);
-        if (masked) block_mask(add, nrow, p, b, h, i0, jend);
+        if (masked) block_mask(add, nlo, nrow, p, b, h, i0, jend);
         if (drop.on) block_dropout(dt, mul, p, i0, nb, jend);
         V vmax = I::set1(kNegInf);
         for (i64 j = 0; j < jend; ++j) {
@@ -358,94 +367,99 @@ struct Rows {
   // Backward with the same layout: per key j, P_j = exp(s_j - L), dP_j = dO V_j, dS_j =
   // P_j (dropout'(dP_j) - D); dQ += dS_j K_j lane-wise; dK_j, dV_j collect lane partials
   // [kv][D][W] over the blocks, summed across lanes once at the end.
+  // One key/value head (b, hk): the partials of dK, dV collect every query head of its group.
   template <int DC>
   static void backward_head_lanes(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
                                   const float* Vv, const float* O, const float* LSE, const AttnParams& p,
-                                  const Dropout& drop, ThreadWorkspace& ws, i64 b, i64 h) {
-    const i64 kv = valid_keys(p, b), kvm = std::max<i64>(kv, 1);
-    const auto [q, k, v, o, dout, lse, dq, dk, dv] = bwd_head(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, b, h);
+                                  const Dropout& drop, ThreadWorkspace& ws, i64 b, i64 hk) {
+    const i64 kv = valid_keys(p, b), kvm = std::max<i64>(kv, 1), G = group_size(p);
     float* qt = ws.buf[kQRows].get(static_cast<std::size_t>(DC * W));
     float* dot = ws.buf[kdORows].get(static_cast<std::size_t>(DC * W));
-    const bool masked = p.causal || p.bias;
+    const bool masked = p.causal || p.bias || p.window > 0;
     float* add = masked ? ws.buf[kRowMax].get(static_cast<std::size_t>(kvm * W)) : nullptr;
     float* dt = drop.on ? ws.buf[kPDrop].get(static_cast<std::size_t>((kvm + 8) * W)) : nullptr;
-    const float* mul = drop.on ? head_multipliers(drop, ws, p, b, h) : nullptr;
     float* dKp = ws.buf[kdKAcc].get(static_cast<std::size_t>(kvm * DC * W));
     float* dVp = ws.buf[kdVAcc].get(static_cast<std::size_t>(kvm * DC * W));
     i64 inited = 0;  // key rows [0, inited) of the partials hold sums; the rest is written on first use
     alignas(64) float loff[W], lD[W], dqt[DC * W];
-    i64 nrow[W];
+    i64 nlo[W], nrow[W];
     const V vl2e = I::set1(kLog2e);
-    for (i64 i0 = 0; i0 < p.Lq; i0 += W) {
-      const i64 nb = std::min<i64>(W, p.Lq - i0);
-      i64 jend = block_rows(nrow, p, kv, i0, nb);
-      for (i64 r = 0; r < nb; ++r)
-        if (lse[i0 + r] == kNegInf) nrow[r] = 0;  // fully masked row (e.g. an all -inf bias): zero gradient
-      jend = 0;
-      for (i64 r = 0; r < W; ++r) jend = std::max(jend, nrow[r]);
-      if (jend > 0) {
-        V qv[DC], dov[DC], dqa[DC];
-        lanes_in<DC>(qv, qt, q + i0 * p.q_st, p.q_st, nb, p.scale);
-        lanes_in<DC>(dov, dot, dout + i0 * p.o_st, p.o_st, nb, 1.f);
-        for (int d = 0; d < DC; ++d) dqa[d] = I::zero();
-        for (i64 r = 0; r < W; ++r) {
-          float Di = 0.f;
-          if (r < nb && nrow[r] > 0) {
-            const float* dorow = dout + (i0 + r) * p.o_st;
-            const float* orow = o + (i0 + r) * p.o_st;
-            for (int e = 0; e < DC; ++e) Di += dorow[e] * orow[e];
-          }
-          lD[r] = Di;
-          loff[r] = r < nb && nrow[r] > 0 ? -lse[i0 + r] * kLog2e : kNegInf;
-        }
-        if (masked) block_mask(add, nrow, p, b, h, i0, jend);
-        if (drop.on) block_dropout(dt, mul, p, i0, nb, jend);
-        const V voff = I::load(loff), vD = I::load(lD);
-        for (i64 j = 0; j < jend; ++j) {
-          const float* kr = k + j * p.k_st;
-          const float* vr = v + j * p.v_st;
-          V s = lane_score<DC>(qv, kr);
-          if (masked) s = I::add(s, I::load(add + j * W));
-          const V P = I::exp2(I::fma(s, vl2e, voff));
-          V dp = lane_score<DC>(dov, vr);
-          V pd = P;  // dropout(P)
-          if (drop.on) {
-            const V m = I::load(dt + j * W);
-            pd = I::mul(P, m);
-            dp = I::mul(dp, m);
-          }
-          const V ds = I::mul(P, I::sub(dp, vD));  // dS / scale: the scale sits in qv and below
-          float* dkp = dKp + j * DC * W;
-          float* dvp = dVp + j * DC * W;
-          if (j < inited) {
-#pragma GCC unroll 16
-            for (int d = 0; d < DC; ++d) {
-              I::store(dkp + d * W, I::fma(ds, qv[d], I::load(dkp + d * W)));  // scale dS_ij q_i
-              I::store(dvp + d * W, I::fma(pd, dov[d], I::load(dvp + d * W)));
+    for (i64 h = hk * G; h < (hk + 1) * G; ++h) {
+      const auto [q, k, v, o, dout, lse, dq, dk, dv] = bwd_head(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, b, h);
+      const float* mul = drop.on ? head_multipliers(drop, ws, p, b, h) : nullptr;
+      for (i64 i0 = 0; i0 < p.Lq; i0 += W) {
+        const i64 nb = std::min<i64>(W, p.Lq - i0);
+        i64 jend = block_rows(nlo, nrow, p, kv, i0, nb);
+        for (i64 r = 0; r < nb; ++r)
+          if (lse[i0 + r] == kNegInf) nrow[r] = 0;  // fully masked row (e.g. an all -inf bias): zero gradient
+        jend = 0;
+        for (i64 r = 0; r < W; ++r) jend = std::max(jend, nrow[r]);
+        if (jend > 0) {
+          V qv[DC], dov[DC], dqa[DC];
+          lanes_in<DC>(qv, qt, q + i0 * p.q_st, p.q_st, nb, p.scale);
+          lanes_in<DC>(dov, dot, dout + i0 * p.o_st, p.o_st, nb, 1.f);
+          for (int d = 0; d < DC; ++d) dqa[d] = I::zero();
+          for (i64 r = 0; r < W; ++r) {
+            float Di = 0.f;
+            if (r < nb && nrow[r] > 0) {
+              const float* dorow = dout + (i0 + r) * p.o_st;
+              const float* orow = o + (i0 + r) * p.o_st;
+              for (int e = 0; e < DC; ++e) Di += dorow[e] * orow[e];
             }
-          } else {  // first block to reach key j: no zeroing pass needed
-#pragma GCC unroll 16
-            for (int d = 0; d < DC; ++d) {
-              I::store(dkp + d * W, I::mul(ds, qv[d]));
-              I::store(dvp + d * W, I::mul(pd, dov[d]));
-            }
+            lD[r] = Di;
+            loff[r] = r < nb && nrow[r] > 0 ? -lse[i0 + r] * kLog2e : kNegInf;
           }
+          if (masked) block_mask(add, nlo, nrow, p, b, h, i0, jend);
+          if (drop.on) block_dropout(dt, mul, p, i0, nb, jend);
+          const V voff = I::load(loff), vD = I::load(lD);
+          for (i64 j = 0; j < jend; ++j) {
+            const float* kr = k + j * p.k_st;
+            const float* vr = v + j * p.v_st;
+            V s = lane_score<DC>(qv, kr);
+            if (masked) s = I::add(s, I::load(add + j * W));
+            const V P = I::exp2(I::fma(s, vl2e, voff));
+            V dp = lane_score<DC>(dov, vr);
+            V pd = P;  // dropout(P)
+            if (drop.on) {
+              const V m = I::load(dt + j * W);
+              pd = I::mul(P, m);
+              dp = I::mul(dp, m);
+            }
+            const V ds = I::mul(P, I::sub(dp, vD));  // dS / scale: the scale sits in qv and below
+            float* dkp = dKp + j * DC * W;
+            float* dvp = dVp + j * DC * W;
+            if (j < inited) {
 #pragma GCC unroll 16
-          for (int d = 0; d < DC; ++d) dqa[d] = I::fma(ds, I::set1(kr[d]), dqa[d]);
+              for (int d = 0; d < DC; ++d) {
+                I::store(dkp + d * W, I::fma(ds, qv[d], I::load(dkp + d * W)));  // scale dS_ij q_i
+                I::store(dvp + d * W, I::fma(pd, dov[d], I::load(dvp + d * W)));
+              }
+            } else {  // first block to reach key j: no zeroing pass needed
+#pragma GCC unroll 16
+              for (int d = 0; d < DC; ++d) {
+                I::store(dkp + d * W, I::mul(ds, qv[d]));
+                I::store(dvp + d * W, I::mul(pd, dov[d]));
+              }
+            }
+#pragma GCC unroll 16
+            for (int d = 0; d < DC; ++d) dqa[d] = I::fma(ds, I::set1(kr[d]), dqa[d]);
+          }
+          inited = std::max(inited, jend);
+          const V vscale = I::set1(p.scale);
+          for (int d = 0; d < DC; ++d) I::store(dqt + d * W, I::mul(dqa[d], vscale));
         }
-        inited = std::max(inited, jend);
-        const V vscale = I::set1(p.scale);
-        for (int d = 0; d < DC; ++d) I::store(dqt + d * W, I::mul(dqa[d], vscale));
-      }
-      for (i64 r = 0; r < nb; ++r) {
-        float* dqrow = dq + (i0 + r) * p.q_st;
-        if (nrow[r] <= 0) {
-          std::memset(dqrow, 0, static_cast<std::size_t>(DC) * sizeof(float));
-          continue;
+        for (i64 r = 0; r < nb; ++r) {
+          float* dqrow = dq + (i0 + r) * p.q_st;
+          if (nrow[r] <= 0) {
+            std::memset(dqrow, 0, static_cast<std::size_t>(DC) * sizeof(float));
+            continue;
+          }
+          for (int d = 0; d < DC; ++d) dqrow[d] = dqt[d * W + r];
         }
-        for (int d = 0; d < DC; ++d) dqrow[d] = dqt[d * W + r];
       }
     }
+    float* dk = dK + b * p.k_sb + hk * p.k_sh;
+    float* dv = dV + b * p.v_sb + hk * p.v_sh;
     if (inited < kv) {  // keys no query row may see (causal with Lk > Lq): zero gradient
       std::memset(dKp + inited * DC * W, 0, static_cast<std::size_t>((kv - inited) * DC * W) * sizeof(float));
       std::memset(dVp + inited * DC * W, 0, static_cast<std::size_t>((kv - inited) * DC * W) * sizeof(float));
@@ -527,135 +541,153 @@ struct Rows {
   }
 
   // backward_head for one or two query rows: K and V read in place, dK and dV rows written
-  // directly (no transposes, which would cost as much as the work).
+  // directly (no transposes, which would cost as much as the work). One key/value head (b, hk):
+  // its dK, dV rows sum every query head of its group.
   template <int DC>
   static void backward_head_direct(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
                                    const float* Vv, const float* O, const float* LSE, const AttnParams& p,
-                                   const Dropout& drop, ThreadWorkspace& ws, i64 b, i64 h) {
-    const i64 kv = valid_keys(p, b), kvp = round_up(std::max<i64>(kv, 1), W);
+                                   const Dropout& drop, ThreadWorkspace& ws, i64 b, i64 hk) {
+    const i64 kv = valid_keys(p, b), kvp = round_up(std::max<i64>(kv, 1), W), G = group_size(p);
     const i64 D = DC ? DC : p.D, Dv = DC ? DC : p.Dv;
-    const auto [q, k, v, o, dout, lse, dq, dk, dv] = bwd_head(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, b, h);
     float* s = ws.buf[kScores].get(static_cast<std::size_t>(kvp));
     float* dqa = ws.buf[kOAcc].get(static_cast<std::size_t>(D));
-    const float* mul = drop.on ? head_multipliers(drop, ws, p, b, h) : nullptr;
-    for (i64 j = 0; j < p.Lk; ++j) {  // keys at or beyond kv keep zero gradient
-      for (i64 d = 0; d < D; ++d) dk[j * p.k_st + d] = 0.f;
-      for (i64 e = 0; e < Dv; ++e) dv[j * p.v_st + e] = 0.f;
+    {
+      float* dk = dK + b * p.k_sb + hk * p.k_sh;
+      float* dv = dV + b * p.v_sb + hk * p.v_sh;
+      for (i64 j = 0; j < p.Lk; ++j) {  // keys at or beyond kv (or seen by no row) keep zero gradient
+        for (i64 d = 0; d < D; ++d) dk[j * p.k_st + d] = 0.f;
+        for (i64 e = 0; e < Dv; ++e) dv[j * p.v_st + e] = 0.f;
+      }
     }
     const V vl2e = I::set1(kLog2e);
-    for (i64 i = 0; i < p.Lq; ++i) {
-      float* dqrow = dq + i * p.q_st;
-      const i64 n = row_key_end(p, kv, i);
-      if (n <= 0 || lse[i] == kNegInf) {  // fully masked row: zero gradient
-        std::memset(dqrow, 0, static_cast<std::size_t>(D) * sizeof(float));
-        continue;
-      }
-      const float* qrow = q + i * p.q_st;
-      const float* dorow = dout + i * p.o_st;
-      const float* orow = o + i * p.o_st;
-      scores_direct<DC>(s, qrow, k, p.k_st, n, D, p, b, h, i);
-      const V voff = I::set1(-lse[i] * kLog2e);
-      for (i64 j = 0; j < round_up(n, W); j += W) I::store(s + j, I::exp2(I::fma(I::load(s + j), vl2e, voff)));
-      float Di = 0.f;
-      for (i64 e = 0; e < Dv; ++e) Di += dorow[e] * orow[e];
-      for (i64 d = 0; d < D; ++d) dqa[d] = 0.f;
-      for (i64 j = 0; j < n; ++j) {
-        const float* kr = k + j * p.k_st;
-        const float* vr = v + j * p.v_st;
-        float dp = 0.f;
-        for (i64 e = 0; e < Dv; ++e) dp += dorow[e] * vr[e];
-        const float P = s[j];
-        float pd = P;  // dropout(P)
-        if (drop.on) {
-          const float m = mul[i * p.Lk + j];
-          pd = P * m;
-          dp *= m;
+    for (i64 h = hk * G; h < (hk + 1) * G; ++h) {
+      const auto [q, k, v, o, dout, lse, dq, dk, dv] = bwd_head(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, b, h);
+      const float* mul = drop.on ? head_multipliers(drop, ws, p, b, h) : nullptr;
+      for (i64 i = 0; i < p.Lq; ++i) {
+        float* dqrow = dq + i * p.q_st;
+        const i64 n = row_key_end(p, kv, i), lo = row_key_begin(p, i);  // keys [lo, n)
+        if (n <= lo || lse[i] == kNegInf) {  // fully masked row: zero gradient
+          std::memset(dqrow, 0, static_cast<std::size_t>(D) * sizeof(float));
+          continue;
         }
-        const float ds = p.scale * P * (dp - Di);
-        float* dvr = dv + j * p.v_st;
-        float* dkr = dk + j * p.k_st;
-        for (i64 e = 0; e < Dv; ++e) dvr[e] += pd * dorow[e];
-        for (i64 d = 0; d < D; ++d) {
-          dkr[d] += ds * qrow[d];
-          dqa[d] += ds * kr[d];
+        const float* qrow = q + i * p.q_st;
+        const float* dorow = dout + i * p.o_st;
+        const float* orow = o + i * p.o_st;
+        scores_direct<DC>(s, qrow, k, p.k_st, lo, n, D, p, b, h, i);
+        const V voff = I::set1(-lse[i] * kLog2e);
+        for (i64 j = 0; j < round_up(n, W); j += W) I::store(s + j, I::exp2(I::fma(I::load(s + j), vl2e, voff)));
+        float Di = 0.f;
+        for (i64 e = 0; e < Dv; ++e) Di += dorow[e] * orow[e];
+        for (i64 d = 0; d < D; ++d) dqa[d] = 0.f;
+        for (i64 j = lo; j < n; ++j) {
+          const float* kr = k + j * p.k_st;
+          const float* vr = v + j * p.v_st;
+          float dp = 0.f;
+          for (i64 e = 0; e < Dv; ++e) dp += dorow[e] * vr[e];
+          const float P = s[j];
+          float pd = P;  // dropout(P)
+          if (drop.on) {
+            const float m = mul[i * p.Lk + j];
+            pd = P * m;
+            dp *= m;
+          }
+          const float ds = p.scale * P * (dp - Di);
+          float* dvr = dv + j * p.v_st;
+          float* dkr = dk + j * p.k_st;
+          for (i64 e = 0; e < Dv; ++e) dvr[e] += pd * dorow[e];
+          for (i64 d = 0; d < D; ++d) {
+            dkr[d] += ds * qrow[d];
+            dqa[d] += ds * kr[d];
+          }
         }
+        for (i64 d = 0; d < D; ++d) dqrow[d] = dqa[d];
       }
-      for (i64 d = 0; d < D; ++d) dqrow[d] = dqa[d];
     }
   }
 
-  // One head of the backward pass (FlashAttention-2 Alg. 2's quantities, one row at a time):
+  // One key/value head of the backward pass (FlashAttention-2 Alg. 2's quantities, one row at a
+  // time, for each query head of its group):
   //   P = exp(S - L_i), D_i = rowsum(dO_i * O_i), dV += dropout(P)^T dO,
   //   dP = dropout'(dO V^T), dS = P * (dP - D_i), dQ = scale dS K, dK += scale dS^T Q.
   template <int DC>
   static void backward_head(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
                             const float* Vv, const float* O, const float* LSE, const AttnParams& p,
-                            const Dropout& drop, ThreadWorkspace& ws, i64 b, i64 h) {
-    const i64 kv = valid_keys(p, b), kvp = round_up(std::max<i64>(kv, 1), W);
+                            const Dropout& drop, ThreadWorkspace& ws, i64 b, i64 hk) {
+    const i64 kv = valid_keys(p, b), kvp = round_up(std::max<i64>(kv, 1), W), G = group_size(p);
     const i64 D = DC ? DC : p.D, Dv = DC ? DC : p.Dv;  // compile-time for the common small head dims
-    const auto [q, k, v, o, dout, lse, dq, dk, dv] = bwd_head(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, b, h);
+    const float* k = K + b * p.k_sb + hk * p.k_sh;
+    const float* v = Vv + b * p.v_sb + hk * p.v_sh;
     float* Kt = ws.buf[kKPacked].get(static_cast<std::size_t>(D * kvp));
     float* Vt = ws.buf[kVPacked].get(static_cast<std::size_t>(Dv * kvp));
     float* dKt = ws.buf[kdKAcc].get(static_cast<std::size_t>(D * kvp));   // dK^T [D][kvp]
     float* dVt = ws.buf[kdVAcc].get(static_cast<std::size_t>(Dv * kvp));  // dV^T [Dv][kvp]
     float* s = ws.buf[kScores].get(static_cast<std::size_t>(kvp));
-    const float* mul = drop.on ? head_multipliers(drop, ws, p, b, h) : nullptr;
     float* dP = ws.buf[kdS].get(static_cast<std::size_t>(kvp));
     transpose_rows(Kt, kvp, k, p.k_st, kv, D);
     transpose_rows(Vt, kvp, v, p.v_st, kv, Dv);
     std::memset(dKt, 0, static_cast<std::size_t>(D * kvp) * sizeof(float));
     std::memset(dVt, 0, static_cast<std::size_t>(Dv * kvp) * sizeof(float));
     const V vl2e = I::set1(kLog2e), vscale = I::set1(p.scale);
-    for (i64 i = 0; i < p.Lq; ++i) {
-      float* dqrow = dq + i * p.q_st;
-      const i64 n = row_key_end(p, kv, i);
-      if (n <= 0 || lse[i] == kNegInf) {  // fully masked row: zero gradient
-        std::memset(dqrow, 0, static_cast<std::size_t>(D) * sizeof(float));
-        continue;
-      }
-      const i64 np = round_up(n, W);
-      const float* qrow = q + i * p.q_st;
-      const float* dorow = dout + i * p.o_st;
-      scores<DC>(s, qrow, Kt, kvp, n, D, p, b, h, i);
-      float Di = 0.f;
-      const float* orow = o + i * p.o_st;
-      for (i64 e = 0; e < Dv; ++e) Di += dorow[e] * orow[e];
-      // Row i's multipliers; lanes j >= n read the next row's (or the zero tail), harmless since
-      // P = 0 there.
-      const float* mr = drop.on ? mul + i * p.Lk : nullptr;
-      const V voff = I::set1(-lse[i] * kLog2e), vDi = I::set1(Di);
-      for (i64 j = 0; j < np; j += W) {
-        // P = exp(s - L_i) (masked lanes: exp(-inf) = 0); dP = dO_i V^T (padded keys: zero columns)
-        const V P = I::exp2(I::fma(I::load(s + j), vl2e, voff));
-        V dp = I::zero();
-        for (i64 e = 0; e < Dv; ++e) dp = I::fma(I::set1(dorow[e]), I::load(Vt + e * kvp + j), dp);
-        V pd = P;  // dropout(P)
-        if (drop.on) {
-          const V m = I::load(mr + j);
-          pd = I::mul(P, m);
-          dp = I::mul(dp, m);
+    for (i64 h = hk * G; h < (hk + 1) * G; ++h) {
+      const float* q = Q + b * p.q_sb + h * p.q_sh;
+      const float* o = O + b * p.o_sb + h * p.o_sh;
+      const float* dout = dO + b * p.o_sb + h * p.o_sh;
+      const float* lse = LSE + (b * p.H + h) * p.Lq;
+      float* dq = dQ + b * p.q_sb + h * p.q_sh;
+      const float* mul = drop.on ? head_multipliers(drop, ws, p, b, h) : nullptr;
+      for (i64 i = 0; i < p.Lq; ++i) {
+        float* dqrow = dq + i * p.q_st;
+        const i64 n = row_key_end(p, kv, i), lo = row_key_begin(p, i);  // keys [lo, n)
+        if (n <= lo || lse[i] == kNegInf) {  // fully masked row: zero gradient
+          std::memset(dqrow, 0, static_cast<std::size_t>(D) * sizeof(float));
+          continue;
         }
-        // dV^T[:, j] += dropout(P)_ij dO_i ;  scale dS_ij = scale P_ij (dP_ij - D_i)
-        for (i64 e = 0; e < Dv; ++e) {
-          float* dvt = dVt + e * kvp + j;
-          I::store(dvt, I::fma(pd, I::set1(dorow[e]), I::load(dvt)));
+        const i64 np = round_up(n, W);
+        const float* qrow = q + i * p.q_st;
+        const float* dorow = dout + i * p.o_st;
+        scores<DC>(s, qrow, Kt, kvp, lo, n, D, p, b, h, i);
+        float Di = 0.f;
+        const float* orow = o + i * p.o_st;
+        for (i64 e = 0; e < Dv; ++e) Di += dorow[e] * orow[e];
+        // Row i's multipliers; lanes j >= n read the next row's (or the zero tail), harmless since
+        // P = 0 there.
+        const float* mr = drop.on ? mul + i * p.Lk : nullptr;
+        const V voff = I::set1(-lse[i] * kLog2e), vDi = I::set1(Di);
+        for (i64 j = 0; j < np; j += W) {
+          // P = exp(s - L_i) (masked lanes: exp(-inf) = 0); dP = dO_i V^T (padded keys: zero columns)
+          const V P = I::exp2(I::fma(I::load(s + j), vl2e, voff));
+          V dp = I::zero();
+          for (i64 e = 0; e < Dv; ++e) dp = I::fma(I::set1(dorow[e]), I::load(Vt + e * kvp + j), dp);
+          V pd = P;  // dropout(P)
+          if (drop.on) {
+            const V m = I::load(mr + j);
+            pd = I::mul(P, m);
+            dp = I::mul(dp, m);
+          }
+          // dV^T[:, j] += dropout(P)_ij dO_i ;  scale dS_ij = scale P_ij (dP_ij - D_i)
+          for (i64 e = 0; e < Dv; ++e) {
+            float* dvt = dVt + e * kvp + j;
+            I::store(dvt, I::fma(pd, I::set1(dorow[e]), I::load(dvt)));
+          }
+          const V ds = I::mul(vscale, I::mul(P, I::sub(dp, vDi)));
+          I::store(dP + j, ds);
+          // dK^T[:, j] += scale dS_ij q_i
+          for (i64 d = 0; d < D; ++d) {
+            float* dkt = dKt + d * kvp + j;
+            I::store(dkt, I::fma(ds, I::set1(qrow[d]), I::load(dkt)));
+          }
         }
-        const V ds = I::mul(vscale, I::mul(P, I::sub(dp, vDi)));
-        I::store(dP + j, ds);
-        // dK^T[:, j] += scale dS_ij q_i
+        // dQ_i = sum_j (scale dS_ij) K_j
         for (i64 d = 0; d < D; ++d) {
-          float* dkt = dKt + d * kvp + j;
-          I::store(dkt, I::fma(ds, I::set1(qrow[d]), I::load(dkt)));
+          V a = I::zero();
+          for (i64 j = 0; j < np; j += W) a = I::fma(I::load(dP + j), I::load(Kt + d * kvp + j), a);
+          dqrow[d] = I::hsum(a);
         }
-      }
-      // dQ_i = sum_j (scale dS_ij) K_j
-      for (i64 d = 0; d < D; ++d) {
-        V a = I::zero();
-        for (i64 j = 0; j < np; j += W) a = I::fma(I::load(dP + j), I::load(Kt + d * kvp + j), a);
-        dqrow[d] = I::hsum(a);
       }
     }
     // dK, dV rows out of their transposes; keys at or beyond kv get zero gradient.
+    float* dk = dK + b * p.k_sb + hk * p.k_sh;
+    float* dv = dV + b * p.v_sb + hk * p.v_sh;
     untranspose_rows(dk, p.k_st, dKt, kvp, kv, D);
     untranspose_rows(dv, p.v_st, dVt, kvp, kv, Dv);
     for (i64 j = kv; j < p.Lk; ++j) {
@@ -664,26 +696,29 @@ struct Rows {
     }
   }
 
+  // Tasks: key/value heads (b, hk), each owning its dK, dV rows and its G query heads' dQ rows.
   static void backward(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
                        const float* Vv, const float* O, const float* LSE, const AttnParams& p) {
     if (p.B <= 0 || p.H <= 0) return;
     const Dropout drop(p);
-    qkv::parallel_for(0, p.B * p.H, heads_per_task(p), [&](i64 t0, i64 t1) {
+    const i64 Hkv = kv_heads(p);
+    const i64 per_task = std::max<i64>(1, heads_per_task(p) / group_size(p));
+    qkv::parallel_for(0, p.B * Hkv, per_task, [&](i64 t0, i64 t1) {
       ThreadWorkspace& ws = thread_workspace();
       auto run = [&]<int DC>() {
         if constexpr (DC != 0)
           if (use_lanes(p)) {
             for (i64 t = t0; t < t1; ++t)
-              backward_head_lanes<DC>(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, drop, ws, t / p.H, t % p.H);
+              backward_head_lanes<DC>(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, drop, ws, t / Hkv, t % Hkv);
             return;
           }
         if (p.Lq <= 2) {  // as forward_head's direct case
           for (i64 t = t0; t < t1; ++t)
-            backward_head_direct<DC>(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, drop, ws, t / p.H, t % p.H);
+            backward_head_direct<DC>(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, drop, ws, t / Hkv, t % Hkv);
           return;
         }
         for (i64 t = t0; t < t1; ++t)
-          backward_head<DC>(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, drop, ws, t / p.H, t % p.H);
+          backward_head<DC>(dQ, dK, dV, dO, Q, K, Vv, O, LSE, p, drop, ws, t / Hkv, t % Hkv);
       };
       dispatch_head_dim(p, run);
     });

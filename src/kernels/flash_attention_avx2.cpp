@@ -83,6 +83,13 @@ struct IsaAvx2 {
     four(b0, b1, b2, b3, out + 4);
   }
   // out[k] = the lane sum of vector k of the 8 consecutive vectors at v.
+  // Lane k = the sum of a[k]'s 8 lanes.
+  QKV_INL V hsum_lanes(const V* a) {
+    const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+    const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+  }
   QKV_INL void hsum8(const float* v, float* out) {
     const __m256 t0 = _mm256_hadd_ps(load(v), load(v + 8)), t1 = _mm256_hadd_ps(load(v + 16), load(v + 24));
     const __m256 t2 = _mm256_hadd_ps(load(v + 32), load(v + 40)), t3 = _mm256_hadd_ps(load(v + 48), load(v + 56));
@@ -97,6 +104,7 @@ struct IsaAvx2 {
 
 #include "flash_attention_impl.h"
 #include "attention_rows_impl.h"
+#include "decode_attention_impl.h"
 
 namespace qkv::kernels::flash {
 
@@ -114,6 +122,9 @@ void rows_forward_avx2(float* O, float* LSE, const float* Q, const float* K, con
 void rows_backward_avx2(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
                          const float* V, const float* O, const float* LSE, const AttnParams& p) {
   Rows<IsaAvx2>::backward(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
+}
+void decode_forward_avx2(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p) {
+  Decode<IsaAvx2>::forward(O, Q, K, V, p);
 }
 
 }  // namespace qkv::kernels::flash
@@ -135,6 +146,9 @@ void rows_forward_avx2(float* O, float* LSE, const float* Q, const float* K, con
 void rows_backward_avx2(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
                          const float* V, const float* O, const float* LSE, const AttnParams& p) {
   rows_backward_scalar(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
+}
+void decode_forward_avx2(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p) {
+  decode_forward_scalar(O, Q, K, V, p);
 }
 }  // namespace qkv::kernels::flash
 #endif

@@ -15,11 +15,18 @@
 //
 // Work split: forward tasks are (b, h, query block of BQ rows; for long
 // heads kGroupBlocks blocks that walk the keys in chunks together); backward
-// tasks are (b, h, key block of BKB keys), so each task owns its rows of O
-// (resp. dK, dV) and no two threads write the same output. dQ in backward is
-// accumulated per worker (one slot per (b,h) segment of its static chunk);
-// (b,h) spanning two workers are summed afterwards in thread order, so the
-// result is bitwise reproducible for a fixed thread count. Forward tasks are
+// tasks are (b, key/value head hk, key block of BKB keys), so each task owns its
+// rows of O (resp. dK, dV, summed over the hk's G = H / H_kv query heads) and no
+// two threads write the same output. dQ in backward is accumulated per worker
+// (one slot per (b, hk) segment of its static chunk, G heads wide); groups
+// spanning two workers are summed afterwards in thread order, so the result is
+// bitwise reproducible for a fixed thread count.
+//
+// Grouped-query attention reads a key/value head in place for each of its query
+// heads (forward tasks of one group are consecutive, so a worker packs its K and
+// V once). A sliding window starts each row's keys window - 1 before its
+// position; whole tiles before a panel's first key (or, in backward, query
+// blocks after a key tile's last row) are skipped, so the cost is O(Lq W). Forward tasks are
 // handed out by parallel_claim (own range first, then stolen from the back of
 // a slower worker's), which no output depends on; backward keeps parallel_for's
 // static chunks, which the dQ slots need. With causal masks the block order
@@ -58,11 +65,26 @@ inline i64 valid_keys(const AttnParams& p, i64 b) {
   if (!p.key_lengths) return p.Lk;
   return std::clamp<i64>(p.key_lengths[b], 0, p.Lk);
 }
-// Allowed keys of query row i: [0, row_key_end).
+// Allowed keys of query row i: [row_key_begin, row_key_end) (empty when begin >= end). Row i
+// sits at position i + (Lk - Lq); causal ends its keys there, the sliding window starts them
+// window - 1 keys before.
 inline i64 row_key_end(const AttnParams& p, i64 kv, i64 i) {
   if (!p.causal) return kv;
   return std::clamp<i64>(i + (p.Lk - p.Lq) + 1, 0, kv);
 }
+inline i64 row_key_begin(const AttnParams& p, i64 i) {
+  if (p.window <= 0) return 0;
+  return std::max<i64>(i + (p.Lk - p.Lq) - p.window + 1, 0);
+}
+// First query row after the last one that sees a key < kend (Lq if the window ends nowhere):
+// rows at positions >= kend - 1 + window see only keys >= kend.
+inline i64 rows_seeing_keys_below(const AttnParams& p, i64 kend) {
+  if (p.window <= 0) return p.Lq;
+  return std::clamp<i64>(kend - 1 + p.window - (p.Lk - p.Lq), 0, p.Lq);
+}
+// Grouped-query attention: query heads per key/value head, and the key/value heads.
+inline i64 group_size(const AttnParams& p) { return p.H_kv > 0 ? p.H / p.H_kv : 1; }
+inline i64 kv_heads(const AttnParams& p) { return p.H_kv > 0 ? p.H_kv : p.H; }
 // 0, n-1, 1, n-2, ...: balances causal work over static contiguous chunks.
 inline i64 zigzag(i64 r, i64 n) { return (r & 1) ? n - 1 - r / 2 : r / 2; }
 
@@ -257,18 +279,20 @@ struct Engine {
     }
   }
 
-  // Masks one score tile row: columns [lim, ncols) -> -inf, bias added on [0, lim).
+  // Masks one score tile row: columns [0, lo) and [lim, ncols) -> -inf, bias added on [lo, lim).
   // bias_mul converts the bias to the scores' units (log2 e where scores are in base 2).
-  static void mask_row(float* s, i64 lim, i64 ncols, const AttnParams& p, i64 b, i64 h, i64 i, i64 k0,
+  static void mask_row(float* s, i64 lo, i64 lim, i64 ncols, const AttnParams& p, i64 b, i64 h, i64 i, i64 k0,
                        float bias_mul = 1.f) {
-    for (i64 j = std::max<i64>(lim, 0); j < ncols; ++j) s[j] = kNegInf;
+    lo = std::clamp<i64>(lo, 0, ncols);
+    for (i64 j = 0; j < lo; ++j) s[j] = kNegInf;
+    for (i64 j = std::max(lim, lo); j < ncols; ++j) s[j] = kNegInf;
     if (p.bias) {
       const float* bp = p.bias + b * p.bias_sb + h * p.bias_sh + i * p.bias_si + k0 * p.bias_sj;
       const i64 n = std::min(lim, ncols);
       if (p.bias_sj == 1)
-        for (i64 j = 0; j < n; ++j) s[j] += bp[j] * bias_mul;
+        for (i64 j = lo; j < n; ++j) s[j] += bp[j] * bias_mul;
       else
-        for (i64 j = 0; j < n; ++j) s[j] += bp[j * p.bias_sj] * bias_mul;
+        for (i64 j = lo; j < n; ++j) s[j] += bp[j * p.bias_sj] * bias_mul;
     }
   }
 
@@ -495,8 +519,9 @@ struct Engine {
     const float* q = x.Q + b * p.q_sb + h * p.q_sh + i0 * p.q_st;
     float* o = x.O + b * p.o_sb + h * p.o_sh + i0 * p.o_st;
     float* lse = x.LSE + (b * p.H + h) * p.Lq + i0;
-    const i64 kend = row_key_end(p, kv, i0 + mq - 1);  // keys seen by any row of the task
-    if (kend <= 0) {  // every row fully masked: O = 0, LSE = -inf
+    // Keys seen by any row of the task: [kbeg, kend), row ranges moving right with the rows.
+    const i64 kbeg = row_key_begin(p, i0), kend = row_key_end(p, kv, i0 + mq - 1);
+    if (kend <= kbeg) {  // every row fully masked: O = 0, LSE = -inf
       for (i64 r = 0; r < mq; ++r) {
         std::memset(o + r * p.o_st, 0, static_cast<std::size_t>(p.Dv) * sizeof(float));
         lse[r] = kNegInf;
@@ -517,13 +542,15 @@ struct Engine {
     }
     for (i64 r = 0; r < mq; ++r) m[r] = kNegInf, l[r] = 0.f;
     std::memset(acc, 0, static_cast<std::size_t>(mq * Dvp) * sizeof(float));
-    i64 lim[MR];
+    i64 lo[MR], lim[MR];
 
-    for (i64 c0 = 0; c0 < kend; c0 += KC)
+    // Tiles start at whole key panels (the packed K's layout), from the first panel any row sees.
+    for (i64 c0 = kbeg / KP * KP; c0 < kend; c0 += KC)
       for (i64 s0 = 0; s0 < mq; s0 += BQ) {  // query block [s0, s1) over key chunk [c0, c0 + KC)
         const i64 s1 = std::min(mq, s0 + BQ);
         const i64 send = std::min(c0 + KC, row_key_end(p, kv, i0 + s1 - 1));
-        for (i64 k0 = c0; k0 < send; k0 += BK)
+        const i64 sbeg = std::max(c0, row_key_begin(p, i0 + s0) / KP * KP);  // sliding window: skip whole tiles
+        for (i64 k0 = sbeg; k0 < send; k0 += BK)
           for (i64 r0 = s0; r0 < s1; r0 += MR) {
             const i64 mr = std::min<i64>(MR, s1 - r0);
             const i64 pend = row_key_end(p, kv, i0 + r0 + mr - 1);
@@ -531,10 +558,13 @@ struct Engine {
             // Score columns: the tile's keys rounded up to whole vectors (a key panel's last
             // vectors past them are not computed).
             const i64 kn = std::min(BK, pend - k0), ncols = round_up(kn, W);
+            if (k0 + kn <= row_key_begin(p, i0 + r0)) continue;  // sliding window: tile before every row's keys
             bool fused = kvs.Kp && !p.bias;  // no row masks any of the tile's keys
             for (i64 r = 0; r < mr; ++r) {
-              lim[r] = row_key_end(p, kv, i0 + r0 + r) - k0;  // allowed columns of row r: [0, lim)
-              fused = fused && lim[r] >= kn;
+              // allowed columns of row r: [lo, lim)
+              lo[r] = row_key_begin(p, i0 + r0 + r) - k0;
+              lim[r] = row_key_end(p, kv, i0 + r0 + r) - k0;
+              fused = fused && lim[r] >= kn && lo[r] <= 0;
             }
             if (!fused ||
                 !fused_scores_softmax(qp + r0 * p.D, kvs.Kp + k0 * p.D, p.D, S, mr, kn, ncols, m + r0, l + r0,
@@ -545,7 +575,8 @@ struct Engine {
               else
                 dot_scores(S, q + r0 * p.q_st, p.q_st, mr, kvs.K + k0 * p.k_st, p.k_st, kn, p.D, qmul);
               for (i64 r = 0; r < mr; ++r)
-                if (lim[r] < ncols || p.bias) mask_row(S + r * BK, lim[r], ncols, p, b, h, i0 + r0 + r, k0, kLog2e);
+                if (lim[r] < ncols || lo[r] > 0 || p.bias)
+                  mask_row(S + r * BK, lo[r], lim[r], ncols, p, b, h, i0 + r0 + r, k0, kLog2e);
               online_softmax(S, mr, ncols, m + r0, l + r0, acc + r0 * Dvp, Dvp);
             }
             if (x.drop.on) {  // dropout acts on P after the row sums (l_i is undropped)
@@ -587,7 +618,7 @@ struct Engine {
     const bool in_place = p.Lq <= kInPlaceMaxRows && x.Dvp == p.Dv;
     // Tasks of kGroupBlocks query blocks for heads whose K and V outgrow the cache, else of one.
     const bool grouped = !in_place && p.Lk * (p.D + p.Dv) * static_cast<i64>(sizeof(float)) > kChunkFromBytes;
-    const i64 G = grouped ? kGroupBlocks : 1;
+    const i64 G = grouped ? kGroupBlocks : 1, QG = group_size(p);
     const i64 nqb = (p.Lq + BQ - 1) / BQ, ngr = (nqb + G - 1) / G, ntask = p.B * p.H * ngr;
     // Each task writes its own rows of O and LSE from the same inputs whoever runs it, so the
     // tasks are balanced at run time (a worker slowed by another process gives its last tasks
@@ -597,17 +628,19 @@ struct Engine {
       i64 packed = -1;
       KVSource kvs;
       for (i64 t; next(t);) {
-        const i64 bh = t / ngr, rank = t % ngr, b = bh / p.H, h = bh % p.H;
+        // Query heads h of one key/value head hk = h / QG are consecutive tasks: a worker packs
+        // that head's K and V once for all of them.
+        const i64 bh = t / ngr, rank = t % ngr, b = bh / p.H, h = bh % p.H, hk = h / QG;
         if (in_place) {
-          kvs.K = K + b * p.k_sb + h * p.k_sh;
-          kvs.V = V_ + b * p.v_sb + h * p.v_sh;
-        } else if (bh != packed) {  // K and V packed once per head per worker
-          packed = bh;
+          kvs.K = K + b * p.k_sb + hk * p.k_sh;
+          kvs.V = V_ + b * p.v_sb + hk * p.v_sh;
+        } else if (bh / QG != packed) {  // K and V packed once per key/value head per worker
+          packed = bh / QG;
           const i64 kv = valid_keys(p, b);
           float* kp = ws.buf[kKPacked].get(static_cast<std::size_t>(round_up(kv, KP) * p.D + 1));
-          pack_panels(kp, K + b * p.k_sb + h * p.k_sh, p.k_st, kv, p.D);
+          pack_panels(kp, K + b * p.k_sb + hk * p.k_sh, p.k_st, kv, p.D);
           float* vp = ws.buf[kVPacked].get(static_cast<std::size_t>(round_up(p.Dv, KP) * kv + 1));
-          pack_cols(vp, V_ + b * p.v_sb + h * p.v_sh, p.v_st, kv, p.Dv);
+          pack_cols(vp, V_ + b * p.v_sb + hk * p.v_sh, p.v_st, kv, p.Dv);
           kvs.Kp = kp, kvs.Vp = vp, kvs.vpanel = kv * KP;
         }
         const i64 i0 = (p.causal ? zigzag(rank, ngr) : rank) * G * BQ;
@@ -627,25 +660,35 @@ struct Engine {
     Dropout drop;
   };
 
-  // One task: keys [k0, k0+BKB) of head (b,h). Writes their dK, dV rows; adds their share of dQ
-  // into dq [Lq][Dp] (row stride dq_ld). qrows/dorows: this head's Q and dO rows, readable to
-  // width Dp / Dvp.
-  static void backward_block(const BwdCtx& x, ThreadWorkspace& ws, i64 b, i64 h, i64 k0, float* dq, i64 dq_ld,
-                             const float* qrows, i64 qld, const float* dorows, i64 dold) {
+  // Where a backward task finds its G query heads' rows: head g of the group at base + g * hs,
+  // row i at + i * ld (dQ accumulates there; Q and dO rows are readable to width Dp / Dvp).
+  struct GroupRows {
+    float* dq;
+    i64 dq_hs, dq_ld;
+    const float* q;
+    i64 q_hs, q_ld;
+    const float* dO;
+    i64 dO_hs, dO_ld;
+  };
+
+  // One task: keys [k0, k0+BKB) of key/value head (b, hk). Writes their dK, dV rows, summed over
+  // the head's G = H / H_kv query heads h = hk * G + g; adds each query head's share of dQ into
+  // rows.dq (Dp wide).
+  static void backward_block(const BwdCtx& x, ThreadWorkspace& ws, i64 b, i64 hk, i64 k0, const GroupRows& rows) {
     const AttnParams& p = x.p;
-    const i64 D = p.D, Dv = p.Dv, Dp = x.Dp, Dvp = x.Dvp, bh = b * p.H + h;
+    const i64 D = p.D, Dv = p.Dv, Dp = x.Dp, Dvp = x.Dvp, G = group_size(p);
     const i64 kv = valid_keys(p, b), owned = std::min(BKB, p.Lk - k0);
     const i64 kn = std::clamp<i64>(kv - k0, 0, owned);  // valid keys of the tile
-    float* dk = x.dK + b * p.k_sb + h * p.k_sh + k0 * p.k_st;
-    float* dv = x.dV + b * p.v_sb + h * p.v_sh + k0 * p.v_st;
+    float* dk = x.dK + b * p.k_sb + hk * p.k_sh + k0 * p.k_st;
+    float* dv = x.dV + b * p.v_sb + hk * p.v_sh + k0 * p.v_st;
     for (i64 j = kn; j < owned; ++j) {  // padded keys: zero gradient, never read
       std::memset(dk + j * p.k_st, 0, static_cast<std::size_t>(D) * sizeof(float));
       std::memset(dv + j * p.v_st, 0, static_cast<std::size_t>(Dv) * sizeof(float));
     }
     if (kn == 0) return;
     const i64 ncols = round_up(kn, KP);
-    const float* kt = x.K + b * p.k_sb + h * p.k_sh + k0 * p.k_st;
-    const float* vt = x.Vin + b * p.v_sb + h * p.v_sh + k0 * p.v_st;
+    const float* kt = x.K + b * p.k_sb + hk * p.k_sh + k0 * p.k_st;
+    const float* vt = x.Vin + b * p.v_sb + hk * p.v_sh + k0 * p.v_st;
     float* Kp = ws.buf[kKPacked].get(BKB * D + 1);
     float* Vp = ws.buf[kVPacked].get(BKB * Dv + 1);
     pack_panels(Kp, kt, p.k_st, kn, D);
@@ -665,65 +708,73 @@ struct Engine {
     float* dS = ws.buf[kdS].get(BQB * BKB);
     float* Mul = x.drop.on ? ws.buf[kDropMul].get(BQB * BKB) : nullptr;
     float* Pd = x.drop.on ? ws.buf[kPDrop].get(BQB * BKB) : P;
-    const float* q = x.Q + b * p.q_sb + h * p.q_sh;
-    const float* dO = x.dO + b * p.o_sb + h * p.o_sh;
-    const float* lse = x.LSE + bh * p.Lq;
-    const float* Di = x.Di + bh * p.Lq;
-    const i64 qbeg = p.causal ? std::clamp<i64>(k0 - (p.Lk - p.Lq), 0, p.Lq) : 0;  // first row seeing key k0
+    // Rows that see a key of the tile: [qbeg, qend) (causal starts them, the window ends them).
+    const i64 qbeg = p.causal ? std::clamp<i64>(k0 - (p.Lk - p.Lq), 0, p.Lq) : 0;
+    const i64 qend = rows_seeing_keys_below(p, k0 + kn);
     const V vl2e = I::set1(kLog2e), vscale = I::set1(p.scale);
 
-    for (i64 i0 = qbeg; i0 < p.Lq; i0 += BQB) {
-      const i64 mq = std::min(BQB, p.Lq - i0);
-      // S = scale * Q K^T  (forward: s_ij = scale <q_i, k_j> + bias_ij)
-      gemm(mq, ncols, D, q + i0 * p.q_st, 1, p.q_st, Kp, KP, D * KP, P, BKB, p.scale, false);
-      // P_ij = exp(s_ij - L_i), recomputed from the saved LSE
-      for (i64 r = 0; r < mq; ++r) {
-        const i64 i = i0 + r, lim = row_key_end(p, kv, i) - k0;
-        float* s = P + r * BKB;
-        if (lim <= 0 || lse[i] == kNegInf) {  // row sees nothing here: P = 0 -> dS = 0
-          std::memset(s, 0, static_cast<std::size_t>(ncols) * sizeof(float));
-          if (Mul) {
-            std::memset(Mul + r * BKB, 0, static_cast<std::size_t>(ncols) * sizeof(float));
-            std::memset(Pd + r * BKB, 0, static_cast<std::size_t>(ncols) * sizeof(float));
+    for (i64 g = 0; g < G; ++g) {
+      const i64 h = hk * G + g, bh = b * p.H + h;
+      const float* q = x.Q + b * p.q_sb + h * p.q_sh;
+      const float* dO = x.dO + b * p.o_sb + h * p.o_sh;
+      const float* lse = x.LSE + bh * p.Lq;
+      const float* Di = x.Di + bh * p.Lq;
+      float* dq = rows.dq + g * rows.dq_hs;
+      const float* qrows = rows.q + g * rows.q_hs;
+      const float* dorows = rows.dO + g * rows.dO_hs;
+      for (i64 i0 = qbeg; i0 < qend; i0 += BQB) {
+        const i64 mq = std::min(BQB, qend - i0);
+        // S = scale * Q K^T  (forward: s_ij = scale <q_i, k_j> + bias_ij)
+        gemm(mq, ncols, D, q + i0 * p.q_st, 1, p.q_st, Kp, KP, D * KP, P, BKB, p.scale, false);
+        // P_ij = exp(s_ij - L_i), recomputed from the saved LSE
+        for (i64 r = 0; r < mq; ++r) {
+          const i64 i = i0 + r, lim = row_key_end(p, kv, i) - k0, lo = row_key_begin(p, i) - k0;
+          float* s = P + r * BKB;
+          if (lim <= 0 || lo >= std::min(lim, kn) || lse[i] == kNegInf) {  // row sees nothing here: P = 0 -> dS = 0
+            std::memset(s, 0, static_cast<std::size_t>(ncols) * sizeof(float));
+            if (Mul) {
+              std::memset(Mul + r * BKB, 0, static_cast<std::size_t>(ncols) * sizeof(float));
+              std::memset(Pd + r * BKB, 0, static_cast<std::size_t>(ncols) * sizeof(float));
+            }
+            continue;
           }
-          continue;
+          if (lim < ncols || lo > 0 || p.bias) mask_row(s, lo, lim, ncols, p, b, h, i, k0);
+          // s - L_i is exact (Sterbenz) where it matters (s near L_i); folding L_i * log2(e) into an
+          // FMA would add the rounding of that product, which P = exp(s - L_i) does not renormalise.
+          const V vlse = I::set1(lse[i]);
+          for (i64 j = 0; j < ncols; j += W) I::store(s + j, I::exp2(I::mul(I::sub(I::load(s + j), vlse), vl2e)));
+          if (Mul) {  // Pd = P * z, z = dropout multiplier (0 or 1/(1-p))
+            float* mu = Mul + r * BKB;
+            const i64 n = std::min(lim, kn);
+            x.drop.row(mu, b, h, i, k0, n);
+            for (i64 j = n; j < ncols; ++j) mu[j] = 0.f;
+            for (i64 j = 0; j < ncols; ++j) Pd[r * BKB + j] = s[j] * mu[j];
+          }
         }
-        if (lim < ncols || p.bias) mask_row(s, lim, ncols, p, b, h, i, k0);
-        // s - L_i is exact (Sterbenz) where it matters (s near L_i); folding L_i * log2(e) into an
-        // FMA would add the rounding of that product, which P = exp(s - L_i) does not renormalise.
-        const V vlse = I::set1(lse[i]);
-        for (i64 j = 0; j < ncols; j += W) I::store(s + j, I::exp2(I::mul(I::sub(I::load(s + j), vlse), vl2e)));
-        if (Mul) {  // Pd = P * z, z = dropout multiplier (0 or 1/(1-p))
-          float* mu = Mul + r * BKB;
-          const i64 n = std::min(lim, kn);
-          x.drop.row(mu, b, h, i, k0, n);
-          for (i64 j = n; j < ncols; ++j) mu[j] = 0.f;
-          for (i64 j = 0; j < ncols; ++j) Pd[r * BKB + j] = s[j] * mu[j];
+        // dV_j += sum_i Pd_ij dO_i          (forward: O_i = sum_j Pd_ij v_j)
+        gemm(kn, Dvp, mq, Pd, BKB, 1, dorows + i0 * rows.dO_ld, rows.dO_ld, KP, dVa, Dvp, 1.f, true);
+        // dPd_ij = <dO_i, v_j>
+        gemm(mq, ncols, Dv, dO + i0 * p.o_st, 1, p.o_st, Vp, KP, Dv * KP, dS, BKB, 1.f, false);
+        // dS_ij = scale * P_ij (dP_ij - D_i),  dP = dPd * z   (softmax backward; scale of s folded in)
+        for (i64 r = 0; r < mq; ++r) {
+          const V vdi = I::set1(Di[i0 + r]);
+          float* ds = dS + r * BKB;
+          const float* pr = P + r * BKB;
+          if (Mul) {
+            const float* mu = Mul + r * BKB;
+            for (i64 j = 0; j < ncols; j += W)
+              I::store(ds + j, I::mul(I::mul(I::load(pr + j), I::sub(I::mul(I::load(ds + j), I::load(mu + j)), vdi)),
+                                      vscale));
+          } else {
+            for (i64 j = 0; j < ncols; j += W)
+              I::store(ds + j, I::mul(I::mul(I::load(pr + j), I::sub(I::load(ds + j), vdi)), vscale));
+          }
         }
+        // dK_j += sum_i dS_ij q_i           (s_ij = scale <q_i, k_j>)
+        gemm(kn, Dp, mq, dS, BKB, 1, qrows + i0 * rows.q_ld, rows.q_ld, KP, dKa, Dp, 1.f, true);
+        // dQ_i += sum_j dS_ij k_j
+        gemm(mq, Dp, kn, dS, 1, BKB, krows, kld, KP, dq + i0 * rows.dq_ld, rows.dq_ld, 1.f, true);
       }
-      // dV_j += sum_i Pd_ij dO_i          (forward: O_i = sum_j Pd_ij v_j)
-      gemm(kn, Dvp, mq, Pd, BKB, 1, dorows + i0 * dold, dold, KP, dVa, Dvp, 1.f, true);
-      // dPd_ij = <dO_i, v_j>
-      gemm(mq, ncols, Dv, dO + i0 * p.o_st, 1, p.o_st, Vp, KP, Dv * KP, dS, BKB, 1.f, false);
-      // dS_ij = scale * P_ij (dP_ij - D_i),  dP = dPd * z   (softmax backward; scale of s folded in)
-      for (i64 r = 0; r < mq; ++r) {
-        const V vdi = I::set1(Di[i0 + r]);
-        float* ds = dS + r * BKB;
-        const float* pr = P + r * BKB;
-        if (Mul) {
-          const float* mu = Mul + r * BKB;
-          for (i64 j = 0; j < ncols; j += W)
-            I::store(ds + j, I::mul(I::mul(I::load(pr + j), I::sub(I::mul(I::load(ds + j), I::load(mu + j)), vdi)),
-                                    vscale));
-        } else {
-          for (i64 j = 0; j < ncols; j += W)
-            I::store(ds + j, I::mul(I::mul(I::load(pr + j), I::sub(I::load(ds + j), vdi)), vscale));
-        }
-      }
-      // dK_j += sum_i dS_ij q_i           (s_ij = scale <q_i, k_j>)
-      gemm(kn, Dp, mq, dS, BKB, 1, qrows + i0 * qld, qld, KP, dKa, Dp, 1.f, true);
-      // dQ_i += sum_j dS_ij k_j
-      gemm(mq, Dp, kn, dS, 1, BKB, krows, kld, KP, dq + i0 * dq_ld, dq_ld, 1.f, true);
     }
     for (i64 j = 0; j < kn; ++j) {
       std::memcpy(dk + j * p.k_st, dKa + j * Dp, static_cast<std::size_t>(D) * sizeof(float));
@@ -734,7 +785,7 @@ struct Engine {
   static void backward(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
                        const float* V_, const float* O, const float* LSE, const AttnParams& p) {
     if (p.B <= 0 || p.H <= 0) return;
-    const i64 BH = p.B * p.H, Lq = p.Lq, Lk = p.Lk, D = p.D, Dv = p.Dv;
+    const i64 BH = p.B * p.H, Lq = p.Lq, Lk = p.Lk, D = p.D, Dv = p.Dv, G = group_size(p), Hkv = kv_heads(p);
     auto zero_rows = [](float* base, i64 sb, i64 sh, i64 st, i64 B, i64 H, i64 L, i64 dim) {
       for (i64 b = 0; b < B; ++b)
         for (i64 h = 0; h < H; ++h)
@@ -743,8 +794,8 @@ struct Engine {
     };
     if (Lq <= 0 || Lk <= 0) {  // nothing attends: all gradients are zero
       zero_rows(dQ, p.q_sb, p.q_sh, p.q_st, p.B, p.H, Lq, D);
-      zero_rows(dK, p.k_sb, p.k_sh, p.k_st, p.B, p.H, Lk, D);
-      zero_rows(dV, p.v_sb, p.v_sh, p.v_st, p.B, p.H, Lk, Dv);
+      zero_rows(dK, p.k_sb, p.k_sh, p.k_st, p.B, Hkv, Lk, D);
+      zero_rows(dV, p.v_sb, p.v_sh, p.v_st, p.B, Hkv, Lk, Dv);
       return;
     }
     CallWorkspace& cw = call_workspace();
@@ -764,72 +815,79 @@ struct Engine {
       }
     });
     const BwdCtx x{p, dO, Q, K, V_, LSE, Di, dK, dV, round_up(D, W), round_up(Dv, W), Dropout(p)};
-    const i64 nkb = (Lk + BKB - 1) / BKB, ntask = BH * nkb;
+    // Tasks: (b, key/value head hk, key block), each owning its dK, dV rows. A group gk = b * H_kv + hk
+    // covers the query heads hk * G .. hk * G + G - 1, whose dQ its segments accumulate.
+    const i64 nkb = (Lk + BKB - 1) / BKB, ntask = p.B * Hkv * nkb;
     const int T = qkv::num_threads();
-    const i64 slot_size = Lq * x.Dp;  // slots are only touched (made resident) when used
+    const i64 head_slot = Lq * x.Dp, slot_size = G * head_slot;  // slots are only touched (made resident) when used
     float* slots = cw.dq_slots.get(static_cast<std::size_t>(2 * T * slot_size));
     cw.slot_bh.assign(static_cast<std::size_t>(2 * T), -1);
-    auto write_dq = [&](i64 bh, const float* src) {
-      float* dst = dQ + (bh / p.H) * p.q_sb + (bh % p.H) * p.q_sh;
-      for (i64 i = 0; i < Lq; ++i)
-        std::memcpy(dst + i * p.q_st, src + i * x.Dp, static_cast<std::size_t>(D) * sizeof(float));
+    auto dq_head = [&](i64 gk, i64 g) { return dQ + (gk / Hkv) * p.q_sb + ((gk % Hkv) * G + g) * p.q_sh; };
+    auto write_dq = [&](i64 gk, const float* src) {
+      for (i64 g = 0; g < G; ++g) {
+        float* dst = dq_head(gk, g);
+        for (i64 i = 0; i < Lq; ++i)
+          std::memcpy(dst + i * p.q_st, src + g * head_slot + i * x.Dp, static_cast<std::size_t>(D) * sizeof(float));
+      }
     };
 
     qkv::parallel_for(0, ntask, 1, [&](i64 t0, i64 t1) {
       const int tid = qkv::thread_index();
       ThreadWorkspace& ws = thread_workspace();
-      // A (b,h) segment covering all key blocks of its head owns that head's dQ: it accumulates
-      // in place (or, for odd D, in slot 1 and is copied out). Only the first and last segments
-      // of a worker's chunk can be partial (a head split between workers); they accumulate in
-      // slots 0 and 1 and are summed in thread order after the parallel loop.
+      // A group segment covering all key blocks of its key/value head owns its query heads' dQ: it
+      // accumulates in place (or, for odd D, in slot 1 and is copied out). Only the first and last
+      // segments of a worker's chunk can be partial (a group split between workers); they
+      // accumulate in slots 0 and 1 and are summed in thread order after the parallel loop.
       for (i64 t = t0; t < t1;) {
-        const i64 bh = t / nkb, seg_end = std::min(t1, (bh + 1) * nkb), b = bh / p.H, h = bh % p.H;
-        const bool whole = t == bh * nkb && seg_end == (bh + 1) * nkb;
-        float* dq;
-        i64 dq_ld;
+        const i64 gk = t / nkb, seg_end = std::min(t1, (gk + 1) * nkb), b = gk / Hkv, hk = gk % Hkv;
+        const bool whole = t == gk * nkb && seg_end == (gk + 1) * nkb;
+        GroupRows rows{};
         if (whole && x.Dp == D) {
-          dq = dQ + b * p.q_sb + h * p.q_sh, dq_ld = p.q_st;
-          for (i64 i = 0; i < Lq; ++i) std::memset(dq + i * dq_ld, 0, static_cast<std::size_t>(D) * sizeof(float));
+          rows.dq = dq_head(gk, 0), rows.dq_hs = p.q_sh, rows.dq_ld = p.q_st;
+          for (i64 g = 0; g < G; ++g)
+            for (i64 i = 0; i < Lq; ++i)
+              std::memset(rows.dq + g * p.q_sh + i * p.q_st, 0, static_cast<std::size_t>(D) * sizeof(float));
         } else {
           const int slot = (t == t0 && !whole) ? 0 : 1;
-          dq = slots + (2 * tid + slot) * slot_size, dq_ld = x.Dp;
-          std::memset(dq, 0, static_cast<std::size_t>(slot_size) * sizeof(float));
-          if (!whole) cw.slot_bh[2 * tid + slot] = bh;
+          rows.dq = slots + (2 * tid + slot) * slot_size, rows.dq_hs = head_slot, rows.dq_ld = x.Dp;
+          std::memset(rows.dq, 0, static_cast<std::size_t>(slot_size) * sizeof(float));
+          if (!whole) cw.slot_bh[2 * tid + slot] = gk;
         }
-        const float* qrows = Q + b * p.q_sb + h * p.q_sh;
-        const float* dorows = dO + b * p.o_sb + h * p.o_sh;
-        i64 qld = p.q_st, dold = p.o_st;
+        rows.q = Q + b * p.q_sb + hk * G * p.q_sh, rows.q_hs = p.q_sh, rows.q_ld = p.q_st;
+        rows.dO = dO + b * p.o_sb + hk * G * p.o_sh, rows.dO_hs = p.o_sh, rows.dO_ld = p.o_st;
         if (x.Dp != D) {
-          float* qr = ws.buf[kQRows].get(static_cast<std::size_t>(Lq * x.Dp));
-          copy_rows_padded(qr, x.Dp, qrows, p.q_st, Lq, D);
-          qrows = qr, qld = x.Dp;
+          float* qr = ws.buf[kQRows].get(static_cast<std::size_t>(G * Lq * x.Dp));
+          for (i64 g = 0; g < G; ++g) copy_rows_padded(qr + g * Lq * x.Dp, x.Dp, rows.q + g * p.q_sh, p.q_st, Lq, D);
+          rows.q = qr, rows.q_hs = Lq * x.Dp, rows.q_ld = x.Dp;
         }
         if (x.Dvp != Dv) {
-          float* dr = ws.buf[kdORows].get(static_cast<std::size_t>(Lq * x.Dvp));
-          copy_rows_padded(dr, x.Dvp, dorows, p.o_st, Lq, Dv);
-          dorows = dr, dold = x.Dvp;
+          float* dr = ws.buf[kdORows].get(static_cast<std::size_t>(G * Lq * x.Dvp));
+          for (i64 g = 0; g < G; ++g)
+            copy_rows_padded(dr + g * Lq * x.Dvp, x.Dvp, rows.dO + g * p.o_sh, p.o_st, Lq, Dv);
+          rows.dO = dr, rows.dO_hs = Lq * x.Dvp, rows.dO_ld = x.Dvp;
         }
         for (; t < seg_end; ++t) {
           const i64 rank = t % nkb, kb = p.causal ? zigzag(rank, nkb) : rank;
-          backward_block(x, ws, b, h, kb * BKB, dq, dq_ld, qrows, qld, dorows, dold);
+          backward_block(x, ws, b, hk, kb * BKB, rows);
         }
-        if (whole && x.Dp != D) write_dq(bh, dq);
+        if (whole && x.Dp != D) write_dq(gk, rows.dq);
       }
     });
 
-    // Heads split between workers: dQ = sum of their partial slots, in slot (= thread) order.
+    // Groups split between workers: dQ = sum of their partial slots, in slot (= thread) order.
     const std::vector<i64>& sb = cw.slot_bh;
     for (int s = 0; s < 2 * T; ++s) {
-      const i64 bh = sb[s];
-      if (bh < 0 || std::find(sb.begin(), sb.begin() + s, bh) != sb.begin() + s) continue;
-      float* dst = dQ + (bh / p.H) * p.q_sb + (bh % p.H) * p.q_sh;
-      qkv::parallel_for(0, Lq, 64, [&](i64 i0, i64 i1) {
-        for (i64 i = i0; i < i1; ++i) {
-          float* drow = dst + i * p.q_st;
-          std::memcpy(drow, slots + s * slot_size + i * x.Dp, static_cast<std::size_t>(D) * sizeof(float));
+      const i64 gk = sb[s];
+      if (gk < 0 || std::find(sb.begin(), sb.begin() + s, gk) != sb.begin() + s) continue;
+      qkv::parallel_for(0, G * Lq, 64, [&](i64 r0, i64 r1) {
+        for (i64 r = r0; r < r1; ++r) {
+          const i64 g = r / Lq, i = r % Lq;
+          float* drow = dq_head(gk, g) + i * p.q_st;
+          const i64 at = g * head_slot + i * x.Dp;
+          std::memcpy(drow, slots + s * slot_size + at, static_cast<std::size_t>(D) * sizeof(float));
           for (int s2 = s + 1; s2 < 2 * T; ++s2)
-            if (sb[s2] == bh) {
-              const float* src = slots + s2 * slot_size + i * x.Dp;
+            if (sb[s2] == gk) {
+              const float* src = slots + s2 * slot_size + at;
               for (i64 d = 0; d < D; ++d) drow[d] += src[d];
             }
         }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "qkv/kernels/attention.h"
+#include "qkv/kernels/decode_attention.h"
 
 namespace qkv::kernels::flash {
 
@@ -55,6 +56,7 @@ struct CallWorkspace {
   Buffer di;        // backward: D_i = rowsum(dO * O), [B*H*Lq]
   Buffer dq_slots;  // backward: per-worker dQ partials, [threads][2][Lq][Dp]
   std::vector<std::int64_t> slot_bh;  // which (b*H+h) each partial slot holds (-1: none)
+  Buffer decode_parts;  // decode: per (b, key/value head, chunk, row) [m, l, o[D]] of a split head
 };
 CallWorkspace& call_workspace();
 
@@ -66,7 +68,8 @@ CallWorkspace& call_workspace();
   void rows_forward_##name(float* O, float* LSE, const float* Q, const float* K, const float* V,               \
                            const AttnParams& p);                                                               \
   void rows_backward_##name(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,    \
-                            const float* V, const float* O, const float* LSE, const AttnParams& p);
+                            const float* V, const float* O, const float* LSE, const AttnParams& p);       \
+  void decode_forward_##name(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p);
 
 QKV_FLASH_DECLARE_ISA(scalar)
 QKV_FLASH_DECLARE_ISA(avx2)

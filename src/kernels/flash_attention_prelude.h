@@ -13,6 +13,7 @@
 #include "qkv/core/parallel.h"
 #include "qkv/core/rng.h"
 #include "qkv/kernels/attention.h"
+#include "qkv/kernels/decode_attention.h"
 #include "qkv/kernels/dropout.h"
 #include "qkv/kernels/fast_exp.h"
 #include "flash_attention_internal.h"

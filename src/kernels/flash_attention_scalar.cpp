@@ -21,6 +21,7 @@ struct IsaScalar {
   static float hmax(V a) { return a; }
   static float hsum(V a) { return a; }
   static V exp2(V t) { return fastexp::exp2_scalar(t); }
+  static V hsum_lanes(const V* a) { return a[0]; }
 };
 
 }  // namespace
@@ -28,6 +29,7 @@ struct IsaScalar {
 
 #include "flash_attention_impl.h"
 #include "attention_rows_impl.h"
+#include "decode_attention_impl.h"
 
 namespace qkv::kernels::flash {
 
@@ -45,6 +47,9 @@ void rows_forward_scalar(float* O, float* LSE, const float* Q, const float* K, c
 void rows_backward_scalar(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
                          const float* V, const float* O, const float* LSE, const AttnParams& p) {
   Rows<IsaScalar>::backward(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
+}
+void decode_forward_scalar(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p) {
+  Decode<IsaScalar>::forward(O, Q, K, V, p);
 }
 
 }  // namespace qkv::kernels::flash

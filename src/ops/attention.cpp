@@ -177,7 +177,8 @@ namespace {
 
 constexpr const char* kOp = "scaled_dot_product_attention";
 
-void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
+// Key/value heads per query head group for q, k, v (1 unless enable_gqa with fewer k/v heads).
+std::int64_t check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, bool enable_gqa) {
   detail::check_float(q, kOp, "q");
   detail::check_float(k, kOp, "k");
   detail::check_float(v, kOp, "v");
@@ -187,8 +188,26 @@ void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
     throw ShapeError(std::string(kOp) + ": q " + q.shape_str() + ", k " + k.shape_str() + ", v " + v.shape_str() +
                      " must all have the same rank >= 2 ([..., L, D])");
   const auto r = static_cast<std::size_t>(q.dim());
+  std::int64_t group = 1;
+  if (r >= 3) {  // heads: dim -3
+    const std::int64_t H = q.shape()[r - 3], Hk = k.shape()[r - 3], Hv = v.shape()[r - 3];
+    if (Hk != Hv)
+      throw ShapeError(std::string(kOp) + ": k " + k.shape_str() + " has " + std::to_string(Hk) + " heads (dim -3) but v " +
+                       v.shape_str() + " has " + std::to_string(Hv) + "; keys and values need the same heads");
+    if (H != Hk) {
+      if (!enable_gqa)
+        throw ShapeError(std::string(kOp) + ": q " + q.shape_str() + " has " + std::to_string(H) + " heads (dim -3) but k " +
+                         k.shape_str() + " has " + std::to_string(Hk) +
+                         "; set enable_gqa for grouped-query attention (key/value heads shared by query heads)");
+      if (Hk < 1 || H % Hk != 0)
+        throw ShapeError(std::string(kOp) + ": enable_gqa needs the key/value heads to divide the query heads, but q " +
+                         q.shape_str() + " has " + std::to_string(H) + " heads (dim -3) and k " + k.shape_str() + " has " +
+                         std::to_string(Hk));
+      group = H / Hk;
+    }
+  }
   for (std::size_t i = 0; i + 2 < r; ++i)
-    if (q.shape()[i] != k.shape()[i] || q.shape()[i] != v.shape()[i])
+    if ((q.shape()[i] != k.shape()[i] || q.shape()[i] != v.shape()[i]) && !(i + 3 == r && group > 1))
       throw ShapeError(std::string(kOp) + ": leading dims differ: q " + q.shape_str() + ", k " + k.shape_str() +
                        ", v " + v.shape_str());
   if (q.shape().back() != k.shape().back())
@@ -198,6 +217,30 @@ void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
   if (k.shape()[r - 2] != v.shape()[r - 2])
     throw ShapeError(std::string(kOp) + ": k " + k.shape_str() + " and v " + v.shape_str() +
                      " must have the same number of keys (dim -2)");
+  return group;
+}
+
+// [..., H_kv, L, D] -> [..., H_kv * G, L, D], head h = key/value head h / G (PyTorch's
+// repeat_interleave on dim -3): the math path's copy of the shared heads (the fast path reads
+// them in place). Differentiable: the gradient of a shared head sums over its copies.
+Tensor repeat_heads(const Tensor& t, std::int64_t G) {
+  if (G == 1) return t;
+  Shape e = t.shape();
+  const std::size_t r = e.size();
+  e.insert(e.begin() + static_cast<std::ptrdiff_t>(r - 2), G);  // [..., H_kv, G, L, D]
+  Shape out = t.shape();
+  out[r - 3] *= G;
+  return t.unsqueeze(static_cast<std::int64_t>(r) - 2).expand(e).reshape(out);
+}
+
+// Keep mask [Lq, Lk] of a sliding window W: query i (position i + Lk - Lq) keeps keys j with
+// position - j < W.
+Tensor window_keep(std::int64_t Lq, std::int64_t Lk, std::int64_t W) {
+  Tensor m = Tensor::zeros({Lq, Lk}, DType::Bool);
+  bool* p = m.data<bool>();
+  for (std::int64_t i = 0; i < Lq; ++i)
+    for (std::int64_t j = 0; j < Lk; ++j) p[i * Lk + j] = i + (Lk - Lq) - j < W;
+  return m;
 }
 
 // A tensor's layout is "dense" if some permutation of it is contiguous.
@@ -244,6 +287,7 @@ kernels::AttnParams params_for(const Tensor& q, const Tensor& k, const Tensor& v
   kernels::AttnParams p;
   p.B = q.shape()[0];
   p.H = q.shape()[1];
+  p.H_kv = k.shape()[1];
   p.Lq = q.shape()[2];
   p.Lk = k.shape()[2];
   p.D = q.shape()[3];
@@ -266,6 +310,7 @@ Tensor flash_sdpa(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, co
   kernels::AttnParams p = params_for(q, k, v, o);
   p.scale = static_cast<float>(scale);
   p.causal = mask.has_causal();
+  p.window = opt.sliding_window;
   Shape ss = q_in.shape();
   ss.back() = k_in.shape()[k_in.dim() - 2];
   Tensor bias = mask.to_bias_without_causal(ss, DType::F32, kOp);
@@ -320,9 +365,12 @@ Tensor flash_sdpa(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, co
 
 AttentionOutput scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                                              const SdpaOptions& opt) {
-  check_qkv(q, k, v);
+  const std::int64_t group = check_qkv(q, k, v, opt.enable_gqa);
   if (!(opt.dropout_p >= 0.0 && opt.dropout_p < 1.0))
     throw ValueError(std::string(kOp) + ": dropout_p must be in [0, 1), got " + std::to_string(opt.dropout_p));
+  if (opt.sliding_window < 0)
+    throw ValueError(std::string(kOp) + ": sliding_window must be >= 0 (0: none), got " +
+                     std::to_string(opt.sliding_window));
   const std::int64_t D = q.shape().back();
   const double scale = opt.scale ? *opt.scale : (D > 0 ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0);
   Shape ss = q.shape();
@@ -335,12 +383,17 @@ AttentionOutput scaled_dot_product_attention(const Tensor& q, const Tensor& k, c
     return {flash_sdpa(q, k, v, mask, scale, opt), Tensor()};
 
   // Math path: scores = q k^T * scale (+ mask); weights = softmax; out = dropout(weights) v.
-  Tensor scores = mul(matmul(q, k.transpose(-2, -1)), scale);
-  if (!mask.empty()) scores = add(scores, mask.to_bias(ss, q.dtype(), kOp));
+  // Grouped heads are copied per query head here; the window is one more keep mask.
+  const Tensor kh = repeat_heads(k, group), vh = repeat_heads(v, group);
+  const Mask full = opt.sliding_window > 0 ? mask & Mask::keep(window_keep(ss[ss.size() - 2], ss.back(),
+                                                                            opt.sliding_window))
+                                           : mask;
+  Tensor scores = mul(matmul(q, kh.transpose(-2, -1)), scale);
+  if (!full.empty()) scores = add(scores, full.to_bias(ss, q.dtype(), kOp));
   Tensor weights = softmax(scores, -1);
   Tensor attn = opt.dropout_p > 0 ? dropout(weights, opt.dropout_p, true, opt.generator) : weights;
   AttentionOutput r;
-  r.output = matmul(attn, v);
+  r.output = matmul(attn, vh);
   if (opt.need_weights) r.weights = weights;
   return r;
 }

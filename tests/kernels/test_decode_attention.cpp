@@ -1,6 +1,7 @@
 // Decode attention (kernels/decode_attention.h) against its float64 naive twin:
 // awkward head dims, new-query counts and per-sequence cache lengths, NaN in the
-// unused cache slots, split-K heads, and bitwise reproducibility over thread counts.
+// unused cache slots, grouped-query heads (groups 1, 2, 3, 9), sliding windows, split-K
+// heads, every ISA, and bitwise reproducibility over thread counts.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "qkv/kernels/cpu.h"
 #include "qkv/kernels/decode_attention.h"
 #include "testing/guards.h"
 
@@ -20,6 +22,9 @@ using i64 = std::int64_t;
 struct Case {
   i64 B, H, Lq, D, T;
   std::vector<i64> q_len, k_len;
+  i64 H_kv = 0;    // 0: = H
+  i64 window = 0;  // 0: none
+  i64 kv_heads() const { return H_kv > 0 ? H_kv : H; }
 };
 
 struct Buffers {
@@ -27,30 +32,34 @@ struct Buffers {
   DecodeParams p;
 };
 
-// Q/O [B,H,Lq,D] contiguous; K/V [B,H,T,D] with slots at or past k_len[b] set to NaN.
-Buffers make(const Case& c, std::uint32_t seed, float spread = 1.f) {
+// Q/O [B,H,Lq,D] contiguous; K/V [B,H_kv,T,D] with slots at or past k_len[b] set to NaN, and
+// also those before every query's window when nan_outside_window.
+Buffers make(const Case& c, std::uint32_t seed, float spread = 1.f, bool nan_outside_window = false) {
   Buffers x;
   std::mt19937 rng(seed);
   std::normal_distribution<float> n(0.f, spread);
+  const i64 Hkv = c.kv_heads();
   x.q.resize(static_cast<std::size_t>(c.B * c.H * c.Lq * c.D));
-  x.k.resize(static_cast<std::size_t>(c.B * c.H * c.T * c.D));
+  x.k.resize(static_cast<std::size_t>(c.B * Hkv * c.T * c.D));
   x.v.resize(x.k.size());
   for (float& f : x.q) f = n(rng);
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (i64 b = 0; b < c.B; ++b)
-    for (i64 h = 0; h < c.H; ++h)
+  for (i64 b = 0; b < c.B; ++b) {
+    const i64 first = c.window > 0 ? c.k_len[b] - c.q_len[b] - c.window + 1 : 0;  // query 0's first key
+    for (i64 h = 0; h < Hkv; ++h)
       for (i64 t = 0; t < c.T; ++t)
         for (i64 d = 0; d < c.D; ++d) {
-          const std::size_t i = static_cast<std::size_t>(((b * c.H + h) * c.T + t) * c.D + d);
-          const bool used = t < c.k_len[b];
+          const std::size_t i = static_cast<std::size_t>(((b * Hkv + h) * c.T + t) * c.D + d);
+          const bool used = t < c.k_len[b] && !(nan_outside_window && t < first);
           x.k[i] = used ? n(rng) : nan;
           x.v[i] = used ? n(rng) : nan;
         }
+  }
   DecodeParams& p = x.p;
-  p.B = c.B, p.H = c.H, p.Lq = c.Lq, p.D = c.D;
+  p.B = c.B, p.H = c.H, p.Lq = c.Lq, p.D = c.D, p.H_kv = c.H_kv, p.window = c.window;
   p.q_sb = c.H * c.Lq * c.D, p.q_sh = c.Lq * c.D, p.q_st = c.D;
   p.o_sb = p.q_sb, p.o_sh = p.q_sh, p.o_st = p.q_st;
-  p.k_sb = c.H * c.T * c.D, p.k_sh = c.T * c.D, p.k_st = c.D;
+  p.k_sb = Hkv * c.T * c.D, p.k_sh = c.T * c.D, p.k_st = c.D;
   p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
   p.scale = 1.f / std::sqrt(static_cast<float>(c.D));
   return x;
@@ -77,8 +86,8 @@ std::vector<float> fast(const Buffers& x, const Case& c) {
 }
 
 // R1 (REFERENCES.md): |fast - ref64| <= 2 |ref32 - ref64| + 1e-5, rows past q_len untouched.
-void expect_r1(const Case& c, std::uint32_t seed, float spread = 1.f) {
-  const Buffers x = make(c, seed, spread);
+void expect_r1(const Case& c, std::uint32_t seed, float spread = 1.f, bool nan_outside_window = false) {
+  const Buffers x = make(c, seed, spread, nan_outside_window);
   const std::vector<float> got = fast(x, c), lp = ref<float>(x, c);
   const std::vector<double> hp = ref<double>(x, c);
   double err_lp = 0, err = 0;
@@ -95,38 +104,98 @@ void expect_r1(const Case& c, std::uint32_t seed, float spread = 1.f) {
           err_lp = std::max(err_lp, std::fabs(lp[at] - hp[at]));
           err = std::max(err, std::fabs(got[at] - hp[at]));
         }
-  EXPECT_LE(err, 2 * err_lp + 1e-5) << "B " << c.B << " H " << c.H << " Lq " << c.Lq << " D " << c.D << " T " << c.T;
+  EXPECT_LE(err, 2 * err_lp + 1e-5) << "B " << c.B << " H " << c.H << " H_kv " << c.kv_heads() << " Lq " << c.Lq
+                                    << " D " << c.D << " T " << c.T << " window " << c.window << " isa "
+                                    << qkv::kernels::isa_name(qkv::kernels::active_isa());
 }
+
+std::vector<qkv::kernels::Isa> isas() { return qkv::testing::isas_up_to(qkv::kernels::Isa::Avx512); }
 
 TEST(DecodeAttention, AwkwardShapesMatchTheFloat64Reference) {
   qkv::testing::ThreadsGuard tg;
+  qkv::testing::IsaGuard ig;
   std::uint32_t seed = 1;
-  for (int threads : {1, 2}) {
-    qkv::set_num_threads(threads);
-    for (i64 D : {1, 3, 8, 16, 21, 32, 59, 64, 96, 128})
-      for (i64 Lq : {1, 2, 3, 4})
-        for (i64 T : {4, 17, 113, 300}) {
-          // Mixed per-sequence lengths: the shortest holds exactly its new queries.
-          Case c{3, 2, Lq, D, T, {Lq, std::max<i64>(Lq - 1, 0), 1}, {Lq, T, std::min<i64>(T, Lq + 5)}};
-          expect_r1(c, seed++);
-        }
+  for (auto isa : isas()) {
+    qkv::kernels::set_isa(isa);
+    for (int threads : {1, 2}) {
+      qkv::set_num_threads(threads);
+      for (i64 D : {1, 3, 8, 16, 21, 32, 59, 64, 96, 128})
+        for (i64 Lq : {1, 2, 3, 4})
+          for (i64 T : {4, 17, 113, 300}) {
+            if ((D + Lq + T + threads) % 2) continue;  // a reduced sweep: half the combinations per ISA
+            // Mixed per-sequence lengths: the shortest holds exactly its new queries.
+            Case c{3, 2, Lq, D, T, {Lq, std::max<i64>(Lq - 1, 0), 1}, {Lq, T, std::min<i64>(T, Lq + 5)}};
+            expect_r1(c, seed++);
+            if (HasFailure()) return;
+          }
+    }
+  }
+}
+
+// Grouped-query heads: group sizes 1, 2, 3, 9 (H_kv = 1: multi-query), SmolLM2's 9 on 3 at D = 64,
+// with 1..4 new queries, mixed lengths, odd head dims, every ISA.
+TEST(DecodeAttention, GroupedQueryHeadsMatchTheReference) {
+  qkv::testing::ThreadsGuard tg;
+  qkv::testing::IsaGuard ig;
+  struct G {
+    i64 H, H_kv, D;
+  };
+  const G groups[] = {{4, 4, 16}, {4, 2, 21}, {9, 3, 64}, {9, 1, 64}, {6, 3, 3}, {9, 1, 128}};
+  std::uint32_t seed = 100;
+  for (auto isa : isas()) {
+    qkv::kernels::set_isa(isa);
+    for (const G& g : groups)
+      for (i64 Lq : {1, 3, 4}) {
+        qkv::set_num_threads(Lq % 2 ? 1 : 2);
+        Case c{3, g.H, Lq, g.D, 300, {Lq, 1, std::max<i64>(Lq - 1, 0)}, {300, 70, Lq + 2}, g.H_kv};
+        expect_r1(c, seed++);
+        if (HasFailure()) return;
+      }
+  }
+}
+
+// Sliding windows 1, 2, the key block (64) +-1, longer than the context; with grouped heads, a
+// few new queries, mixed lengths, and split-K heads (long context, one sequence). Keys before
+// every query's window hold NaN: they are never read.
+TEST(DecodeAttention, SlidingWindowsMatchTheReference) {
+  qkv::testing::ThreadsGuard tg;
+  qkv::testing::IsaGuard ig;
+  std::uint32_t seed = 200;
+  for (auto isa : isas()) {
+    qkv::kernels::set_isa(isa);
+    for (i64 W : {1, 2, 63, 64, 65, 299, 5000}) {
+      qkv::set_num_threads(W % 2 ? 2 : 1);
+      Case c{3, 6, 3, 64, 300, {3, 1, 2}, {300, 170, 4}, 2, W};
+      expect_r1(c, seed++, 1.f, true);
+      Case split{1, 9, 2, 64, 4000, {2}, {3999}, 3, W};  // split-K when the window is long
+      expect_r1(split, seed++, 1.f, true);
+      if (HasFailure()) return;
+    }
   }
 }
 
 TEST(DecodeAttention, LongContextSplitAcrossThreadsMatchesAndIsBitwiseStable) {
   // One sequence, few heads, long cache: the keys of a head are split into chunks merged by LSE.
   qkv::testing::ThreadsGuard tg;
-  Case c{1, 2, 2, 64, 3001, {2}, {2999}};
-  ASSERT_GT(qkv::kernels::decode_attention_splits(c.B, c.H, c.k_len[0]), 1) << "this case must exercise split-K";
-  qkv::set_num_threads(1);
-  expect_r1(c, 5);
-  expect_r1(c, 6, 4.f);  // peaked softmax: chunk maxima differ a lot
-  const Buffers x = make(c, 7);
-  const std::vector<float> one = fast(x, c);
-  for (int threads : {2, 3}) {
-    qkv::set_num_threads(threads);
-    const std::vector<float> again = fast(x, c);
-    EXPECT_EQ(0, std::memcmp(one.data(), again.data(), one.size() * sizeof(float))) << threads << " threads";
+  qkv::testing::IsaGuard ig;
+  for (auto isa : isas()) {
+    qkv::kernels::set_isa(isa);
+    for (const Case& c : {Case{1, 2, 2, 64, 3001, {2}, {2999}}, Case{1, 9, 1, 64, 2100, {1}, {2048}, 3},
+                          Case{2, 4, 4, 59, 1500, {4, 1}, {1500, 900}, 1, 700}}) {
+      ASSERT_GT(qkv::kernels::decode_attention_splits(c.B, c.kv_heads(), c.k_len[0]), 1)
+          << "this case must exercise split-K";
+      qkv::set_num_threads(1);
+      expect_r1(c, 5);
+      expect_r1(c, 6, 4.f);  // peaked softmax: chunk maxima differ a lot
+      const Buffers x = make(c, 7);
+      const std::vector<float> one = fast(x, c);
+      for (int threads : {2, 3}) {
+        qkv::set_num_threads(threads);
+        const std::vector<float> again = fast(x, c);
+        EXPECT_EQ(0, std::memcmp(one.data(), again.data(), one.size() * sizeof(float))) << threads << " threads";
+      }
+      if (HasFailure()) return;
+    }
   }
 }
 
@@ -136,13 +205,20 @@ TEST(DecodeAttention, SplitsDependOnlyOnSizes) {
   EXPECT_EQ(decode_attention_splits(1, 12, 2048), 2);     // GPT-2 small at 2048 keys
   EXPECT_EQ(decode_attention_splits(8, 12, 2048), 1);     // enough heads already
   EXPECT_EQ(decode_attention_splits(1, 1, 100000), 16);
+  EXPECT_EQ(decode_attention_splits(1, 3, 2048), 6);      // SmolLM2: 9 query heads on 3 key/value heads
 }
 
 TEST(DecodeAttention, HugeLogitsStayFinite) {
   qkv::testing::ThreadsGuard tg;
+  qkv::testing::IsaGuard ig;
   qkv::set_num_threads(2);
-  Case c{2, 3, 1, 16, 700, {1, 1}, {700, 650}};
-  expect_r1(c, 9, 60.f);  // |q.k| ~ 1e4
+  for (auto isa : isas()) {
+    qkv::kernels::set_isa(isa);
+    Case c{2, 3, 1, 16, 700, {1, 1}, {700, 650}};
+    expect_r1(c, 9, 60.f);  // |q.k| ~ 1e4
+    Case g{2, 6, 2, 32, 700, {2, 1}, {700, 650}, 2, 100};
+    expect_r1(g, 10, 60.f);
+  }
 }
 
 TEST(DecodeAttention, ZeroNewQueriesWriteNothing) {

@@ -1,8 +1,9 @@
 // PyTorch parity of the functional ops: linear, layer_norm, gelu (erf, tanh),
 // softmax / log_softmax, cross_entropy, the sinusoidal table, and
-// scaled_dot_product_attention with every mask kind. Fixtures:
-// tests/fixtures/*.safetensors (tests/reference/make_fixtures.py; index in
-// tests/reference/fixture_index.md). Each case runs in float64 and float32.
+// scaled_dot_product_attention with every mask kind, grouped-query heads (enable_gqa) and a
+// sliding window. Fixtures: tests/fixtures/*.safetensors (tests/reference/make_fixtures.py,
+// make_gqa_fixtures.py; index in tests/reference/fixture_index.md). Each case runs in float64
+// and float32.
 #include <filesystem>
 
 #include "nn/parity_common.h"
@@ -22,7 +23,8 @@ TEST(ParityCoverage, EveryFixtureHasATest) {
       "cross_entropy", "sinusoidal_pe", "sdpa_none",            "sdpa_causal",     "sdpa_causal_rect",
       "sdpa_padding", "sdpa_keep",     "sdpa_block",            "sdpa_additive",   "mha_self",     "mha_self_causal",
       "mha_cross",    "mha_cross_kdim", "ffn_relu",             "ffn_gelu",        "encoder_post", "encoder_pre",
-      "decoder_post", "decoder_pre",   "train_adam",            "train_adamw",     "train_sgd"};
+      "decoder_post", "decoder_pre",   "train_adam",            "train_adamw",     "train_sgd",
+      "sdpa_gqa",     "sdpa_gqa_window"};
   // Fixtures of other scripts, tested elsewhere: safetensors_ref (tests/io), gpt2_tiny_logits
   // (make_gpt2_fixtures.py, tests/models/test_gpt2_parity.cpp).
   const std::set<std::string> elsewhere = {"safetensors_ref", "gpt2_tiny_logits"};
@@ -391,6 +393,35 @@ TEST_P(ParityOps, SdpaAdditive) {
       EXPECT_EQ(w[i], 0.0) << "weight under a -inf additive entry, flat index " << i;
     }
   run_sdpa(f, dt(), Mask::additive(add_mask), false, tag("sdpa_additive (no weights)"));
+}
+
+// PyTorch's enable_gqa=True: q with 6 heads on k, v with 2 (and 4 on 1 with a bottom-right causal
+// sliding window of 3, which PyTorch got as a keep mask): output and gradients (dk, dv with the
+// key/value heads' shapes), through the math path (need_weights: the shared heads copied) and the
+// default path (float32: the flash kernel reading them in place); the stored keep mask gives the
+// same numbers as Mask::causal() with sliding_window.
+TEST_P(ParityOps, SdpaGroupedQueryHeads) {
+  for (const char* name : {"sdpa_gqa", "sdpa_gqa_window"}) {
+    Fixture f = load(name);
+    ASSERT_TRUE(f.cfg.at("enable_gqa").get<bool>());
+    const std::int64_t W = f.cfg.contains("sliding_window") ? f.cfg.at("sliding_window").get<std::int64_t>() : 0;
+    std::vector<std::pair<Mask, std::int64_t>> masks = {{W ? Mask::causal() : Mask(), W}};
+    if (f.has("in.mask")) masks.push_back({Mask::keep(f.raw("in.mask")), 0});
+    for (const auto& [mask, window] : masks)
+      for (bool need_weights : {true, false}) {
+        const std::string t = tag(std::string(name) + " " + mask.describe() + " window " + std::to_string(window) +
+                                  (need_weights ? " (need_weights)" : " (no weights)"));
+        Tensor q = f.input("in.q", dt()), k = f.input("in.k", dt()), v = f.input("in.v", dt());
+        const AttentionOutput r = scaled_dot_product_attention(
+            q, k, v, mask, {.need_weights = need_weights, .enable_gqa = true, .sliding_window = window});
+        EXPECT_TRUE(close(r.output, f.at("out.output"), tol(), t + " out.output"));
+        dot_loss(r.output, f, "grad_out.output").backward();
+        EXPECT_EQ(k.grad().shape(), k.shape()) << t;
+        EXPECT_TRUE(close(q.grad(), f.at("grad.in.q"), tol(), t + " grad.in.q"));
+        EXPECT_TRUE(close(k.grad(), f.at("grad.in.k"), tol(), t + " grad.in.k"));
+        EXPECT_TRUE(close(v.grad(), f.at("grad.in.v"), tol(), t + " grad.in.v"));
+      }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, ParityOps, ::testing::Values(DType::F64, DType::F32), dtype_param_name);

@@ -61,6 +61,29 @@ TEST(BadInput, AttentionShapesAndMasks) {
   expect_error<ValueError>([&] { scaled_dot_product_attention(q, k, v, Mask(), {.dropout_p = 1.0}); }, {"dropout_p", "[0, 1)"});
 }
 
+// Grouped-query attention (PyTorch's enable_gqa) and the sliding window: heads that do not
+// divide, heads that differ without enable_gqa, keys and values with different heads, other
+// leading dims that differ, a negative window.
+TEST(BadInput, GroupedQueryHeadsAndWindow) {
+  Tensor q = Tensor::zeros({2, 9, 5, 8}), k = Tensor::zeros({2, 3, 6, 8}), v = Tensor::zeros({2, 3, 6, 8});
+  expect_error<ShapeError>([&] { scaled_dot_product_attention(q, k, v); },
+                           {"scaled_dot_product_attention", "[2,9,5,8] has 9 heads (dim -3)", "[2,3,6,8] has 3",
+                            "enable_gqa"});
+  const Tensor k4 = Tensor::zeros({2, 4, 6, 8});
+  expect_error<ShapeError>([&] { scaled_dot_product_attention(q, k4, k4, Mask(), {.enable_gqa = true}); },
+                           {"scaled_dot_product_attention", "enable_gqa", "divide", "9 heads", "[2,4,6,8] has 4"});
+  expect_error<ShapeError>([&] { scaled_dot_product_attention(q, k, Tensor::zeros({2, 1, 6, 8}), Mask(),
+                                                              {.enable_gqa = true}); },
+                           {"scaled_dot_product_attention", "k [2,3,6,8] has 3 heads", "v [2,1,6,8] has 1"});
+  expect_error<ShapeError>([&] { scaled_dot_product_attention(q, Tensor::zeros({1, 3, 6, 8}), Tensor::zeros({1, 3, 6, 8}),
+                                                              Mask(), {.enable_gqa = true}); },
+                           {"scaled_dot_product_attention", "leading dims differ", "[1,3,6,8]"});
+  expect_error<ValueError>([&] { scaled_dot_product_attention(q, k, v, Mask(), {.enable_gqa = true, .sliding_window = -2}); },
+                           {"scaled_dot_product_attention", "sliding_window", "-2"});
+  // and the valid call runs (output with q's heads)
+  EXPECT_EQ(scaled_dot_product_attention(q, k, v, Mask(), {.enable_gqa = true}).output.shape(), (Shape{2, 9, 5, 8}));
+}
+
 TEST(BadInput, ViewsAndIndices) {
   expect_error<ShapeError>([] { Tensor::zeros({2, 3}).view({4, 2}); }, {"view", "[4,2]", "[2,3]"});
   expect_error<ShapeError>([] { Tensor::zeros({2, 3}).transpose(0, 1).view({6}); }, {"contiguous()"});

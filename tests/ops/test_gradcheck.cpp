@@ -193,5 +193,22 @@ TEST(GradCheck, ScaledDotProductAttention) {
       qkv));
 }
 
+// Grouped-query heads (enable_gqa: 6 query heads on 2 and on 1 key/value heads; the gradient of a
+// shared head sums over its query heads) and sliding windows (1 and 3, with and without causal,
+// Lq < Lk and Lq > Lk: rows with no key give zero gradient), in float64 (the math path).
+TEST(GradCheck, ScaledDotProductAttentionGqaAndWindow) {
+  auto sdpa = [](const Mask& m, SdpaOptions o) {
+    return [m, o](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], m, o).output; };
+  };
+  V gqa = {rand64({2, 6, 4, 5}, 70), rand64({2, 2, 6, 5}, 71), rand64({2, 2, 6, 3}, 72)};
+  EXPECT_TRUE(gradcheck(sdpa(Mask(), {.enable_gqa = true}), gqa));
+  EXPECT_TRUE(gradcheck(sdpa(Mask::causal(), {.enable_gqa = true, .sliding_window = 3}), gqa));
+  V mqa = {rand64({1, 6, 5, 4}, 73), rand64({1, 1, 5, 4}, 74), rand64({1, 1, 5, 4}, 75)};
+  EXPECT_TRUE(gradcheck(sdpa(Mask::causal(), {.enable_gqa = true, .sliding_window = 1}), mqa));
+  V tall = {rand64({1, 2, 7, 4}, 76), rand64({1, 2, 4, 4}, 77), rand64({1, 2, 4, 4}, 78)};  // Lq > Lk
+  EXPECT_TRUE(gradcheck(sdpa(Mask(), {.sliding_window = 2}), tall));
+  EXPECT_TRUE(gradcheck(sdpa(Mask::causal(), {.sliding_window = 2}), tall));
+}
+
 }  // namespace
 }  // namespace qkv

@@ -1,6 +1,8 @@
 // KV cache for autoregressive decoding: the keys and values of every layer,
-// preallocated once as [B, H, T_max, D] (from the engine's block cache), with a
-// length per sequence. Sequence b keeps its keys at positions [0, length(b)) of
+// preallocated once as [B, H_kv, T_max, D] (from the engine's block cache), with a
+// length per sequence. H_kv = num_kv_heads key/value heads (grouped-query attention: the
+// H = num_heads query heads share them, H_kv dividing H; multi-query when H_kv = 1); by
+// default H_kv = H (multi-head attention, GPT-2). Sequence b keeps its keys at positions [0, length(b)) of
 // its slot: a batch of prompts of different lengths needs no padding in the
 // cache, and new entries are written in place after the old ones (which are
 // never moved or copied).
@@ -10,8 +12,8 @@
 //   for each layer l: cache.write(l, k, v, n_new); o = cache.attend(l, q, n_new, scale);
 //   cache.advance(n_new);                     // lengths += n_new
 //
-// Letters (docs/shapes.md): B batch (sequence slots), H heads, T_max capacity,
-// Tn new tokens per step (the longest of the batch), D head dim.
+// Letters (docs/shapes.md): B batch (sequence slots), H query heads, H_kv key/value heads,
+// T_max capacity, Tn new tokens per step (the longest of the batch), D head dim.
 //
 // Thread safety: a cache is one request's mutable state: use each from one thread at a time.
 // The model that fills it may be shared by many caches in many threads.
@@ -30,17 +32,20 @@ namespace qkv::infer {
 struct KVCacheOptions {
   std::int64_t num_layers = 0;
   std::int64_t batch = 1;
-  std::int64_t num_heads = 1;
-  std::int64_t max_len = 0;   // T_max: positions per sequence
+  std::int64_t num_heads = 1;     // H: query heads
+  std::int64_t num_kv_heads = 0;  // H_kv: key/value heads stored, dividing num_heads; 0 means num_heads
+  std::int64_t max_len = 0;       // T_max: positions per sequence
   std::int64_t head_dim = 0;
 };
 
 class KVCache {
  public:
-  // Allocates 2 * num_layers tensors [B, H, T_max, D] (float32). Sizes must be >= 1 (layers >= 0); the
-  // total is checked for overflow and named in the error (AllocError) before anything is allocated.
+  // Allocates 2 * num_layers tensors [B, H_kv, T_max, D] (float32). Sizes must be >= 1 (layers >= 0),
+  // num_kv_heads must divide num_heads (ValueError naming both); the total is checked for overflow
+  // and named in the error (AllocError) before anything is allocated.
   explicit KVCache(const KVCacheOptions& o);
 
+  // The options, num_kv_heads resolved (never 0).
   const KVCacheOptions& options() const { return opt_; }
   std::int64_t length(std::int64_t b) const;
   const std::vector<std::int64_t>& lengths() const { return len_; }
@@ -49,22 +54,26 @@ class KVCache {
   // ValueError naming the sequence, its length, n_new and max_len if any
   // length(b) + n_new[b] > max_len (or n_new has the wrong size or a negative entry).
   void check_room(const std::vector<std::int64_t>& n_new) const;
-  // Copies the new keys and values of `layer` into place: k_new, v_new [B, H, Tn, D] (any
+  // Copies the new keys and values of `layer` into place: k_new, v_new [B, H_kv, Tn, D] (any
   // strides); rows t < n_new[b] go to positions length(b) + t, rows t >= n_new[b] are ignored.
-  // Bitwise copies. Checks room first (nothing is written on error).
+  // Bitwise copies. Checks everything first (nothing is written on error).
   void write(std::int64_t layer, const Tensor& k_new, const Tensor& v_new, const std::vector<std::int64_t>& n_new);
   // Attention of the new queries q [B, H, Tn, D] (after write() of this layer, before advance()):
-  // query t < n_new[b] of sequence b sees its keys [0, length(b) + t] (bottom-right causal).
+  // query t < n_new[b] of sequence b, at position p = length(b) + t, sees its keys [0, p]
+  // (bottom-right causal), and with a sliding window W >= 1 only keys j > p - W (Mistral's
+  // sliding_window; 0: none). Query head h reads key/value head h / (H / H_kv).
   // Returns [B, Tn, H, D] (rows t >= n_new[b] are zero). Few new queries run the decode kernel
-  // (split-K over threads for long contexts); longer ones the tiled FlashAttention kernel.
-  Tensor attend(std::int64_t layer, const Tensor& q, const std::vector<std::int64_t>& n_new, double scale) const;
+  // (a key/value head's query heads together, split-K over threads for long contexts); longer
+  // ones the tiled FlashAttention kernel.
+  Tensor attend(std::int64_t layer, const Tensor& q, const std::vector<std::int64_t>& n_new, double scale,
+                std::int64_t window = 0) const;
   // Once every layer was written: length(b) += n_new[b].
   void advance(const std::vector<std::int64_t>& n_new);
 
   void reset(std::int64_t b);  // empties slot b for reuse
   void reset();                // every slot
 
-  // The whole buffers [B, H, T_max, D] (entries at or past length(b) are unspecified).
+  // The whole buffers [B, H_kv, T_max, D] (entries at or past length(b) are unspecified).
   const Tensor& keys(std::int64_t layer) const;
   const Tensor& values(std::int64_t layer) const;
 

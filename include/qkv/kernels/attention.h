@@ -3,17 +3,27 @@
 // twin that materialises the scores (the test reference, and the math path
 // used when attention weights are requested).
 //
-// Letters (docs/shapes.md): B batch, H heads, Lq query length, Lk key length,
-// D query/key head dim, Dv value head dim.
+// Letters (docs/shapes.md): B batch, H (query) heads, H_kv key/value heads, Lq query length,
+// Lk key length, D query/key head dim, Dv value head dim.
 //
-//   scores[b,h,i,j] = scale * <q[b,h,i,:], k[b,h,j,:]> + bias[b,h,i,j]
-//                     (-inf where masked: causal, key padding, -inf bias)
+//   scores[b,h,i,j] = scale * <q[b,h,i,:], k[b,g(h),j,:]> + bias[b,h,i,j]
+//                     (-inf where masked: causal, sliding window, key padding, -inf bias)
 //   P[b,h,i,:]      = softmax_j(scores[b,h,i,:])      (0 for a fully masked row)
-//   O[b,h,i,:]      = sum_j dropout(P)[b,h,i,j] * v[b,h,j,:]
+//   O[b,h,i,:]      = sum_j dropout(P)[b,h,i,j] * v[b,g(h),j,:]
 //   LSE[b,h,i]      = log sum_j exp(scores[b,h,i,j])  (-inf for a fully masked row)
 //
+// Grouped-query attention (GQA; multi-query when H_kv = 1): query head h reads key/value head
+// g(h) = h / (H / H_kv), in place (K and V are never copied per query head); the backward sums
+// the gradients of a key/value head over its H / H_kv query heads.
+//
+// Positions are bottom-right aligned: query row i sits at position i + (Lk - Lq), the last Lq of
+// Lk keys (KV-cache decoding). causal keeps keys j <= i + (Lk - Lq); a sliding window W keeps
+// keys j > i + (Lk - Lq) - W (Mistral's sliding_window: with causal, query position t sees keys
+// t - W < j <= t). Tiles entirely outside the window are skipped, so the cost is O(Lq * W).
+//
 // Kernels do not validate shapes (ops/ does that); they require B,H,Lq,Lk >= 0,
-// D,Dv >= 1, 0 <= dropout_p < 1, and non-overlapping outputs.
+// H_kv >= 1 dividing H (or 0 for H), window >= 0, D,Dv >= 1, 0 <= dropout_p < 1, and
+// non-overlapping outputs.
 // Thread safety: several threads may call the kernels at once (workspaces are per thread,
 // indexed by the calling thread's own team), each with bitwise the results of the call alone.
 #pragma once
@@ -36,12 +46,14 @@ inline constexpr std::int64_t kRowsKernelMaxDim = 16;
 
 struct AttnParams {
   std::int64_t B = 1, H = 1, Lq = 0, Lk = 0, D = 0, Dv = 0;  // Dv: value head dim (often == D)
-  // Element strides (last dim contiguous) of q [B,H,Lq,D], k [B,H,Lk,D], v [B,H,Lk,Dv], o/dO [B,H,Lq,Dv];
-  // dq/dk/dv use the same strides as q/k/v. LSE is always contiguous [B,H,Lq].
+  std::int64_t H_kv = 0;  // key/value heads (GQA), dividing H; 0 means H (one per query head)
+  // Element strides (last dim contiguous) of q [B,H,Lq,D], k [B,H_kv,Lk,D], v [B,H_kv,Lk,Dv],
+  // o/dO [B,H,Lq,Dv]; dq/dk/dv use the same strides as q/k/v. LSE is always contiguous [B,H,Lq].
   std::int64_t q_sb = 0, q_sh = 0, q_st = 0, k_sb = 0, k_sh = 0, k_st = 0, v_sb = 0, v_sh = 0, v_st = 0,
                o_sb = 0, o_sh = 0, o_st = 0;
   float scale = 0.f;  // usually 1/sqrt(D)
   bool causal = false;  // bottom-right aligned: query i sees key j iff j <= i + (Lk - Lq)
+  std::int64_t window = 0;  // sliding window W >= 1: query i sees key j only if i + (Lk - Lq) - j < W; 0: none
   const std::int64_t* key_lengths = nullptr;  // [B] or null: keys j >= key_lengths[b] are masked (lengths may be 0)
   // Optional additive bias/mask, added to the scaled scores; element (b,h,i,j) at
   //   bias[b*bias_sb + h*bias_sh + i*bias_si + j*bias_sj]; -inf blocks (strides may be 0 to broadcast).
@@ -58,13 +70,14 @@ struct AttnParams {
 // Tiled FlashAttention-2 forward (Dao, "FlashAttention-2", 2023, Algorithm 1).
 //   O   [B,H,Lq,Dv]  strides o_*
 //   LSE [B,H,Lq]     contiguous; natural-log log-sum-exp of the scaled, masked scores; -inf for a fully masked row
-//   Q [B,H,Lq,D], K [B,H,Lk,D], V [B,H,Lk,Dv]  strides q_*, k_*, v_*
+//   Q [B,H,Lq,D], K [B,H_kv,Lk,D], V [B,H_kv,Lk,Dv]  strides q_*, k_*, v_*
 // A query row with no allowed key gives O = 0 (and zero gradients), never NaN. Keys at or beyond
 // key_lengths[b] are never read. Bitwise reproducible for a fixed thread count (in fact for any).
 void flash_attention_forward(float* O, float* LSE, const float* Q, const float* K, const float* V, const AttnParams& p);
 
 // Tiled FlashAttention-2 backward (Dao 2023, Algorithm 2): recomputes P from LSE.
-//   dQ [B,H,Lq,D], dK [B,H,Lk,D], dV [B,H,Lk,Dv]  written (not accumulated), strides q_*, k_*, v_*
+//   dQ [B,H,Lq,D], dK [B,H_kv,Lk,D], dV [B,H_kv,Lk,Dv]  written (not accumulated), strides q_*, k_*, v_*
+//     (dK, dV of a key/value head: the sum over its query heads)
 //   dO, O [B,H,Lq,Dv]  strides o_*;  LSE [B,H,Lq] contiguous, as written by flash_attention_forward
 //   Q, K, V  as in forward (same params, same seed/offset for dropout)
 // Bitwise reproducible across runs for a fixed thread count.

@@ -60,6 +60,15 @@ struct SdpaOptions {
   std::optional<double> scale;         // default 1/sqrt(D)
   bool need_weights = false;           // also return the weights (uses the math path)
   Generator* generator = nullptr;      // dropout randomness; nullptr = default_generator()
+  // Grouped-query attention (PyTorch's enable_gqa): k and v may have fewer heads (dim -3) than q,
+  // H_kv dividing H; query head h uses key/value head h / (H / H_kv). The fast path reads the
+  // shared heads in place (no copy per query head); their gradients sum over the query heads.
+  bool enable_gqa = false;
+  // Sliding window W >= 1 (Mistral's sliding_window; 0: none): query i, at position
+  // i + (Lk - Lq) (bottom-right aligned, as Mask::causal()), sees only keys j with
+  // position - j < W. With Mask::causal(), position t sees keys t - W < j <= t. The fast path
+  // skips the keys outside the window (cost O(Lq W)), not computing them under a mask.
+  std::int64_t sliding_window = 0;
 };
 
 struct AttentionOutput {
@@ -67,8 +76,10 @@ struct AttentionOutput {
   Tensor weights;  // [..., Lq, Lk] after masking and softmax, before dropout; undefined unless need_weights
 };
 
-// q [..., Lq, D], k [..., Lk, D], v [..., Lk, Dv] with equal leading dims.
-// output = dropout(softmax(q k^T * scale + mask)) v.
+// q [..., Lq, D], k [..., Lk, D], v [..., Lk, Dv] with equal leading dims; with enable_gqa,
+// q [..., H, Lq, D], k [..., H_kv, Lk, D], v [..., H_kv, Lk, Dv] (H_kv dividing H, the other
+// leading dims equal). output [..., Lq, Dv] (q's leading dims) =
+// dropout(softmax(q k^T * scale + mask + window)) v.
 AttentionOutput scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                              const Mask& mask = Mask(), const SdpaOptions& opt = {});
 
