@@ -95,8 +95,9 @@ def scaled_dot_product_attention(
         is_causal: query ``i`` attends keys ``j <= i`` (top-left aligned when L != S, as torch);
             combines with ``attn_mask``.
         scale: defaults to ``1 / sqrt(E)``.
-        enable_gqa: accepted for torch's signature. Grouped-query attention (fewer key/value heads
-            than query heads) is not supported yet: such shapes raise :class:`qkv.ShapeError`.
+        enable_gqa: grouped-query attention, as torch: key and value may have fewer heads
+            ``(..., Hkv, S, E)`` than query ``(..., H, L, E)`` (Hkv dividing H); query head h
+            reads key/value head ``h // (H // Hkv)``, in place (no repeat).
         need_weights: also return the attention weights ``(..., L, S)`` (after masking and
             softmax, before dropout) for heatmaps: ``(output, weights)``.
     """

@@ -70,16 +70,13 @@ void register_functional(nb::module_& m) {
           const char* op = "scaled_dot_product_attention";
           const Imported q = import_array(query, op, "query"), k = import_array(key, op, "key"),
                          v = import_array(value, op, "value");
-          // TODO(gqa): enable_gqa=True with fewer key/value heads than query heads needs
-          // SdpaOptions::enable_gqa from the grouped-query attention work; until it is merged the
-          // library's shape check rejects differing head counts (naming the shapes).
-          (void)enable_gqa;
           const Mask mask = torch_mask(op, attn_mask, is_causal, q.t, k.t);
           AttentionOutput a;
           {
             nb::gil_scoped_release release;
-            a = scaled_dot_product_attention(q.t, k.t, v.t, mask,
-                                             SdpaOptions{.dropout_p = dropout_p, .scale = scale, .need_weights = need_weights});
+            a = scaled_dot_product_attention(
+                q.t, k.t, v.t, mask,
+                SdpaOptions{.dropout_p = dropout_p, .scale = scale, .need_weights = need_weights, .enable_gqa = enable_gqa});
           }
           return with_weights(a, q.kind, need_weights);
         },

@@ -71,6 +71,16 @@ def test_sdpa_masks_as_torch() -> None:
                                sdpa_ref(qs, k, v, bias[:1].repeat(S, 0), causal=True)[0], atol=2e-6)
 
 
+def test_sdpa_grouped_query_attention() -> None:
+    q, k, v = randn(2, 8, 9, 16), randn(2, 2, 13, 16), randn(2, 2, 13, 16)
+    rep = lambda t: np.repeat(t, 4, axis=1)  # noqa: E731  (query head h reads kv head h // 4)
+    for causal in (False, True):
+        out = qkv.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        np.testing.assert_allclose(out, sdpa_ref(q, rep(k), rep(v), causal=causal)[0], atol=2e-6)
+    with pytest.raises(qkv.ShapeError):
+        qkv.scaled_dot_product_attention(q, k, v)  # without enable_gqa the head counts must match
+
+
 def test_sdpa_dropout_is_seeded() -> None:
     q = randn(1, 2, 9, 8)
     qkv.manual_seed(3)

@@ -53,6 +53,14 @@ def test_sdpa_matches_torch(dtype: "torch.dtype") -> None:
                                F.scaled_dot_product_attention(q, k, v, attn_mask=bias), **tol)
 
 
+def test_grouped_query_attention_matches_torch() -> None:
+    q, k, v = randn(2, 12, 33, 32), randn(2, 4, 47, 32), randn(2, 4, 47, 32)
+    for causal in (False, True):
+        torch.testing.assert_close(qkv.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True),
+                                   F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True),
+                                   atol=2e-6, rtol=1e-5)
+
+
 def test_norms_and_rotary_match_torch() -> None:
     x, w, b = randn(3, 5, 64), randn(64), randn(64)
     torch.testing.assert_close(qkv.layer_norm(x, 64, w, b), F.layer_norm(x, (64,), w, b))
