@@ -25,6 +25,7 @@ set(QKV_SOURCES
   models/gpt2_io.cpp
   infer/sampling.cpp
   infer/generate.cpp
+  infer/session.cpp
   models/attention_maps.cpp
   models/classifier.cpp
   models/seq2seq.cpp
@@ -41,12 +42,25 @@ set(QKV_SOURCES
   tokenize/pretokenize.cpp
   tokenize/bpe_load.cpp
   tokenize/bpe.cpp
+  tokenize/bpe_build.cpp
+  tokenize/regex.cpp
+  tokenize/tokenizer_json.cpp
+  tokenize/gguf_vocab.cpp
   train/loop.cpp
   train/corpus.cpp
   train/lm.cpp
   train/seq2seq.cpp
   train/classify.cpp
   tokenize/bpe_train.cpp
+  tokenize/chat_template.cpp
+  tokenize/jinja_text.cpp
+  tokenize/jinja_value.cpp
+  tokenize/jinja_lexer.cpp
+  tokenize/jinja_parser.cpp
+  tokenize/jinja_scope.cpp
+  tokenize/jinja_render.cpp
+  tokenize/jinja_builtins.cpp
+  tokenize/jinja_methods.cpp
 )
 
 # The functional ops and the optimisers are elementwise loops and reductions that only

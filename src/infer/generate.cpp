@@ -46,6 +46,12 @@ void check_generation(const CausalLM& model, const std::vector<std::vector<i64>>
   const i64 V = model.vocab_size(), P = model.max_positions();
   if (o.eos_id && (*o.eos_id < 0 || *o.eos_id >= V))
     throw IndexError("generate: eos id " + std::to_string(*o.eos_id) + " out of range [0, " + std::to_string(V) + ")");
+  for (i64 s : o.stop_ids)
+    if (s < 0 || s >= V)
+      throw IndexError("generate: stop token id " + std::to_string(s) + " out of range [0, " + std::to_string(V) + ")");
+  if (o.logprobs < -1 || o.logprobs > kMaxTopLogprobs)
+    throw ValueError("generate: logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "] (or -1 for none), got " +
+                     std::to_string(o.logprobs));
   for (std::size_t b = 0; b < prompts.size(); ++b) {
     const auto& p = prompts[b];
     const std::string which = prompts.size() > 1 ? "prompt " + std::to_string(b) : std::string("the prompt");
@@ -103,6 +109,11 @@ std::vector<GenerationResult> generate(const CausalLM& model, const std::vector<
       const i64 tok = samplers[b].next(L + b * V, V);
       GenerationResult& r = out[b];
       r.new_ids.push_back(tok);
+      if (o.logprobs >= 0) {
+        TokenLogprob lp{.id = tok};
+        lp.logprob = token_logprob(L + b * V, V, tok, &lp.top, o.logprobs);
+        r.logprobs.push_back(std::move(lp));
+      }
       seq[b].push_back(tok);
       feed[b] = {tok};
       ++st.new_tokens;
@@ -110,7 +121,7 @@ std::vector<GenerationResult> generate(const CausalLM& model, const std::vector<
       if (on_token && !on_token(b, tok)) {
         r.reason = StopReason::Callback;
         stop = true;
-      } else if (o.eos_id && tok == *o.eos_id) {
+      } else if ((o.eos_id && tok == *o.eos_id) || std::find(o.stop_ids.begin(), o.stop_ids.end(), tok) != o.stop_ids.end()) {
         r.reason = StopReason::Eos;
         stop = true;
       } else if (static_cast<i64>(r.new_ids.size()) >= o.max_new_tokens) {

@@ -196,6 +196,14 @@ void KVCache::reset(i64 b) {
   len_[static_cast<std::size_t>(b)] = 0;
 }
 
+void KVCache::truncate(i64 b, i64 n) {
+  check_slot(b, "truncate");
+  if (n < 0 || n > len_[static_cast<std::size_t>(b)])
+    throw ValueError("KVCache::truncate: sequence " + std::to_string(b) + " holds " +
+                     std::to_string(len_[static_cast<std::size_t>(b)]) + " positions; cannot keep " + std::to_string(n));
+  len_[static_cast<std::size_t>(b)] = n;
+}
+
 void KVCache::reset() { std::fill(len_.begin(), len_.end(), 0); }
 
 const Tensor& KVCache::keys(i64 layer) const {

@@ -88,4 +88,33 @@ std::int64_t Sampler::next(const float* logits, std::int64_t V) {
   return scratch_[n - 1].second;
 }
 
+double token_logprob(const float* logits, std::int64_t V, std::int64_t id,
+                     std::vector<std::pair<std::int64_t, double>>* top, std::int64_t n_top) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (std::int64_t i = 0; i < V; ++i)
+    if (!std::isnan(logits[i])) mx = std::max(mx, static_cast<double>(logits[i]));
+  double sum = 0;
+  if (std::isfinite(mx))
+    for (std::int64_t i = 0; i < V; ++i)
+      if (!std::isnan(logits[i])) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const double lse = std::isfinite(mx) ? mx + std::log(sum) : mx;
+  auto lp = [&](std::int64_t i) {
+    const double x = std::isnan(logits[i]) ? -std::numeric_limits<double>::infinity() : static_cast<double>(logits[i]);
+    return std::isfinite(lse) ? x - lse : (x == lse ? 0.0 : -std::numeric_limits<double>::infinity());
+  };
+  if (top) {
+    top->clear();
+    const std::int64_t k = std::min(n_top, V);
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(V));
+    for (std::int64_t i = 0; i < V; ++i) idx[static_cast<std::size_t>(i)] = i;
+    auto better = [&](std::int64_t a, std::int64_t b) {
+      const double la = lp(a), lb = lp(b);
+      return la > lb || (la == lb && a < b);
+    };
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), better);
+    for (std::int64_t i = 0; i < k; ++i) top->emplace_back(idx[static_cast<std::size_t>(i)], lp(idx[static_cast<std::size_t>(i)]));
+  }
+  return lp(id);
+}
+
 }  // namespace qkv::infer

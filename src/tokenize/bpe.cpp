@@ -1,4 +1,5 @@
-// Byte-level BPE encode and decode (the tables come from bpe_load.cpp).
+// Byte-level BPE encode and decode (the tables come from bpe_load.cpp, tokenizer_json.cpp,
+// gguf_vocab.cpp through bpe_build.cpp).
 #include "qkv/tokenize/bpe.h"
 
 #include <algorithm>
@@ -30,6 +31,63 @@ struct Candidate {
   bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
 };
 
+// Unicode White_Space (Rust's char::is_whitespace, which HF's lstrip / rstrip use).
+bool is_white_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+char32_t code_point(const unsigned char* p, std::size_t len) {
+  char32_t cp = len == 1 ? p[0] : (p[0] & (0x7F >> len));
+  for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (p[k] & 0x3F);
+  return cp;
+}
+
+// Start of the run of whitespace that ends at `end` in valid UTF-8 text.
+std::size_t whitespace_before(std::string_view text, std::size_t end) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  while (end > 0) {
+    std::size_t b = end - 1;
+    while (b > 0 && (p[b] & 0xC0) == 0x80) --b;
+    if (!is_white_space(code_point(p + b, end - b))) break;
+    end = b;
+  }
+  return end;
+}
+
+// End of the run of whitespace that starts at `begin` in valid UTF-8 text.
+std::size_t whitespace_after(std::string_view text, std::size_t begin) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  while (begin < text.size()) {
+    const std::size_t len = utf8::scan(p + begin, text.size() - begin).len;
+    if (!is_white_space(code_point(p + begin, len))) break;
+    begin += len;
+  }
+  return begin;
+}
+
+// HF AddedVocabulary::find_matches: the added tokens of `matcher` in text and the text between
+// them, in order. A special token is passed over (left as text) when !specials; lstrip / rstrip
+// widen a match over the whitespace beside it (never back into the previous match).
+template <class OnText, class OnToken>
+void split_added(std::string_view text, const AddedMatcher& matcher, const std::vector<AddedToken>& added,
+                 bool specials, OnText on_text, OnToken on_token) {
+  std::size_t done = 0, from = 0;
+  if (!matcher.empty())
+    while (const auto hit = matcher.find(text, from)) {
+      from = hit->end;  // the search goes on after the match itself, not after what rstrip took
+      const AddedToken& t = added[static_cast<std::size_t>(hit->index)];
+      if (!specials && t.special) continue;
+      std::size_t begin = hit->begin, end = hit->end;
+      if (t.lstrip) begin = std::max(whitespace_before(text, begin), done);
+      if (t.rstrip) end = whitespace_after(text, end);
+      if (done < begin) on_text(text.substr(done, begin - done));
+      on_token(t.id);
+      done = end;
+    }
+  if (done < text.size()) on_text(text.substr(done));
+}
+
 }  // namespace
 
 ByteLevelBPE::ByteLevelBPE(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
@@ -44,9 +102,17 @@ void ByteLevelBPE::Impl::check_id(std::int64_t id, const char* what) const {
 void ByteLevelBPE::Impl::encode_piece(std::string_view piece, std::vector<std::int64_t>& out) const {
   const auto* p = reinterpret_cast<const unsigned char*>(piece.data());
   if (piece.size() == 1) {
-    if (byte_id[p[0]] >= 0) out.push_back(byte_id[p[0]]);
+    if (byte_id[p[0]] >= 0)
+      out.push_back(byte_id[p[0]]);
+    else if (bpe_unk >= 0)
+      out.push_back(bpe_unk);
     return;
   }
+  if (ignore_merges)
+    if (const auto it = whole.find(piece); it != whole.end()) {
+      out.push_back(it->second);
+      return;
+    }
   const bool cacheable = piece.size() < kCacheMaxPiece;
   if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mu);
@@ -55,12 +121,17 @@ void ByteLevelBPE::Impl::encode_piece(std::string_view piece, std::vector<std::i
       return;
     }
   }
-  // One symbol per byte. A byte without a token is dropped, as HF's BPE does without an unk token.
+  // One symbol per byte. A byte without a token is dropped, as HF's BPE does without an unk
+  // token, or becomes the unk token (one for a run of them with fuse_unk).
   std::vector<Symbol> sym;
   sym.reserve(piece.size());
+  bool after_unknown = false;
   for (std::size_t i = 0; i < piece.size(); ++i) {
-    const std::int32_t id = byte_id[p[i]];
-    if (id < 0) continue;
+    std::int32_t id = byte_id[p[i]];
+    const bool unknown = id < 0;
+    if (unknown) id = bpe_unk;
+    if (id < 0 || (unknown && fuse_unk && after_unknown)) continue;
+    after_unknown = unknown;
     const auto k = static_cast<std::int32_t>(sym.size());
     sym.push_back({id, k - 1, -1, true});
     if (k > 0) sym[k - 1].next = k;
@@ -98,40 +169,37 @@ void ByteLevelBPE::Impl::encode_piece(std::string_view piece, std::vector<std::i
   }
 }
 
-void ByteLevelBPE::Impl::encode_ordinary(std::string_view text, std::vector<std::int64_t>& out) const {
-  if (text.empty()) return;
+void ByteLevelBPE::Impl::split_pieces(std::string_view text, std::vector<std::string_view>& out,
+                                      PieceArena& arena) const {
+  pre.split(text, out, arena);
+}
+
+void ByteLevelBPE::Impl::encode_segment(std::string_view text, bool specials, std::vector<std::int64_t>& out) const {
+  std::string normal;
+  if (normalization == Normalization::NFC && nfc(text, normal)) text = normal;
   std::vector<std::string_view> pieces;
-  pre.split(text, pieces);
-  for (const std::string_view piece : pieces) encode_piece(piece, out);
+  PieceArena arena;
+  split_added(
+      text, normalized_added, added, specials,
+      [&](std::string_view part) {
+        pieces.clear();
+        split_pieces(part, pieces, arena);
+        for (const std::string_view piece : pieces) encode_piece(piece, out);
+      },
+      [&](std::int32_t id) { out.push_back(id); });
+}
+
+void ByteLevelBPE::Impl::encode_text(std::string_view text, bool specials, std::vector<std::int64_t>& out) const {
+  split_added(
+      text, raw_added, added, specials, [&](std::string_view part) { encode_segment(part, specials, out); },
+      [&](std::int32_t id) { out.push_back(id); });
 }
 
 std::vector<std::int64_t> ByteLevelBPE::encode(std::string_view text) const {
   utf8::check(text, "tokenize");
-  const Impl& m = *impl_;
   std::vector<std::int64_t> out;
   out.reserve(text.size() / 3 + 1);
-  // Special tokens first, leftmost-longest (HF's added-token split); the text between them is ordinary.
-  std::size_t seg = 0;  // start of the ordinary text not yet encoded
-  for (std::size_t pos = m.specials.empty() ? std::string_view::npos : text.find("<|");
-       pos != std::string_view::npos; pos = text.find("<|", pos)) {
-    std::size_t best = 0;
-    std::int32_t best_id = -1;
-    const std::size_t limit = std::min(text.size() - pos, m.max_special_len);
-    for (std::size_t e = text.find("|>", pos + 2); e != std::string_view::npos && e + 2 - pos <= limit;
-         e = text.find("|>", e + 1)) {
-      if (const auto it = m.specials.find(text.substr(pos, e + 2 - pos)); it != m.specials.end())
-        best = e + 2 - pos, best_id = it->second;
-    }
-    if (best == 0) {
-      ++pos;
-      continue;
-    }
-    m.encode_ordinary(text.substr(seg, pos - seg), out);
-    out.push_back(best_id);
-    pos += best;
-    seg = pos;
-  }
-  m.encode_ordinary(text.substr(seg), out);
+  impl_->encode_text(text, /*specials=*/true, out);
   return out;
 }
 
@@ -139,8 +207,18 @@ std::vector<std::int64_t> ByteLevelBPE::encode_ordinary(std::string_view text) c
   utf8::check(text, "tokenize");
   std::vector<std::int64_t> out;
   out.reserve(text.size() / 3 + 1);
-  impl_->encode_ordinary(text, out);
+  impl_->encode_text(text, /*specials=*/false, out);
   return out;
+}
+
+std::vector<std::string> ByteLevelBPE::pre_tokenize(std::string_view text) const {
+  utf8::check(text, "pre-tokenize");
+  std::string normal;
+  if (impl_->normalization == Normalization::NFC && nfc(text, normal)) text = normal;
+  std::vector<std::string_view> pieces;
+  PieceArena arena;
+  impl_->split_pieces(text, pieces, arena);
+  return {pieces.begin(), pieces.end()};
 }
 
 std::string ByteLevelBPE::decode_bytes(const std::vector<std::int64_t>& ids) const {
@@ -168,18 +246,32 @@ const std::string& ByteLevelBPE::token_bytes(std::int64_t id) const {
 std::int64_t ByteLevelBPE::vocab_size() const { return static_cast<std::int64_t>(impl_->bytes.size()); }
 
 std::optional<std::int64_t> ByteLevelBPE::token_to_id(std::string_view token) const {
-  const auto it = impl_->ids.find(token);
-  if (it == impl_->ids.end()) return std::nullopt;
-  return it->second;
+  if (const auto it = impl_->added_ids.find(token); it != impl_->added_ids.end()) return it->second;
+  if (const auto it = impl_->ids.find(token); it != impl_->ids.end()) return it->second;
+  return std::nullopt;
 }
 
 std::optional<std::int64_t> ByteLevelBPE::eos_id() const { return impl_->eos; }
+std::optional<std::int64_t> ByteLevelBPE::bos_id() const { return impl_->bos; }
+std::optional<std::int64_t> ByteLevelBPE::pad_id() const { return impl_->pad; }
+std::optional<std::int64_t> ByteLevelBPE::unk_id() const { return impl_->unk; }
+bool ByteLevelBPE::add_bos() const { return impl_->add_bos; }
+bool ByteLevelBPE::add_eos() const { return impl_->add_eos; }
 
 std::vector<std::string> ByteLevelBPE::special_tokens() const {
   std::vector<std::string> out;
-  for (const auto& kv : impl_->specials) out.push_back(kv.first);
+  for (const AddedToken& t : impl_->added)
+    if (t.special) out.push_back(t.content);
   std::sort(out.begin(), out.end());
   return out;
+}
+
+bool ByteLevelBPE::is_special(std::int64_t id) const {
+  impl_->check_id(id, "is_special");
+  const auto& added = impl_->added;  // sorted by id
+  const auto it = std::lower_bound(added.begin(), added.end(), id,
+                                   [](const AddedToken& t, std::int64_t x) { return t.id < x; });
+  return it != added.end() && it->id == id && it->special;
 }
 
 StreamDecoder::StreamDecoder(const ByteLevelBPE& bpe) : bpe_(bpe) {}

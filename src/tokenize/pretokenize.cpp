@@ -1,18 +1,25 @@
+// Pre-tokenizers: GPT-2's regex and the Split / Digits / ByteLevel pipeline (pretokenize.h).
+#define PCRE2_CODE_UNIT_WIDTH 8
 #include "qkv/tokenize/pretokenize.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
 #include <string>
 
 #include "qkv/core/error.h"
 #include "qkv/tokenize/utf8.h"
+#include "regex.h"
 
 namespace qkv::tokenize {
 
 namespace {
 
-// \s = [\t-\r\x{85}\p{Z}] (Unicode White_Space, Oniguruma's \s); \S = its complement.
+using detail::Regex;
+using detail::Span;
+
+// GPT-2's regex with \s = [\t-\r\x{85}\p{Z}] (Unicode White_Space, Oniguruma's \s) and \S its
+// complement: what detail::onig_to_pcre2 makes of Hugging Face's ByteLevel pattern
+// 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ (tested).
 constexpr const char* kPattern =
     "'s|'t|'re|'ve|'m|'ll|'d"
     "| ?\\p{L}+"
@@ -21,45 +28,66 @@ constexpr const char* kPattern =
     "|[\\t-\\r\\x{85}\\p{Z}]+(?![^\\t-\\r\\x{85}\\p{Z}])"
     "|[\\t-\\r\\x{85}\\p{Z}]+";
 
-std::string pcre2_message(int code) {
-  PCRE2_UCHAR buf[256];
-  if (pcre2_get_error_message(code, buf, sizeof buf) < 0) return "PCRE2 error " + std::to_string(code);
-  return reinterpret_cast<const char*>(buf);
+const Regex& gpt2_regex() {
+  static const Regex re(kPattern, /*literal=*/false, "GPT-2's pre-tokenizer regex");
+  return re;
 }
 
-// One match-data block per thread (one ovector pair: only the whole match is read),
-// so split() allocates nothing per call and any number of threads may call it.
-pcre2_match_data* thread_match_data() {
-  struct Holder {
-    pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
-    ~Holder() { pcre2_match_data_free(md); }
+// The pieces of one match list under a behaviour (HF NormalizedString::split), appended to out.
+void keep(std::string_view text, std::vector<Span>& spans, SplitBehavior behavior, bool invert,
+          std::vector<std::string_view>& out) {
+  if (invert)
+    for (Span& s : spans) s.match = !s.match;
+  auto push = [&](std::size_t b, std::size_t e) {
+    if (e > b) out.push_back(text.substr(b, e - b));
   };
-  thread_local Holder h;
-  if (!h.md) throw AllocError("pre-tokenize: cannot allocate PCRE2 match data");
-  return h.md;
+  switch (behavior) {
+    case SplitBehavior::Isolated:
+      for (const Span& s : spans) push(s.begin, s.end);
+      return;
+    case SplitBehavior::Removed:
+      for (const Span& s : spans)
+        if (!s.match) push(s.begin, s.end);
+      return;
+    case SplitBehavior::Contiguous:
+    case SplitBehavior::MergedWithPrevious: {
+      // Contiguous: a span joins the previous one when both match or both do not;
+      // MergedWithPrevious: a match joins the span before it unless that one matched too.
+      std::vector<Span> merged;
+      bool previous_match = false;
+      for (const Span& s : spans) {
+        const bool join = behavior == SplitBehavior::Contiguous ? s.match == previous_match
+                                                                 : s.match && !previous_match;
+        if (join && !merged.empty())
+          merged.back().end = s.end;
+        else
+          merged.push_back(s);
+        previous_match = s.match;
+      }
+      for (const Span& s : merged) push(s.begin, s.end);
+      return;
+    }
+    case SplitBehavior::MergedWithNext: {  // from the right: a match joins the span after it unless that one matched
+      std::vector<Span> merged;
+      bool previous_match = false;
+      for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
+        if (it->match && !previous_match && !merged.empty())
+          merged.back().begin = it->begin;
+        else
+          merged.push_back(*it);
+        previous_match = it->match;
+      }
+      for (auto it = merged.rbegin(); it != merged.rend(); ++it) push(it->begin, it->end);
+      return;
+    }
+  }
 }
 
 }  // namespace
 
-struct Gpt2PreTokenizer::Impl {
-  pcre2_code* code = nullptr;
-  bool jit = false;
-  Impl() {
-    int err = 0;
-    PCRE2_SIZE err_off = 0;
-    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
-                         &err, &err_off, nullptr);
-    if (!code)
-      throw Error("pre-tokenize: PCRE2 rejects the GPT-2 pattern at offset " + std::to_string(err_off) + ": " +
-                  pcre2_message(err));
-    jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;  // without JIT the interpreter runs it
-  }
-  ~Impl() { pcre2_code_free(code); }
-  Impl(const Impl&) = delete;
-  Impl& operator=(const Impl&) = delete;
-};
+// ---------------------------------------------------------------- GPT-2
 
-Gpt2PreTokenizer::Gpt2PreTokenizer() : impl_(std::make_shared<const Impl>()) {}
+Gpt2PreTokenizer::Gpt2PreTokenizer() { gpt2_regex(); }
 
 const char* Gpt2PreTokenizer::pattern() { return kPattern; }
 
@@ -72,32 +100,77 @@ std::string Gpt2PreTokenizer::unicode_version() {
 void Gpt2PreTokenizer::split(std::string_view text, std::vector<std::string_view>& out) const {
   if (text.empty()) return;
   utf8::check(text, "pre-tokenize");  // PCRE2 runs with NO_UTF_CHECK, which on bad UTF-8 is undefined
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  const std::size_t n = text.size();
-  pcre2_match_data* md = thread_match_data();
-  std::size_t start = 0;
-  while (start < n) {
-    int rc = pcre2_match(impl_->code, subject, n, start, PCRE2_NO_UTF_CHECK, md, nullptr);
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)  // the interpreter keeps its frames on the heap
-      rc = pcre2_match(impl_->code, subject, n, start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, nullptr);
-    if (rc == PCRE2_ERROR_NOMATCH) {  // cannot happen (every character matches an alternative); keep the rest
-      out.push_back(text.substr(start));
+  thread_local std::vector<Span> spans;
+  spans.clear();
+  gpt2_regex().find_matches(text, spans);
+  keep(text, spans, SplitBehavior::Isolated, false, out);
+}
+
+// ---------------------------------------------------------------- pipeline
+
+struct PreTokenizer::Impl {
+  std::vector<PreTokenizeStep> steps;
+  std::vector<std::optional<Regex>> regex;  // per step: Split's pattern, Digits' \p{N}; ByteLevel uses gpt2_regex()
+
+  // Appends the pieces step k makes of `piece` to out.
+  void apply(std::size_t k, std::string_view piece, std::vector<std::string_view>& out, PieceArena& arena,
+             std::vector<Span>& spans) const {
+    const PreTokenizeStep& st = steps[k];
+    if (st.kind == PreTokenizeStep::Kind::ByteLevel) {
+      if (st.add_prefix_space && !piece.starts_with(' ')) {
+        arena.push_back(" " + std::string(piece));
+        piece = arena.back();
+      }
+      if (!st.use_regex) {
+        out.push_back(piece);
+        return;
+      }
+      spans.clear();
+      gpt2_regex().find_matches(piece, spans);
+      keep(piece, spans, SplitBehavior::Isolated, false, out);
       return;
     }
-    if (rc < 0)
-      throw Error("pre-tokenize: PCRE2 match failed at byte " + std::to_string(start) + ": " + pcre2_message(rc));
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-    const std::size_t b = ov[0], e = ov[1];
-    if (b > start) out.push_back(text.substr(start, b - start));  // unmatched gap: its own piece (HF "Isolated")
-    if (e > b) {
-      out.push_back(text.substr(b, e - b));
-      start = e;
-    } else {  // empty match (no alternative allows one): step over one character
-      const auto* p = reinterpret_cast<const unsigned char*>(text.data()) + b;
-      const std::size_t len = b < n ? utf8::scan(p, n - b).len : 1;
-      if (b < n) out.push_back(text.substr(b, len));
-      start = b + len;
-    }
+    spans.clear();
+    regex[k]->find_matches(piece, spans);
+    if (st.kind == PreTokenizeStep::Kind::Digits)  // each \p{N} character is a match (HF: char::is_numeric)
+      keep(piece, spans, st.individual_digits ? SplitBehavior::Isolated : SplitBehavior::Contiguous, false, out);
+    else
+      keep(piece, spans, st.behavior, st.invert, out);
+  }
+};
+
+PreTokenizer::PreTokenizer(std::vector<PreTokenizeStep> steps, const std::string& what) {
+  auto impl = std::make_shared<Impl>();
+  impl->steps = std::move(steps);
+  for (std::size_t k = 0; k < impl->steps.size(); ++k) {
+    const PreTokenizeStep& st = impl->steps[k];
+    const std::string where = what + ": step " + std::to_string(k);
+    if (st.kind == PreTokenizeStep::Kind::Split)
+      impl->regex.emplace_back(Regex(st.pattern, !st.regex, where));
+    else if (st.kind == PreTokenizeStep::Kind::Digits)
+      impl->regex.emplace_back(Regex("\\p{N}", false, where));
+    else
+      impl->regex.emplace_back(std::nullopt);
+  }
+  impl_ = std::move(impl);
+}
+
+const std::vector<PreTokenizeStep>& PreTokenizer::steps() const { return impl_->steps; }
+
+void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& out, PieceArena& arena) const {
+  if (text.empty()) return;  // HF drops empty pieces, and every step keeps an empty text empty
+  const auto& steps = impl_->steps;
+  thread_local std::vector<Span> spans;
+  if (steps.empty()) {
+    out.push_back(text);
+    return;
+  }
+  std::vector<std::string_view> cur{text}, next;
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    std::vector<std::string_view>& dst = k + 1 == steps.size() ? out : next;
+    if (&dst == &next) next.clear();
+    for (const std::string_view piece : cur) impl_->apply(k, piece, dst, arena, spans);
+    if (&dst == &next) cur.swap(next);
   }
 }
 

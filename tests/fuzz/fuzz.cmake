@@ -2,7 +2,7 @@
 # fuzz/ is compiled into test_fuzz_replay under its own name and run on its committed seeds
 # (fuzz/corpus/<target>/) and on every input a fuzzer ever crashed on (fuzz/regressions/<target>/),
 # so a fixed crash stays fixed in `make test` and under the sanitizers of `make test-asan`.
-set(QKV_FUZZ_HARNESSES safetensors checkpoint model_folder bpe wordpiece gguf)
+set(QKV_FUZZ_HARNESSES safetensors checkpoint model_folder bpe wordpiece gguf tokenizer chat_template)
 set(replay_sources fuzz/test_fuzz_replay.cpp
                    fuzz/test_fuzz_regressions.cpp)  # bugs found by fuzzing, one test each (FuzzRegression.*)
 foreach(t ${QKV_FUZZ_HARNESSES})

@@ -18,6 +18,8 @@ extern "C" int qkv_fuzz_model_folder_one_input(const std::uint8_t* data, std::si
 extern "C" int qkv_fuzz_bpe_one_input(const std::uint8_t* data, std::size_t size);
 extern "C" int qkv_fuzz_wordpiece_one_input(const std::uint8_t* data, std::size_t size);
 extern "C" int qkv_fuzz_gguf_one_input(const std::uint8_t* data, std::size_t size);
+extern "C" int qkv_fuzz_tokenizer_one_input(const std::uint8_t* data, std::size_t size);
+extern "C" int qkv_fuzz_chat_template_one_input(const std::uint8_t* data, std::size_t size);
 
 namespace {
 
@@ -63,3 +65,5 @@ TEST(FuzzReplay, ModelFolder) { replay_all("model_folder", qkv_fuzz_model_folder
 TEST(FuzzReplay, Bpe) { replay_all("bpe", qkv_fuzz_bpe_one_input); }
 TEST(FuzzReplay, WordPiece) { replay_all("wordpiece", qkv_fuzz_wordpiece_one_input); }
 TEST(FuzzReplay, Gguf) { replay_all("gguf", qkv_fuzz_gguf_one_input); }
+TEST(FuzzReplay, Tokenizer) { replay_all("tokenizer", qkv_fuzz_tokenizer_one_input); }
+TEST(FuzzReplay, ChatTemplate) { replay_all("chat_template", qkv_fuzz_chat_template_one_input); }

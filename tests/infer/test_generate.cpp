@@ -89,6 +89,48 @@ TEST(Generate, StopsAtEosAndAtTheCallback) {
   EXPECT_STREQ(stop_reason_name(StopReason::Callback), "stop");
 }
 
+TEST(Generate, StopIdsEndASequenceLikeEos) {
+  auto m = qkv::testing::tiny_gpt2(1);
+  const auto free_run = generate(*m, {kPrompts[1]}, {.max_new_tokens = 10})[0].new_ids;
+  // The first token of the free run that is not its first one: the run stops right after it.
+  std::size_t k = 1;
+  while (k < free_run.size() && free_run[k] == free_run[0]) ++k;
+  ASSERT_LT(k, free_run.size());
+  GenerationOptions o{.max_new_tokens = 10, .eos_id = 59, .stop_ids = {free_run[k]}};
+  const auto r = generate(*m, {kPrompts[1]}, o)[0];
+  EXPECT_EQ(r.reason, StopReason::Eos);
+  EXPECT_EQ(r.new_ids.size(), k + 1);
+  o.stop_ids = {61};
+  EXPECT_THROW(generate(*m, {kPrompts[1]}, o), qkv::IndexError);
+}
+
+TEST(Generate, LogprobsAreTheLogSoftmaxOfTheLogits) {
+  auto m = qkv::testing::tiny_gpt2(2);
+  GenerationOptions o{.max_new_tokens = 4, .logprobs = 3};
+  o.sampling = {.temperature = 0.9, .top_k = 5, .seed = 7};  // filters do not change the reported logprobs
+  const auto r = generate(*m, {kPrompts[0]}, o)[0];
+  ASSERT_EQ(r.logprobs.size(), r.new_ids.size());
+  std::vector<i64> seq = kPrompts[0];
+  for (std::size_t i = 0; i < r.new_ids.size(); ++i) {
+    const Tensor ids = Tensor::from_vector(seq, {1, static_cast<i64>(seq.size())});
+    const std::vector<float> l = m->forward(ids).select(1, static_cast<i64>(seq.size()) - 1).select(0, 0).to_vector<float>();
+    double mx = *std::max_element(l.begin(), l.end()), sum = 0;
+    for (float x : l) sum += std::exp(x - mx);
+    auto lp = [&](i64 id) { return l[static_cast<std::size_t>(id)] - mx - std::log(sum); };
+    const qkv::infer::TokenLogprob& t = r.logprobs[i];
+    EXPECT_EQ(t.id, r.new_ids[i]);
+    EXPECT_NEAR(t.logprob, lp(t.id), 1e-4);
+    ASSERT_EQ(t.top.size(), 3u);
+    EXPECT_EQ(t.top[0].first, std::max_element(l.begin(), l.end()) - l.begin());
+    for (std::size_t k = 0; k < 3; ++k) EXPECT_NEAR(t.top[k].second, lp(t.top[k].first), 1e-4);
+    EXPECT_GE(t.top[0].second, t.top[1].second);
+    EXPECT_GE(t.top[1].second, t.top[2].second);
+    seq.push_back(r.new_ids[i]);
+  }
+  o.logprobs = 21;
+  EXPECT_THROW(generate(*m, {kPrompts[0]}, o), qkv::ValueError);
+}
+
 TEST(Generate, SameSeedSameTokensOtherSeedOtherTokens) {
   auto m = qkv::testing::tiny_gpt2(1);
   GenerationOptions o{.max_new_tokens = 24, .sampling = {.temperature = 1.5, .seed = 11}};

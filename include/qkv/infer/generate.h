@@ -13,6 +13,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qkv/infer/causal_lm.h"
@@ -24,11 +25,25 @@ namespace qkv::infer {
 // token; return false to stop that sequence after this token (a stop string, say).
 using TokenCallback = std::function<bool(std::int64_t seq, std::int64_t token)>;
 
+// The most alternatives GenerationOptions::logprobs may ask for (OpenAI's top_logprobs bound).
+inline constexpr std::int64_t kMaxTopLogprobs = 20;
+
 struct GenerationOptions {
   std::int64_t max_new_tokens = 32;   // >= 1
   SamplingOptions sampling;           // greedy by default
   std::optional<std::int64_t> eos_id; // stop after generating it (it is kept in the output)
+  std::vector<std::int64_t> stop_ids; // more tokens that end a sequence as eos_id does (Llama 3's <|eot_id|>)
   bool use_cache = true;              // false: recompute the whole sequence every step (same tokens)
+  // >= 0: record, for every generated token, its log-probability and the `logprobs` most likely
+  // tokens' (natural log of the softmax of the float32 logits, before any sampling filter);
+  // -1: none. At most 20 alternatives.
+  std::int64_t logprobs = -1;
+};
+
+struct TokenLogprob {
+  std::int64_t id = 0;
+  double logprob = 0;
+  std::vector<std::pair<std::int64_t, double>> top;  // the most likely tokens, best first
 };
 
 enum class StopReason { Length, Eos, Callback };
@@ -37,6 +52,7 @@ const char* stop_reason_name(StopReason r);  // "length" | "eos" | "stop"
 struct GenerationResult {
   std::vector<std::int64_t> new_ids;  // generated tokens only
   StopReason reason = StopReason::Length;
+  std::vector<TokenLogprob> logprobs;  // one per new token when GenerationOptions::logprobs >= 0
 };
 
 struct GenerationStats {

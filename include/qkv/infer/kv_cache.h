@@ -71,6 +71,9 @@ class KVCache {
   void advance(const std::vector<std::int64_t>& n_new);
 
   void reset(std::int64_t b);  // empties slot b for reuse
+  // Keeps only the first n positions of slot b (0 <= n <= length(b), ValueError otherwise): a
+  // sequence rewound to a shared prefix continues from there.
+  void truncate(std::int64_t b, std::int64_t n);
   void reset();                // every slot
 
   // The whole buffers [B, H_kv, T_max, D] (entries at or past length(b) are unspecified).

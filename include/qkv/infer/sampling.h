@@ -3,6 +3,7 @@
 // top-k, then top-p, then a draw from the softmax of what is left).
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "qkv/core/rng.h"
@@ -37,5 +38,11 @@ class Sampler {
 
 // Index of the largest logit (the first one on ties; NaN ignored).
 std::int64_t argmax(const float* logits, std::int64_t V);
+
+// Natural-log softmax of logits [V] at token `id`, and the `top` most likely tokens with theirs,
+// best first (ties: lower id first), computed in double from the float32 logits. NaN logits count
+// as -inf.
+double token_logprob(const float* logits, std::int64_t V, std::int64_t id,
+                     std::vector<std::pair<std::int64_t, double>>* top = nullptr, std::int64_t n_top = 0);
 
 }  // namespace qkv::infer
