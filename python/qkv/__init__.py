@@ -24,6 +24,7 @@ from ._qkv import (
 )
 from .arrays import asarray, from_dlpack
 from .embedder import Embedder
+from .llm import LLM, Generation
 from .functional import (
     apply_rotary_emb,
     layer_norm,
@@ -37,6 +38,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Embedder",
+    "Generation",
+    "LLM",
     "ShapeError",
     "Tensor",
     "apply_rotary_emb",

@@ -72,6 +72,7 @@ NB_MODULE(_qkv, m) {
   py::register_tensor(m);
   py::register_functional(m);
   py::register_embedder(m);
+  py::register_language_model(m);
   py::register_bench(m);
   m.def("get_num_threads", [] { return qkv::num_threads(); },
         "Threads qkv's kernels use (the caller and its pool's workers), as torch.get_num_threads.");
