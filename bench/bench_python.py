@@ -119,10 +119,14 @@ def bench_generate(args: argparse.Namespace) -> dict[str, Any]:
     """qkv.LLM.generate tokens/s vs `qkv generate`'s, same prompt, greedy, same threads."""
     threads = args.threads[0]
     qkv.set_num_threads(threads)
-    llm = qkv.LLM(args.model)  # type: ignore[attr-defined]
-    prompt = args.prompt
+    llm = qkv.LLM(args.model)
     new = args.max_new
-    cmd = [args.cli, "--threads", str(threads), "generate", "--model", args.model, "--prompt", prompt,
+    prompt: Any = args.prompt
+    source = ["--prompt", prompt]
+    if not llm._impl.has_tokenizer:  # a folder without vocab.json: the same ids on both sides
+        prompt = list(range(100, 116))
+        source = ["--prompt-ids", ",".join(map(str, prompt))]
+    cmd = [args.cli, "--threads", str(threads), "generate", "--model", args.model, *source,
            "--max-new", str(new), "--json"]
     ours: list[float] = []
     cli: list[float] = []
