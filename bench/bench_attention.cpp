@@ -1,5 +1,6 @@
 // FlashAttention-style kernels: forward, backward and forward+backward
-// throughput, plus the extra memory of forward+backward at L = 16384.
+// throughput, plus the extra memory of forward+backward at L = 16384; sliding windows; and
+// decode attention over a KV cache with grouped-query heads at depth 2048.
 //
 // FLOPs (the GFLOPS counter): forward = 4*B*H*Lq*Lk*D (Q K^T and P V), backward
 // = 2.5x forward (5 products), forward+backward = 3.5x forward; causal counts
@@ -112,6 +113,35 @@ void BM_FlashForwardHeadDim(benchmark::State& state) {
       benchmark::Counter(forward_flops(pr.p) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Sliding window (args: W, threads; 0 = no window): causal forward + backward at B=1, H=8,
+// L=8192, D=64. The tiles outside every row's window are skipped, so the time grows with W,
+// not with L: GFLOPS counts the work inside the window (about 4 L W D per head and pass for
+// W << L), so it stays about flat across W when the skipping works.
+void BM_FlashWindow(benchmark::State& state) {
+  const i64 W = state.range(0), L = 8192;
+  qkv::set_num_threads(static_cast<int>(state.range(1)));
+  Problem pr(1, 8, L, 64, true);
+  pr.p.window = W;
+  pr.forward();
+  pr.backward();
+  for (auto _ : state) {
+    pr.forward();
+    pr.backward();
+    benchmark::ClobberMemory();
+  }
+  // Keys seen per row: min(i + 1, W), summed over the rows.
+  const double Wn = W > 0 ? static_cast<double>(std::min(W, L)) : static_cast<double>(L);
+  const double seen = Wn * static_cast<double>(L) - Wn * (Wn - 1) / 2;
+  const double flops = 4.0 * 8 * seen * 64 * 3.5;
+  state.counters["GFLOPS"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_FlashWindow)
+    ->ArgNames({"W", "threads"})
+    ->ArgsProduct({{256, 1024, 4096, 0}, {1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(0.3);
+
 void shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"L", "causal", "threads"})
       ->ArgsProduct({{512, 1024, 2048, 4096, 8192}, {0, 1}, {1, 2}})
@@ -186,7 +216,8 @@ void BM_DecodeDepth2048(benchmark::State& state) {
   qkv::set_num_threads(static_cast<int>(state.range(2)));
   const i64 per_layer = B * Hkv * T * D;  // floats of K (and of V) per layer
   const i64 layers = std::max<i64>(2, kColdBytes / (2 * per_layer * 4) + 1);
-  Buf q(B * H * D, 1), o(B * H * D), k(layers * per_layer), v(layers * per_layer);  // zeros: the time is data-independent
+  // K, V zeros (fast to fill; the time does not depend on the values)
+  Buf q(B * H * D, 1), o(B * H * D), k(layers * per_layer), v(layers * per_layer);
   std::vector<i64> q_len(static_cast<std::size_t>(B), 1), k_len(static_cast<std::size_t>(B), depth);
   qkv::kernels::DecodeParams p;
   p.B = B, p.H = H, p.Lq = 1, p.D = D;

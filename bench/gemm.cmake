@@ -15,3 +15,8 @@ elseif(BLAS_FOUND)
     target_link_libraries(bench_gemm PRIVATE ${BLAS_LIBRARIES})
   endif()
 endif()
+# bench_qgemm: products with quantized weights (SmolLM2-135M's shapes) next to the read bandwidth
+# and the float32 GEMM, in one run.
+add_executable(bench_qgemm bench_qgemm.cpp)
+target_link_libraries(bench_qgemm PRIVATE qkv_gemm benchmark::benchmark qkv_warnings)
+target_compile_options(bench_qgemm PRIVATE ${QKV_ARCH_FLAGS} -O2)

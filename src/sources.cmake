@@ -20,13 +20,19 @@ set(QKV_SOURCES
   io/tensors.cpp
   io/checkpoint.cpp
   io/files.cpp
+  io/folder.cpp
+  infer/language_model.cpp
   infer/kv_cache.cpp
   models/gpt2.cpp
   models/gpt2_io.cpp
+  models/llama.cpp
+  models/llama_io.cpp
+  models/gguf_export.cpp
   infer/sampling.cpp
   infer/generate.cpp
   infer/session.cpp
   models/attention_maps.cpp
+  models/text_attention.cpp
   models/classifier.cpp
   models/seq2seq.cpp
   models/seq2seq_decode.cpp

@@ -39,6 +39,7 @@
 #include <unistd.h>
 #endif
 
+#include "qkv/core/env.h"
 #include "qkv/core/error.h"
 
 namespace qkv {
@@ -56,11 +57,7 @@ namespace {
 constexpr std::chrono::microseconds kSpin{QKV_POOL_SPIN_US};
 
 int default_threads() {
-  if (const char* env = std::getenv("QKV_NUM_THREADS")) {
-    char* end = nullptr;
-    long v = std::strtol(env, &end, 10);
-    if (end != env && *end == '\0' && v >= 1 && v <= 1024) return static_cast<int>(v);
-  }
+  if (const auto v = env_integer("QKV_NUM_THREADS", 1, 1024)) return static_cast<int>(*v);  // ValueError if invalid
   unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : static_cast<int>(hc);
 }

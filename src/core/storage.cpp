@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "qkv/core/env.h"
 #include "qkv/core/error.h"
 #include "qkv/core/memory.h"
 
@@ -62,10 +63,11 @@ class BlockCache {
     if (pages > 0 && page > 0)
       budget_ = std::max<std::size_t>(std::size_t{64} << 20,
                                       std::min(budget_, static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) / 8));
-    if (const char* env = std::getenv("QKV_CACHE_MB")) {
-      char* end = nullptr;
-      const long long mb = std::strtoll(env, &end, 10);
-      if (end != env && *end == '\0' && mb >= 0) budget_ = static_cast<std::size_t>(mb) << 20;
+    // An invalid value keeps the default here (an allocation is no place for a ValueError);
+    // the qkv tool refuses it up front (check_environment).
+    try {
+      if (const auto mb = env_integer("QKV_CACHE_MB", 0, std::int64_t{1} << 40)) budget_ = static_cast<std::size_t>(*mb) << 20;
+    } catch (const ValueError&) {
     }
   }
   void* take(std::size_t cls) {

@@ -540,6 +540,16 @@ struct Rows {
     });
   }
 
+  // The keys [lo, n) backward row i sees; false, with its dQ row zeroed, when it sees none or its
+  // forward row was fully masked (LSE = -inf): zero gradient.
+  static bool backward_row_keys(const AttnParams& p, i64 kv, i64 i, const float* lse, float* dqrow, i64 D, i64& lo,
+                                i64& n) {
+    n = row_key_end(p, kv, i), lo = row_key_begin(p, i);
+    if (n > lo && lse[i] != kNegInf) return true;
+    std::memset(dqrow, 0, static_cast<std::size_t>(D) * sizeof(float));
+    return false;
+  }
+
   // backward_head for one or two query rows: K and V read in place, dK and dV rows written
   // directly (no transposes, which would cost as much as the work). One key/value head (b, hk):
   // its dK, dV rows sum every query head of its group.
@@ -565,11 +575,8 @@ struct Rows {
       const float* mul = drop.on ? head_multipliers(drop, ws, p, b, h) : nullptr;
       for (i64 i = 0; i < p.Lq; ++i) {
         float* dqrow = dq + i * p.q_st;
-        const i64 n = row_key_end(p, kv, i), lo = row_key_begin(p, i);  // keys [lo, n)
-        if (n <= lo || lse[i] == kNegInf) {  // fully masked row: zero gradient
-          std::memset(dqrow, 0, static_cast<std::size_t>(D) * sizeof(float));
-          continue;
-        }
+        i64 lo, n;  // keys [lo, n)
+        if (!backward_row_keys(p, kv, i, lse, dqrow, D, lo, n)) continue;
         const float* qrow = q + i * p.q_st;
         const float* dorow = dout + i * p.o_st;
         const float* orow = o + i * p.o_st;
@@ -637,11 +644,8 @@ struct Rows {
       const float* mul = drop.on ? head_multipliers(drop, ws, p, b, h) : nullptr;
       for (i64 i = 0; i < p.Lq; ++i) {
         float* dqrow = dq + i * p.q_st;
-        const i64 n = row_key_end(p, kv, i), lo = row_key_begin(p, i);  // keys [lo, n)
-        if (n <= lo || lse[i] == kNegInf) {  // fully masked row: zero gradient
-          std::memset(dqrow, 0, static_cast<std::size_t>(D) * sizeof(float));
-          continue;
-        }
+        i64 lo, n;  // keys [lo, n)
+        if (!backward_row_keys(p, kv, i, lse, dqrow, D, lo, n)) continue;
         const i64 np = round_up(n, W);
         const float* qrow = q + i * p.q_st;
         const float* dorow = dout + i * p.o_st;

@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "qkv/core/env.h"
 #include "qkv/kernels/cpu.h"
 
 namespace qkv::kernels {
@@ -17,10 +18,10 @@ Isa detect() {
 }
 
 Isa initial_cap() {
-  const char* env = std::getenv("QKV_ISA");
+  const auto env = env_choice("QKV_ISA", {"scalar", "avx2", "avx512"});  // ValueError if invalid
   if (!env) return Isa::Avx512;
-  if (!std::strcmp(env, "scalar")) return Isa::Scalar;
-  if (!std::strcmp(env, "avx2")) return Isa::Avx2;
+  if (*env == "scalar") return Isa::Scalar;
+  if (*env == "avx2") return Isa::Avx2;
   return Isa::Avx512;
 }
 

@@ -4,6 +4,13 @@
 # chosen at run time from qkv::kernels::active_isa().
 set(QKV_GEMM_SOURCES
   kernels/quant_types.cpp
+  kernels/quant.cpp
+  kernels/qgemm.cpp
+  kernels/qgemm_ref.cpp
+  kernels/qgemm_q8.cpp
+  kernels/qgemm_scalar.cpp
+  kernels/qgemm_avx2.cpp
+  kernels/qgemm_avx512.cpp
   kernels/gemm_ref.cpp
   kernels/gemm.cpp
   kernels/gemm_scalar.cpp

@@ -99,8 +99,9 @@ struct Buffer {
 };
 
 struct Workspace {
-  Buffer a;  // packed A block (mc x kc) + one padded edge sliver (mr x kc)
-  Buffer b;  // packed B panel (kc x nc) + one padded edge sliver (kc x nr)
+  Buffer a;     // packed A block (mc x kc) + one padded edge sliver (mr x kc)
+  Buffer b;     // packed B panel (kc x nc) + one padded edge sliver (kc x nr)
+  Buffer rows;  // nr x kc rows of S from a BRowSource, before they are packed
 };
 
 Workspace& workspace() {
@@ -308,10 +309,13 @@ void apply_epilogue(const Epi<T>& e, T* c, i64 ldc, i64 r0, i64 c0, i64 mb, i64 
 
 // B packed ahead of time (PackedB): K block starting at row pc is at data + pc * n_pad, its
 // sliver s (columns s*NR..) at + s * kc * NR; col0 (a multiple of NR) is the sub-GEMM's first column.
+// Or B = S^T produced by a row source (src, float only), packed like a transposed B; col0 is then
+// the sub-GEMM's first row of S.
 template <class T>
 struct Prepacked {
   const T* data = nullptr;
   i64 n_pad = 0, col0 = 0;
+  const detail::BRowSource* src = nullptr;
 };
 
 // One sub-GEMM on the calling thread (M, N, K > 0, alpha != 0).
@@ -325,7 +329,8 @@ void gemm_serial(const GemmKernelSet<T>& ks, i64 kcb, bool ta, bool tb, i64 M, i
   // re-reading it for each B sliver thrashes (2048x96x512 TN ran at 30 GFLOP/s).
   const bool pack_a = N > (ta ? NR : kDirectAMaxN);
   const bool prepacked = pre.data != nullptr;
-  const bool pack_b = !prepacked && (tb || (M > kDirectBMaxM &&
+  const bool from_rows = pre.src != nullptr;
+  const bool pack_b = !prepacked && (from_rows || tb || (M > kDirectBMaxM &&
                                             std::min<i64>(kcb, K) * ldb * static_cast<i64>(sizeof(T)) > kDirectBMaxBytes));
   const i64 mc_max = std::min<i64>(ks.mc, (M + MR - 1) / MR * MR);
   const i64 nc_max = std::min<i64>(ks.nc, (N + NR - 1) / NR * NR);
@@ -346,9 +351,19 @@ void gemm_serial(const GemmKernelSet<T>& ks, i64 kcb, bool ta, bool tb, i64 M, i
       const i64 kc = std::min<i64>(kcb, K - pc);
       const T beta_eff = pc == 0 ? beta : T(1);
       const bool last_k = pc + kc == K;
-      if (pack_b)
+      if (from_rows) {
+        if constexpr (std::is_same_v<T, float>) {
+          // One sliver of S rows at a time through a small buffer, packed as a transposed B.
+          T* rows = ws.rows.get<T>(static_cast<std::size_t>(NR) * kc + 8);
+          for (i64 jr = 0; jr < nc; jr += NR) {
+            const i64 n = std::min<i64>(NR, nc - jr);
+            pre.src->rows(pre.src->ctx, pre.col0 + jc + jr, n, pc, kc, rows, kc);
+            pack_b_any(ks, true, rows, kc, 0, kc, 0, n, bbuf + (jr / NR) * kc * NR);
+          }
+        }
+      } else if (pack_b) {
         pack_b_any(ks, tb, B, ldb, pc, kc, jc, nc, bbuf);
-      else if (!prepacked && nfull < nc)
+      } else if (!prepacked && nfull < nc)
         pack_b_any(ks, tb, B, ldb, pc, kc, jc + nfull, nc - nfull, b_edge);
 
       for (i64 ic = 0; ic < M; ic += ks.mc) {
@@ -477,7 +492,7 @@ void gemm_impl(const char* op, bool ta, bool tb, i64 M, i64 N, i64 K, T alpha, c
   }
   if constexpr (std::is_same_v<T, float>) {
     // A few rows against B stored as rows (a Linear layer during generation): stream B once.
-    if (!ta && tb && M <= detail::kSkinnyMaxM && pre.data == nullptr) {
+    if (!ta && tb && M <= detail::kSkinnyMaxM && pre.data == nullptr && pre.src == nullptr) {
       bool done = false;
       if (active_isa() == Isa::Avx512 && detail::sgemm_skinny_nt_avx512_available()) {
         detail::sgemm_skinny_nt_avx512(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threaded);
@@ -493,7 +508,11 @@ void gemm_impl(const char* op, bool ta, bool tb, i64 M, i64 N, i64 K, T alpha, c
     }
   }
   const GemmKernelSet<T>& ks = kernels<T>();
-  const i64 kcb = k_block(K, ks.kc);
+  i64 kcb = k_block(K, ks.kc);
+  if (pre.src != nullptr && pre.src->k_align > 1) {  // K blocks on quantization-block boundaries
+    const i64 al = pre.src->k_align;
+    kcb = std::min<i64>(K, (kcb + al - 1) / al * al);
+  }
   const Grid g = choose_grid(M, N, K, ks.mr, ks.nr, threads);
   if (g.tm * g.tn == 1) {
     if (part.part <= 0) gemm_serial(ks, kcb, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epi, pre);
@@ -507,7 +526,7 @@ void gemm_impl(const char* op, bool ta, bool tb, i64 M, i64 N, i64 K, T alpha, c
     const i64 n0 = std::min(N, un * tj / g.tn * ks.nr), n1 = std::min(N, un * (tj + 1) / g.tn * ks.nr);
     if (m0 >= m1 || n0 >= n1) return;
     const T* As = ta ? A + m0 : A + m0 * lda;
-    const T* Bs = pre.data ? B : tb ? B + n0 * ldb : B + n0;
+    const T* Bs = pre.data || pre.src ? B : tb ? B + n0 * ldb : B + n0;
     Prepacked<T> ps = pre;
     ps.col0 += n0;
     gemm_serial(ks, kcb, ta, tb, m1 - m0, n1 - n0, K, alpha, As, lda, Bs, ldb, beta, C + m0 * ldc + n0, ldc,
@@ -683,5 +702,25 @@ GemmTile sgemm_tile() {
   const GemmKernelSet<float>& ks = kernels<float>();
   return GemmTile{ks.mr, ks.nr};
 }
+
+namespace detail {
+
+void sgemm_rows_source(i64 M, i64 N, i64 K, const float* A, i64 lda, const BRowSource& src, float beta, float* C,
+                       i64 ldc, const GemmEpilogue& e, bool threaded, int part, int parts) {
+  if (beta != 0.f && (beta != 1.f || !e.empty()))
+    throw ValueError("sgemm_rows_source: beta must be 0, or 1 with an empty epilogue (got " + std::to_string(beta) +
+                     ")");
+  const Epi<float> epi = checked_epilogue("sgemm_rows_source", e, N);
+  const Prepacked<float> pre{nullptr, 0, 0, &src};
+  // ldb = K: S^T is "B stored [N,K]" (never read: the rows come from src).
+  gemm_impl<float>("sgemm_rows_source", false, true, M, N, K, 1.f, A, lda, nullptr, K, beta, C, ldc,
+                   part < 0 && threaded, epi, pre, part < 0 ? Part{} : Part{part, parts});
+}
+
+void apply_gemm_epilogue(const GemmEpilogue& e, float* c, i64 ldc, i64 r0, i64 c0, i64 mb, i64 nb) {
+  apply_epilogue(Epi<float>{e.bias, e.act, e.residual, e.ldr}, c, ldc, r0, c0, mb, nb);
+}
+
+}  // namespace detail
 
 }  // namespace qkv::kernels

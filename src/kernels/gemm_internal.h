@@ -5,6 +5,7 @@
 #include <string>
 
 #include "qkv/core/error.h"
+#include "qkv/kernels/gemm.h"
 
 namespace qkv::kernels::detail {
 
@@ -78,5 +79,32 @@ GemmKernelSet<float> sgemm_kernels_avx2();
 GemmKernelSet<double> dgemm_kernels_avx2();
 GemmKernelSet<float> sgemm_kernels_avx512();
 GemmKernelSet<double> dgemm_kernels_avx512();
+
+// ---- B produced on demand (kernels/qgemm.cpp: a quantized weight dequantized panel by panel) ----
+
+// op(B) = S^T for a matrix S [N, K] that is never stored as floats: rows(ctx, r0, nr, k0, kc, out,
+// ldo) writes S rows [r0, r0+nr) x columns [k0, k0+kc) to out (row stride ldo). The GEMM asks
+// for at most nr (micro-kernel) rows at a time and packs them as it packs a transposed B, so
+// the float copy is one sliver per thread. Every K block starts at a multiple of k_align (the
+// quantization block) and, as always, depends only on K.
+struct BRowSource {
+  void (*rows)(const void* ctx, std::int64_t r0, std::int64_t nr, std::int64_t k0, std::int64_t kc, float* out,
+               std::int64_t ldo) = nullptr;
+  const void* ctx = nullptr;
+  std::int64_t k_align = 1;
+};
+
+// C [M, N] (row stride ldc) = epilogue(A [M, K] (row stride lda) @ S^T + beta * C), S from src;
+// beta is 0 or 1 (1 with an empty epilogue only). part < 0: the whole product, forked when
+// threaded; part >= 0: the tiles a call on `parts` threads gives thread `part`, on the calling
+// thread (as sgemm_packed_part). Bitwise the same for any thread count or parts.
+void sgemm_rows_source(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::int64_t lda,
+                       const BRowSource& src, float beta, float* C, std::int64_t ldc, const GemmEpilogue& epilogue,
+                       bool threaded, int part = -1, int parts = 1);
+
+// The epilogue of sgemm_ex on rows [r0, r0+mb) x columns [c0, c0+nb) of C, c pointing at (r0, c0)
+// (bias at column c0, residual at (r0, c0)): for kernels that finish C themselves.
+void apply_gemm_epilogue(const GemmEpilogue& e, float* c, std::int64_t ldc, std::int64_t r0, std::int64_t c0,
+                         std::int64_t mb, std::int64_t nb);
 
 }  // namespace qkv::kernels::detail

@@ -128,14 +128,16 @@ BertLayer::BertLayer(const BertConfig& c) : cfg_(c) {
   output_norm = norm("output.LayerNorm");
 }
 
-Tensor BertLayer::forward(const Tensor& x, const Tensor& key_mask) const {
+Tensor BertLayer::forward(const Tensor& x, const Tensor& key_mask, Tensor* attn_weights) const {
   const std::int64_t B = x.size(0), T = x.size(1), H = cfg_.num_attention_heads, D = cfg_.hidden_size / H;
   // [B, T, C] -> view [B, T, H, D] -> transpose(1, 2) -> [B, H, T, D]
   auto heads = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
   const Mask mask = key_mask.defined() ? Mask::keep(key_mask) : Mask();
-  Tensor a = scaled_dot_product_attention(heads(query->forward(x)), heads(key->forward(x)), heads(value->forward(x)),
-                                          mask)
-                 .output;                                                    // [B, H, T, D]
+  AttentionOutput att = scaled_dot_product_attention(heads(query->forward(x)), heads(key->forward(x)),
+                                                     heads(value->forward(x)), mask,
+                                                     {.need_weights = attn_weights != nullptr});
+  if (attn_weights) *attn_weights = att.weights;                             // [B, H, T, T]
+  Tensor a = att.output;                                                     // [B, H, T, D]
   a = a.transpose(1, 2).contiguous().view({B, T, cfg_.hidden_size});         // merge heads [B, T, C]
   const Tensor h = attn_norm->forward(add(x, attn_out->forward(a)));         // post-norm
   const Tensor f = output->forward(gelu(intermediate->forward(h), GeluApprox::None));
@@ -166,7 +168,8 @@ BertModel::BertModel(const BertConfig& c) : cfg_(c) {
     layers.push_back(register_module("encoder.layer." + std::to_string(i), std::make_shared<BertLayer>(c)));
 }
 
-Tensor BertModel::forward(const Tensor& ids, const Tensor& attention_mask, std::vector<Tensor>* hidden_states) const {
+Tensor BertModel::forward(const Tensor& ids, const Tensor& attention_mask, std::vector<Tensor>* hidden_states,
+                          std::vector<Tensor>* attentions) const {
   if (!ids.defined() || ids.dtype() != DType::I64 || ids.dim() != 2)
     throw ShapeError("BertModel: ids must be int64 [B, T], got " +
                      (ids.defined() ? std::string(dtype_name(ids.dtype())) + " " + ids.shape_str() : std::string("undefined")));
@@ -188,9 +191,12 @@ Tensor BertModel::forward(const Tensor& ids, const Tensor& attention_mask, std::
     hidden_states->clear();
     hidden_states->push_back(x);
   }
+  if (attentions) attentions->clear();
   for (const auto& layer : layers) {
-    x = layer->forward(x, key_mask);
+    Tensor w;
+    x = layer->forward(x, key_mask, attentions ? &w : nullptr);
     if (hidden_states) hidden_states->push_back(x);
+    if (attentions) attentions->push_back(w);
   }
   return x;
 }

@@ -192,17 +192,18 @@ std::int64_t check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, bool e
   if (r >= 3) {  // heads: dim -3
     const std::int64_t H = q.shape()[r - 3], Hk = k.shape()[r - 3], Hv = v.shape()[r - 3];
     if (Hk != Hv)
-      throw ShapeError(std::string(kOp) + ": k " + k.shape_str() + " has " + std::to_string(Hk) + " heads (dim -3) but v " +
-                       v.shape_str() + " has " + std::to_string(Hv) + "; keys and values need the same heads");
+      throw ShapeError(std::string(kOp) + ": k " + k.shape_str() + " has " + std::to_string(Hk) +
+                       " heads (dim -3) but v " + v.shape_str() + " has " + std::to_string(Hv) +
+                       "; keys and values need the same heads");
     if (H != Hk) {
       if (!enable_gqa)
-        throw ShapeError(std::string(kOp) + ": q " + q.shape_str() + " has " + std::to_string(H) + " heads (dim -3) but k " +
-                         k.shape_str() + " has " + std::to_string(Hk) +
+        throw ShapeError(std::string(kOp) + ": q " + q.shape_str() + " has " + std::to_string(H) +
+                         " heads (dim -3) but k " + k.shape_str() + " has " + std::to_string(Hk) +
                          "; set enable_gqa for grouped-query attention (key/value heads shared by query heads)");
       if (Hk < 1 || H % Hk != 0)
         throw ShapeError(std::string(kOp) + ": enable_gqa needs the key/value heads to divide the query heads, but q " +
-                         q.shape_str() + " has " + std::to_string(H) + " heads (dim -3) and k " + k.shape_str() + " has " +
-                         std::to_string(Hk));
+                         q.shape_str() + " has " + std::to_string(H) + " heads (dim -3) and k " + k.shape_str() +
+                         " has " + std::to_string(Hk));
       group = H / Hk;
     }
   }

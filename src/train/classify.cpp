@@ -45,12 +45,33 @@ class ClassifyTask : public Task {
   Tensor last_;
 };
 
+MemoryEstimate classify_training_memory(const ClassifyRunOptions& o) {
+  const models::ClassifierOptions& m = o.model;
+  const std::int64_t val = o.val_size > 0 ? o.val_size : o.balanced ? 200 : 50;
+  const std::int64_t L = 8;  // tokens per sequence (models::make_classify_data)
+  MemoryEstimate params;
+  params.add({m.vocab_size + m.max_len + m.num_classes, m.d_model});
+  params.add({m.num_layers, 4 * m.d_model + 2 * m.d_ff + 10, m.d_model});
+  MemoryEstimate e = params.scale(4);
+  e.add({o.train_size + val, L + 1}, 2, 8);  // the data (tokens and labels)
+  e.add({o.train_size, L, m.num_layers, 10 * m.d_model + 2 * m.d_ff}).add({o.train_size, L, m.d_model}, 8);
+  return e;
+}
+
 ClassifyTrainer::ClassifyTrainer(const ClassifyRunOptions& o) : o_(o) {
   if (o_.epochs < 1) throw ValueError("train classify: --epochs must be >= 1, got " + std::to_string(o_.epochs));
   if (o_.model.d_model % o_.model.num_heads != 0)
     throw ValueError("train classify: --d-model " + std::to_string(o_.model.d_model) + " is not divisible by --heads " +
                      std::to_string(o_.model.num_heads));
   if (o_.val_size <= 0) o_.val_size = o_.balanced ? 200 : 50;
+  try {
+    classify_training_memory(o_).check(
+        "train classify (" + std::to_string(o_.train_size) + " training sequences, full batch; d_model " +
+        std::to_string(o_.model.d_model) + ", d_ff " + std::to_string(o_.model.d_ff) + ", " +
+        std::to_string(o_.model.num_layers) + " layers)");
+  } catch (const ResourceError& e) {
+    throw ResourceError(std::string(e.what()) + "; lower --train-size or the model's size");
+  }
   data_seed_ = o_.seed ^ kDataStream;
   Generator data_gen(data_seed_);
   train_ = models::make_classify_data({.num_samples = o_.train_size, .balanced = o_.balanced}, data_gen);

@@ -126,7 +126,7 @@ std::uint64_t corpus_key(const std::vector<std::string>& texts, const tokenize::
 }
 
 CorpusTokens tokenize_corpus(const std::vector<std::string>& files, const tokenize::ByteLevelBPE& bpe,
-                             const std::string& cache_path) {
+                             const std::string& cache_path, const std::string& write_path) {
   if (files.empty()) throw ValueError("train lm: no text files given");
   std::vector<std::string> texts;
   std::uint64_t bytes = 0;
@@ -165,9 +165,10 @@ CorpusTokens tokenize_corpus(const std::vector<std::string>& files, const tokeni
     ids.insert(ids.end(), part.begin(), part.end());
     if (eos) ids.push_back(*eos);
   }
-  TokenFile::write(cache_path, ids, key, bytes, static_cast<std::uint64_t>(bpe.vocab_size()));
+  const std::string& to = write_path.empty() ? cache_path : write_path;
+  TokenFile::write(to, ids, key, bytes, static_cast<std::uint64_t>(bpe.vocab_size()));
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  out.tokens = TokenFile::open(cache_path);
+  out.tokens = TokenFile::open(to);
   return out;
 }
 

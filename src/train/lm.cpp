@@ -15,6 +15,7 @@
 #include "qkv/core/rng.h"
 #include "qkv/io/checkpoint.h"
 #include "qkv/io/files.h"
+#include "qkv/io/folder.h"
 #include "qkv/ops/ops.h"
 
 namespace qkv::train {
@@ -74,6 +75,28 @@ void LMTrainOptions::validate() const {
   if (eval_every < 0) fail("--eval-every must be >= 0");
   if (!(val_fraction > 0 && val_fraction < 1)) fail("--val-fraction must be in (0, 1)");
   if (val_windows < 1) fail("--val-windows must be >= 1");
+}
+
+MemoryEstimate lm_training_memory(const models::GPT2Config& c, const LMTrainOptions& o) {
+  MemoryEstimate e = models::gpt2_memory(c);
+  e.scale(4);  // weights, gradients, AdamW's exp_avg and exp_avg_sq
+  const i64 B = o.batch, T = o.context;
+  e.add({B, T, c.n_layer, c.n_embd}, 10).add({B, T, c.n_layer, c.d_ff()}, 2);  // per block
+  e.add({B, T, c.n_embd}, 8).add({B, T, c.vocab_size}, 3);                      // embeddings, ln_f, logits
+  return e;
+}
+
+void check_lm_training_memory(const models::GPT2Config& c, const LMTrainOptions& o, std::uint64_t extra_bytes) {
+  MemoryEstimate e = lm_training_memory(c, o);
+  e.add_bytes(extra_bytes);
+  try {
+    e.check("train lm (" + std::to_string(c.n_layer) + " layers, d_model " + std::to_string(c.n_embd) + ", vocab " +
+            std::to_string(c.vocab_size) + "; batch " + std::to_string(o.batch) + " x context " +
+            std::to_string(o.context) + " tokens)");
+  } catch (const ResourceError& err) {
+    throw ResourceError(std::string(err.what()) +
+                        "; lower --batch (--grad-accum keeps the tokens per step), --context or the model's size");
+  }
 }
 
 LoopOptions lm_loop_options(const LMTrainOptions& o) {
@@ -198,6 +221,7 @@ LMTrainer::LMTrainer(const models::GPT2Config& cfg, const LMTrainOptions& o, con
     : LMTrainer(
           [&] {
             o.validate();
+            check_lm_training_memory(cfg, o);
             auto m = std::make_shared<models::GPT2LMHeadModel>(cfg);
             models::init_gpt2_weights(*m, o.seed);
             return m;
@@ -230,6 +254,7 @@ std::unique_ptr<LMTrainer> LMTrainer::resume(const std::string& dir, const Token
                       static_cast<double>(cfg.n_layer) * 12.0 * static_cast<double>(cfg.n_embd) * static_cast<double>(cfg.n_embd);
   if (need > static_cast<double>(have) * 1.01 + 1e6)
     throw r.bad("its config describes a model far larger than the tensors it holds");
+  check_lm_training_memory(cfg, o);
   auto m = [&] {
     nn::SkipInitGuard skip;  // every parameter is loaded next: no random initialisation
     return std::make_shared<models::GPT2LMHeadModel>(cfg);
@@ -266,7 +291,7 @@ std::string LMTrainer::folder_digest(const std::string& dir) {
   return b;
 }
 
-void LMTrainer::save(const std::string& dir) const {
+void LMTrainer::save(const std::string& dir, bool keep_other_files) const {
   io::SaveCheckpointArgs a;
   a.model = model_.get();
   a.model_type = kModelType;
@@ -274,9 +299,12 @@ void LMTrainer::save(const std::string& dir) const {
   loop_->save_state(a);
   a.metadata.emplace("train_config", o_.to_json());
   a.metadata.emplace("tokens_key", std::to_string(tokens_.key()));
-  models::save_gpt2(*model_, dir);  // creates dir; each file atomic
-  a.metadata.emplace("folder_digest", folder_digest(dir));  // the files this state belongs to
-  io::save_checkpoint(dir + "/" + kStateFile, a);  // last: the commit point of the save
+  io::StagedFolder f(dir, "train lm", keep_other_files);
+  models::save_gpt2(*model_, f.path());
+  for (const auto& [name, bytes] : folder_files_) io::write_file_atomic(f.file(name), bytes, "train lm");
+  a.metadata.emplace("folder_digest", folder_digest(f.path()));  // the files this state belongs to
+  io::save_checkpoint(f.file(kStateFile), a);
+  f.commit();  // DIR becomes this save, all of it at once
 }
 
 }  // namespace qkv::train

@@ -1,6 +1,7 @@
 #include "qkv/train/loop.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -67,6 +68,9 @@ const Tensor& StateReader::tensor(const std::string& name, DType dt, std::int64_
 
 namespace {
 
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "request_stop() is called from a signal handler");
+
 void validate(const LoopOptions& o) {
   auto fail = [](const std::string& m) { throw ValueError("train: " + m); };
   if (o.total_steps < 1) fail("total steps must be >= 1, got " + std::to_string(o.total_steps));
@@ -84,6 +88,10 @@ std::string step_of(std::int64_t step, std::int64_t total) {
 }
 
 }  // namespace
+
+void request_stop() { g_stop.store(true, std::memory_order_relaxed); }
+bool stop_requested() { return g_stop.load(std::memory_order_relaxed); }
+void clear_stop_request() { g_stop.store(false, std::memory_order_relaxed); }
 
 Loop::Loop(nn::Module& model, optim::Optimizer& optimizer, Task& task, const LoopOptions& o)
     : model_(model), opt_(optimizer), task_(task), o_(o), params_(model.parameters()) {
@@ -180,6 +188,7 @@ bool Loop::run(const LoopCallbacks& cb, std::int64_t stop_at_step) {
       report_items = 0;
     }
     if (cb.on_step) cb.on_step(step_, o_.total_steps, lv);
+    if (stop_requested()) break;
   }
   model_.eval();
   return finished();

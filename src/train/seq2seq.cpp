@@ -72,7 +72,11 @@ namespace {
 void validate_run(const Seq2SeqOptions& mo, const Seq2SeqTrainOptions& o) {
   if (o.batch < 1) throw ValueError("train seq2seq: batch must be >= 1");
   if (o.epochs < 1 && o.steps < 1) throw ValueError("train seq2seq: need epochs >= 1 or steps >= 1");
-  if (!(o.lr > 0)) throw ValueError("train seq2seq: lr must be > 0");
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) throw ValueError("train seq2seq: lr must be a finite number > 0");
+  for (const auto& [name, v] : {std::pair<const char*, double>{"min_lr_ratio", o.min_lr_ratio},
+                                {"weight_decay", o.weight_decay}, {"clip_norm", o.clip_norm},
+                                {"target_acc", o.target_acc}})
+    if (!std::isfinite(v)) throw ValueError(std::string("train seq2seq: ") + name + " must be finite, got " + std::to_string(v));
   if (o.data.max_len >= mo.max_positions)  // max_len + 1 > max_positions, without overflowing
     throw ValueError("train seq2seq: max_len " + std::to_string(o.data.max_len) + " needs max_len + 1 positions, more than " +
                      "the model's max_positions " + std::to_string(mo.max_positions));
@@ -206,8 +210,29 @@ class Seq2SeqTask : public Task {
   std::vector<std::int64_t> order_;
 };
 
+MemoryEstimate seq2seq_training_memory(const Seq2SeqOptions& mo, const Seq2SeqTrainOptions& o) {
+  const std::int64_t C = mo.d_model, F = mo.d_ff, T = o.data.max_len + 2;
+  MemoryEstimate params;
+  params.add({3 * mo.vocab_size + mo.max_positions, C});
+  params.add({mo.num_encoder_layers, 4 * C + 2 * F + 10, C}).add({mo.num_decoder_layers, 8 * C + 2 * F + 12, C});
+  MemoryEstimate e = params.scale(4);
+  e.add({o.data.train_size + o.data.test_size, T}, 6, 8);  // examples, their tensors and the distinctness set
+  e.add({o.batch, T, mo.num_encoder_layers, 10 * C + 2 * F}).add({o.batch, T, mo.num_decoder_layers, 14 * C + 2 * F});
+  e.add({o.batch, T, C}, 8).add({o.batch, T, mo.vocab_size}, 3);
+  return e;
+}
+
 Seq2SeqTrainer::Seq2SeqTrainer(const Seq2SeqOptions& mo, const Seq2SeqTrainOptions& o) : opt_(o) {
   validate_run(mo, o);
+  try {
+    seq2seq_training_memory(mo, o).check(
+        "train seq2seq (" + std::to_string(o.data.train_size) + " + " + std::to_string(o.data.test_size) +
+        " sequences of up to " + std::to_string(o.data.max_len) + " digits, batch " + std::to_string(o.batch) +
+        "; d_model " + std::to_string(mo.d_model) + ", d_ff " + std::to_string(mo.d_ff) + ", " +
+        std::to_string(mo.num_encoder_layers) + "+" + std::to_string(mo.num_decoder_layers) + " layers)");
+  } catch (const ResourceError& e) {
+    throw ResourceError(std::string(e.what()) + "; lower --train-size, --max-len, --batch or the model's size");
+  }
   data_ = models::make_seq2seq_data(o.data);
   manual_seed(o.seed);  // parameter initialisation, then dropout
   model_ = std::make_shared<Seq2Seq>(mo);

@@ -119,6 +119,11 @@ void write_explorer_html(const std::string& path, const std::vector<models::Atte
       }
       heads.push_back(std::move(rows));
     }
+    if (!m.head_ids.empty() && static_cast<std::int64_t>(m.head_ids.size()) != H)
+      throw ValueError("write_explorer_html: map '" + m.name + "' has " + std::to_string(H) + " heads but " +
+                       std::to_string(m.head_ids.size()) + " head numbers");
+    nlohmann::json head_numbers = nlohmann::json::array();
+    for (std::int64_t h = 0; h < H; ++h) head_numbers.push_back(m.head_id(h));
     std::string group = m.kind + "-attention";
     if (modules_of_kind[m.kind].size() > 1) group = first_component(m.name) + " " + group;
     jmaps.push_back({{"name", m.name},
@@ -127,6 +132,7 @@ void write_explorer_html(const std::string& path, const std::vector<models::Atte
                      {"layer", m.layer},
                      {"q", tokens_or_indices(m.query_tokens, lq)},
                      {"k", tokens_or_indices(m.key_tokens, lk)},
+                     {"hn", std::move(head_numbers)},
                      {"w", std::move(heads)}});
   }
   const nlohmann::json data = {{"title", title}, {"maps", std::move(jmaps)}};

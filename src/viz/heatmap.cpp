@@ -256,14 +256,14 @@ std::string safe_name(std::string s) {
 
 std::string heatmap_file_stem(const std::vector<models::AttentionMap>& all, std::size_t i, std::int64_t head) {
   const models::AttentionMap& m = all.at(i);
-  std::string stem = safe_name(m.kind) + "_layer" + std::to_string(m.layer) + "_head" + std::to_string(head);
+  std::string stem = safe_name(m.kind) + "_layer" + std::to_string(m.layer) + "_head" + std::to_string(m.head_id(head));
   if (ambiguous(all, i)) stem = safe_name(first_component(m.name)) + "_" + stem;
   return stem;
 }
 
 std::string heatmap_title(const std::vector<models::AttentionMap>& all, std::size_t i, std::int64_t head) {
   const models::AttentionMap& m = all.at(i);
-  std::string t = "layer " + std::to_string(m.layer) + " head " + std::to_string(head) + " " + m.kind + "-attention";
+  std::string t = "layer " + std::to_string(m.layer) + " head " + std::to_string(m.head_id(head)) + " " + m.kind + "-attention";
   if (ambiguous(all, i)) t = first_component(m.name) + " " + t;
   return t;
 }

@@ -73,6 +73,41 @@ inline Result run(const std::string& args, const std::string& limits = "") {
   return r;
 }
 
+// A qkv process started in the background (for signals): its pid and where its output goes.
+struct Spawned {
+  pid_t pid = -1;
+  fs::path out, err;
+};
+
+// Starts `qkv ARGS` (through the shell, which exec's qkv so `pid` is qkv's own).
+inline Spawned spawn(const std::string& args) {
+  Spawned s;
+  s.out = unique_temp("spawn_out");
+  s.err = unique_temp("spawn_err");
+  const std::string cmd = "exec '" + std::string(QKV_BIN) + "' " + args + " >'" + s.out.string() + "' 2>'" +
+                          s.err.string() + "'";
+  s.pid = ::fork();
+  if (s.pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return s;
+}
+
+// Waits for a spawned process; its exit code or the signal that ended it, and its output.
+inline Result wait_for(const Spawned& s) {
+  Result r;
+  int status = 0;
+  ::waitpid(s.pid, &status, 0);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  r.out = read_file(s.out);
+  r.err = read_file(s.err);
+  fs::remove(s.out);
+  fs::remove(s.err);
+  return r;
+}
+
 // One JSON value per non-empty line of out (the --json outputs).
 inline std::vector<nlohmann::json> json_lines(const std::string& out) {
   std::vector<nlohmann::json> v;

@@ -241,7 +241,7 @@ TEST(Cli, DemoRunsEverySection) {
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(0\.177\s+0\.303\s+0\.519)"))) << r.out;
   EXPECT_NE(r.out.find("Var(q·k)"), std::string::npos) << r.out;
   // The training step saves the classifier's checkpoint in --out and lists it.
-  EXPECT_NE(r.out.find("Files written:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Files written ("), std::string::npos) << r.out;
   EXPECT_NE(r.out.find((out_dir / "classifier.safetensors").string()), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(out_dir / "classifier.safetensors"));
   // Generation: the reverse model trains to its 0.99 held-out target and decodes greedily; its
@@ -257,6 +257,19 @@ TEST(Cli, DemoRunsEverySection) {
   EXPECT_NE(r.out.find("cosine similarity:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("query: What food do people enjoy?\n  1. "), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(out_dir / "index.safetensors"));
+  // MiniLM's heads on the tutorials' sentence: every layer and head, and where the attention goes.
+  EXPECT_TRUE(fs::exists(out_dir / "minilm_heatmaps" / "self_layer5_head11.png"));
+  EXPECT_NE(r.out.find("tokens:     [CLS] | i | love | nl | ##p | [SEP]  (6)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Mean attention weight (over heads and query tokens):"), std::string::npos) << r.out;
+  // Every file the demo wrote is listed, all of them inside --out.
+  std::size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(out_dir))
+    if (e.is_regular_file()) {
+      ++files;
+      EXPECT_NE(r.out.find("\n  " + e.path().string() + "\n"), std::string::npos) << "not listed: " << e.path();
+    }
+  EXPECT_NE(r.out.find("Files written (" + std::to_string(files) + ", all in " + out_dir.string() + "):"),
+            std::string::npos) << r.out;
   // GPT-2 generation with and without the cache: the same tokens.
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(with the KV cache: +\d+ tokens/s)"))) << r.out;
   EXPECT_NE(r.out.find("(same tokens)"), std::string::npos) << r.out;

@@ -107,6 +107,35 @@ TEST(CliEmbed, IndexAndSearchRoundTripArbitraryUtf8) {
   fs::remove(index);
 }
 
+TEST(CliEmbed, BlankLinesOfASearchCorpusAreSkippedAndLineNumbersKept) {
+  if (!require_model()) return;
+  const fs::path corpus = unique_temp("corpus_blank.txt"), index = unique_temp("index_blank.safetensors");
+  write(corpus, "\nA man is eating food.\n   \n\nA woman is playing violin.\n\t\n");
+  Result r = run("embed " + model_arg() + " --file '" + corpus.string() + "' --out '" + index.string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("wrote 2 embeddings [2, 384] to " + index.string() + " (4 blank lines skipped)"), std::string::npos)
+      << r.out;
+  r = run("search --index '" + index.string() + "' " + model_arg() + " --top-k 5 --json 'violin'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto res = json_lines(r.out).at(0)["results"];
+  ASSERT_EQ(res.size(), 2u) << "no blank line was indexed";
+  EXPECT_EQ(res[0]["text"], "A woman is playing violin.");
+  EXPECT_EQ(res[0]["line"], 5);  // its line in the corpus file
+  EXPECT_EQ(res[1]["line"], 2);
+  // Writing over an index needs --overwrite; a blank corpus makes no index.
+  r = run("embed " + model_arg() + " --file '" + corpus.string() + "' --out '" + index.string() + "'");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--out " + index.string() + " already exists; give --overwrite"), std::string::npos) << r.err;
+  r = run("embed " + model_arg() + " --overwrite --file '" + corpus.string() + "' --out '" + index.string() + "'");
+  EXPECT_EQ(r.code, 0) << r.err;
+  write(corpus, "\n \n");
+  r = run("embed " + model_arg() + " --overwrite --file '" + corpus.string() + "' --out '" + index.string() + "'");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("is blank; a search index needs at least one line of text"), std::string::npos) << r.err;
+  fs::remove(corpus);
+  fs::remove(index);
+}
+
 TEST(CliEmbed, BadInputsGiveOneClearLine) {
   if (!require_model()) return;
   const fs::path bad = unique_temp("bad.txt"), empty = unique_temp("empty.txt"), folder = unique_temp("model");

@@ -110,12 +110,20 @@ TEST(CliGenerate, BadInputsFailWithOneClearLine) {
   expect(run(M + "--prompt-ids 1,x"), "'x' is not a token id");
   expect(run(M + "--prompt ''"), "--prompt is empty");
   expect(run(M + "--prompt a --max-new 128"), "more than the model's 128");
-  expect(run(M + "--prompt a --temperature -0.5"), "temperature must be");
-  expect(run(M + "--prompt a --temperature nan"), "temperature must be");
+  // Numbers out of range or not finite are usage errors naming the flag and its range.
+  for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"--temperature -0.5", "--temperature: expects a finite number >= 0, got -0.5"},
+           {"--temperature nan", "--temperature: expects a finite number >= 0, got nan"},
+           {"--top-p 1.5", "--top-p: expects a finite number in [0, 1], got 1.5"},
+           {"--top-p inf", "--top-p: expects a finite number in [0, 1], got inf"},
+           {"--seed -1", "--seed: expects an integer in [0, 18446744073709551615], got -1"}}) {
+    const Result r = run(M + "--prompt a " + args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  }
   expect(run(M + "--prompt a --top-k 0"), "--top-k must be >= 1, got 0");
   expect(run(M + "--prompt a --top-p 0"), "top_p must be in (0, 1]");
-  expect(run(M + "--prompt a --top-p 1.5"), "top_p must be in (0, 1]");
-  expect(run(M + "--prompt a --prompt-ids 1"), "exactly one of --prompt, --prompt-ids, --prompts-file");
+  expect(run(M + "--prompt a --prompt-ids 1"), "give exactly one of PROMPT (or --prompt), --prompt-ids, --prompts-file");
   expect(run(M + "--prompts-file '" + s.write("bad.txt", "fine\nbad \xff byte\n") + "'"),
          "bad.txt:2: not valid UTF-8 (byte 5 of the line)");
   expect(run(M + "--prompts-file '" + s.write("empty.txt", "one\n\nthree\n") + "'"), "empty.txt: line 2 is empty");

@@ -79,7 +79,7 @@ TEST(CliTokenizeTrain, JsonAndStoppingEarly) {
   EXPECT_EQ(j[0]["out"], out);
   EXPECT_EQ(read_file(fs::path(out) / "merges.txt"), read_file(fixture("bpe_train/kjv_v4096/merges.txt")));
   // Plain output says why it stopped.
-  const Result p = run("tokenize train --text '" + kKjv + "' --vocab-size 4096 --out '" + out + "'");
+  const Result p = run("tokenize train --text '" + kKjv + "' --vocab-size 4096 --overwrite --out '" + out + "'");
   ASSERT_EQ(p.code, 0) << p.err;
   EXPECT_NE(p.out.find("stopped before --vocab-size 4096: no pair of tokens is left"), std::string::npos) << p.out;
 }
@@ -111,21 +111,21 @@ TEST(CliTokenizeTrain, BadInputsFailBeforeWritingAnything) {
   const std::string keep = s.write("out/vocab.json", "previous");
   const std::string good = s.write("good.txt", "some text\n");
   const std::string missing = s.path("missing.txt");
-  expect_fails(run("tokenize train --text '" + good + "' '" + missing + "' --vocab-size 300 --out '" + out + "'"), 1,
+  expect_fails(run("tokenize train --text '" + good + "' '" + missing + "' --vocab-size 300 --overwrite --out '" + out + "'"), 1,
                {missing});
   const std::string bad = s.write("bad.txt", "fine\nnot \xC3\x28 fine\n");
-  expect_fails(run("tokenize train --text '" + bad + "' --vocab-size 300 --out '" + out + "'"), 1,
+  expect_fails(run("tokenize train --text '" + bad + "' --vocab-size 300 --overwrite --out '" + out + "'"), 1,
                {bad, "line 2", "not valid UTF-8", "byte 4 of the line"});
-  expect_fails(run("tokenize train --text '" + good + "' --vocab-size 200 --out '" + out + "'"), 1,
+  expect_fails(run("tokenize train --text '" + good + "' --vocab-size 200 --overwrite --out '" + out + "'"), 1,
                {"vocab_size 200", "257", "256 byte tokens + 1 special token"});
   const std::string empty = s.write("empty.txt", "");
-  expect_fails(run("tokenize train --text '" + empty + "' --vocab-size 300 --out '" + out + "'"), 1,
+  expect_fails(run("tokenize train --text '" + empty + "' --vocab-size 300 --overwrite --out '" + out + "'"), 1,
                {"no text", "empty"});
   EXPECT_EQ(read_file(keep), "previous") << "nothing in --out was overwritten";
   EXPECT_FALSE(fs::exists(fs::path(out) / "merges.txt"));
   const std::string file_out = s.write("plain_file", "x");
   expect_fails(run("tokenize train --text '" + good + "' --vocab-size 300 --out '" + file_out + "'"), 1,
-               {file_out, "not a folder"});
+               {file_out, "is a file, expected a folder"});
 }
 
 TEST(CliTokenizeTrain, UsageErrors) {

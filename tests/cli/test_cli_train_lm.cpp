@@ -99,7 +99,7 @@ TEST(CliTrainLM, ErrorsAreOneClearLine) {
   const Result heads = run("train lm --text '" + kFix + "/text/kjv_genesis.txt' --d-model 30 --heads 4" + tok);
   EXPECT_EQ(heads.code, 1);
   EXPECT_NE(heads.err.find("not divisible"), std::string::npos) << heads.err;
-  const Result ctx = run("train lm --text '" + kFix + "/text/kjv_genesis.txt' --context 20000 --val-fraction 0.5" + tok);
+  const Result ctx = run("train lm --text '" + kFix + "/text/kjv_genesis.txt' --context 20000 --batch 1 --layers 1 --d-model 32 --heads 4 --val-fraction 0.5" + tok);
   EXPECT_EQ(ctx.code, 1);
   EXPECT_NE(ctx.err.find("needs at least"), std::string::npos) << ctx.err;
   const Result none = run("train lm --text '" + kFix + "/text/kjv_genesis.txt' --out '" + dir.string() + "'");
@@ -108,10 +108,15 @@ TEST(CliTrainLM, ErrorsAreOneClearLine) {
   const Result both = run("train lm --text '" + kFix + "/text/kjv_genesis.txt' --vocab-size 300" + tok);
   EXPECT_NE(both.code, 0);
   EXPECT_NE(both.err.find("excludes"), std::string::npos) << both.err;
-  const Result noresume = run("train lm --resume --text '" + kFix + "/text/kjv_genesis.txt' --out '" +
-                              unique_temp("lm_none").string() + "'");
+  const fs::path fresh = unique_temp("lm_none");
+  const Result noresume = run("train lm --resume --text '" + kFix + "/text/kjv_genesis.txt' --out '" + fresh.string() + "'");
   EXPECT_EQ(noresume.code, 1);
-  EXPECT_NE(noresume.err.find("vocab.json"), std::string::npos) << noresume.err;
+  EXPECT_NE(noresume.err.find("--out " + fresh.string() + ": no such folder"), std::string::npos) << noresume.err;
+  fs::create_directories(fresh);
+  const Result norun = run("train lm --resume --text '" + kFix + "/text/kjv_genesis.txt' --out '" + fresh.string() + "'");
+  EXPECT_EQ(norun.code, 1);
+  EXPECT_NE(norun.err.find(fresh.string() + " holds no training run (no qkv_train_state.safetensors)"), std::string::npos)
+      << norun.err;
 }
 
 }  // namespace

@@ -52,7 +52,8 @@ struct Spec {
   std::string str() const {
     std::ostringstream s;
     s << "B" << B << " H" << H << " H_kv" << kv_heads() << " Lq" << Lq << " Lk" << Lk << " D" << D << " Dv"
-      << (Dv < 0 ? D : Dv) << (causal ? " causal" : "") << (window ? " window " + std::to_string(window) : "") << (key_lengths.empty() ? "" : " key_lengths") << " bias" << int(bias)
+      << (Dv < 0 ? D : Dv) << (causal ? " causal" : "") << (window ? " window " + std::to_string(window) : "")
+      << (key_lengths.empty() ? "" : " key_lengths") << " bias" << int(bias)
       << " p" << dropout << " layout" << int(layout);
     return s.str();
   }

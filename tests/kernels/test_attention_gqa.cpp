@@ -37,10 +37,11 @@ TEST(AttentionRefGqa, SharedHeadEqualsCopiesAndSumsTheirGradients) {
   for (i64 b = 0; b < s.B; ++b)
     for (i64 h = 0; h < s.H; ++h)
       for (i64 j = 0; j < s.Lk; ++j) {
+        const i64 hk = h / G;
         for (i64 d = 0; d < D; ++d)
-          mha.k[b * mha.p.k_sb + h * mha.p.k_sh + j * D + d] = gqa.k[b * gqa.p.k_sb + (h / G) * gqa.p.k_sh + j * D + d];
+          mha.k[b * mha.p.k_sb + h * mha.p.k_sh + j * D + d] = gqa.k[b * gqa.p.k_sb + hk * gqa.p.k_sh + j * D + d];
         for (i64 d = 0; d < Dv; ++d)
-          mha.v[b * mha.p.v_sb + h * mha.p.v_sh + j * Dv + d] = gqa.v[b * gqa.p.v_sb + (h / G) * gqa.p.v_sh + j * Dv + d];
+          mha.v[b * mha.p.v_sb + h * mha.p.v_sh + j * Dv + d] = gqa.v[b * gqa.p.v_sb + hk * gqa.p.v_sh + j * Dv + d];
       }
   const auto a = run_ref<double>(gqa, true), c = run_ref<double>(mha, true);
   EXPECT_EQ(a.o, c.o);

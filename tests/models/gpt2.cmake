@@ -1,3 +1,6 @@
 # GPT-2: Hugging Face config.json / model.safetensors read and written, errors, and
 # parity with transformers on the committed tiny model (tests/fixtures/gpt2_tiny).
 qkv_add_test(test_gpt2 SOURCES models/test_gpt2.cpp models/test_gpt2_parity.cpp LIBS qkv nlohmann_json::nlohmann_json)
+# The Llama family (Llama, Mistral, Qwen2; Hugging Face folders and GGUF files): configs, bad files,
+# parity with transformers on tiny random models and SmolLM2-135M-Instruct, GGUF export.
+qkv_add_test(test_llama SOURCES models/test_llama.cpp models/test_llama_parity.cpp LIBS qkv nlohmann_json::nlohmann_json)

@@ -409,7 +409,9 @@ TEST(TrainClassifyCli, NonFiniteLossStopsWithTheEpochAndKeepsThePreviousCheckpoi
   const Result ok = run("train classify --epochs 3 --threads 1 --no-progress --save '" + file.string() + "'");
   ASSERT_EQ(ok.code, 0) << ok.err;
   const io::Checkpoint before = io::load_checkpoint(file.string());
-  const Result r = run("train classify --epochs 50 --lr 1e30 --threads 1 --no-progress --save '" + file.string() + "'");
+  // --overwrite: the run may replace the checkpoint, but it fails, so the checkpoint stays.
+  const Result r =
+      run("train classify --epochs 50 --lr 1e30 --threads 1 --no-progress --overwrite --save '" + file.string() + "'");
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.err.find("epoch "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("qkv: error:"), std::string::npos) << r.err;

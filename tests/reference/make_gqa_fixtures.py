@@ -104,18 +104,8 @@ def main() -> int:
         for n, dtype, shape in e["tensors"]:
             lines.append(f"- `{n}` {dtype} {shape}")
         lines.append("")
-    begin, end = f"<!-- BEGIN {INDEX_BLOCK} -->", f"<!-- END {INDEX_BLOCK} -->"
-    text = mf.INDEX_PATH.read_text(encoding="utf-8") if mf.INDEX_PATH.exists() else ""
-    block = begin + "\n" + "\n".join(lines).rstrip() + "\n" + end + "\n"
-    if begin in text:
-        a = text.index(begin)
-        b = text.index(end, a) + len(end)
-        if b < len(text) and text[b] == "\n":
-            b += 1
-        text = text[:a] + block + text[b:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    mf.INDEX_PATH.write_text(text, encoding="utf-8")
+    from make_gpt2_fixtures import replace_index_block  # the same index file and block convention
+    replace_index_block(INDEX_BLOCK, "\n".join(lines))
     for e in mf.INDEX:
         print(f"{e['bytes']:8d}  tests/fixtures/{e['name']}.safetensors")
     return 0

@@ -222,7 +222,9 @@ TEST(BpeTrain, ReportsProgress) {
   EXPECT_EQ(seen.back().done, static_cast<std::int64_t>(r.merges.size()));
   EXPECT_EQ(seen.back().total, 400 - 257);
   for (std::size_t i = 1; i < seen.size(); ++i) {
-    if (seen[i].stage == seen[i - 1].stage) EXPECT_GE(seen[i].done, seen[i - 1].done);
+    if (seen[i].stage == seen[i - 1].stage) {
+      EXPECT_GE(seen[i].done, seen[i - 1].done);
+    }
   }
 }
 

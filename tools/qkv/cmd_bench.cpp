@@ -329,17 +329,17 @@ QKV_TOOL_COMMAND(bench, {
       auto common = std::make_shared<CommonOptions>();
       auto add_common = [common](CLI::App* s) {
         s->add_option("--repeat", common->repeat, "Timed runs (default: by size)")->check(int_range(1, 100000));
-        s->add_option("--warmup", common->warmup, "Untimed runs first")->check(int_range(0, 1000));
+        s->add_option("--warmup", common->warmup, "Untimed runs first")->check(int_range(0, 1000))->capture_default_str();
         s->add_flag("--json", common->json, "One JSON object per line");
       };
       std::vector<std::pair<CLI::App*, Action>> runs;
 
       auto att = std::make_shared<AttentionOptions>();
       CLI::App* s = sub.add_subcommand("attention", "scaled_dot_product_attention on [B, H, L, D] float32");
-      s->add_option("--batch", att->batch, "B")->check(int_range(1, 1 << 20));
-      s->add_option("--heads", att->heads, "H")->check(int_range(1, 1 << 20));
-      s->add_option("--len", att->len, "L (queries = keys)")->check(int_range(1, 1 << 24));
-      s->add_option("--dim", att->dim, "D (head dim)")->check(int_range(1, 4096));
+      s->add_option("--batch", att->batch, "B")->check(int_range(1, 1 << 20))->capture_default_str();
+      s->add_option("--heads", att->heads, "H")->check(int_range(1, 1 << 20))->capture_default_str();
+      s->add_option("--len", att->len, "L (queries = keys)")->check(int_range(1, 1 << 24))->capture_default_str();
+      s->add_option("--dim", att->dim, "D (head dim)")->check(int_range(1, 4096))->capture_default_str();
       s->add_flag("--causal", att->causal, "Causal mask");
       s->add_flag("--backward", att->backward, "Time forward + backward");
       add_common(s);
@@ -347,9 +347,9 @@ QKV_TOOL_COMMAND(bench, {
 
       auto gm = std::make_shared<GemmOptions>();
       s = sub.add_subcommand("gemm", "C[M,N] = A[M,K] @ B[K,N] float32");
-      s->add_option("--m", gm->m, "M")->check(int_range(1, 1 << 20));
-      s->add_option("--n", gm->n, "N")->check(int_range(1, 1 << 20));
-      s->add_option("--k", gm->k, "K")->check(int_range(1, 1 << 20));
+      s->add_option("--m", gm->m, "M")->check(int_range(1, 1 << 20))->capture_default_str();
+      s->add_option("--n", gm->n, "N")->check(int_range(1, 1 << 20))->capture_default_str();
+      s->add_option("--k", gm->k, "K")->check(int_range(1, 1 << 20))->capture_default_str();
       add_common(s);
       runs.emplace_back(s, [gm, common] { return run_gemm(*gm, *common); });
 
@@ -379,7 +379,7 @@ QKV_TOOL_COMMAND(bench, {
       auto pk = std::make_shared<PeakOptions>();
       s = sub.add_subcommand("peak", "FP32 fused multiply-add peak of this machine now, on --threads workers");
       s->add_option("--seconds", pk->seconds, "Length of the timed loop (default 0.5)")
-          ->check(CLI::Range(0.001, 600.0));
+          ->check(real_range(0.001, 600.0));
       s->add_flag("--json", pk->json, "One JSON object per line");
       runs.emplace_back(s, [pk] { return run_peak(*pk); });
 
@@ -387,8 +387,10 @@ QKV_TOOL_COMMAND(bench, {
       s = sub.add_subcommand("generate",
                              "Greedy generation through the KV cache: tokens/s, ms per token, the read bandwidth "
                              "measured now and the bound it sets (weight bytes read per token)");
-      s->add_option("--model", gen->model, "GPT-2 folder (default: random weights of the sizes below)")
-          ->check(CLI::ExistingDirectory);
+      add_lm_model_option(*s, gen->model, "Model: a GGUF file, a Llama-family or GPT-2 folder (default: a random GPT-2 of the sizes below)");
+      s->add_option("--activations", gen->activations,
+                    "f32 (exact, the default) or q8 (activations quantized per 32 values, integer products; "
+                    "quantized Llama-family models)");
       s->add_option("--layers", gen->layers, "L (default 12)")->check(int_range(1, 1024));
       s->add_option("--d-model", gen->d_model, "C (default 768)")->check(int_range(1, 1 << 16));
       s->add_option("--heads", gen->heads, "H, must divide C (default 12)")->check(int_range(1, 1 << 16));
@@ -397,9 +399,10 @@ QKV_TOOL_COMMAND(bench, {
       s->add_option("--batch", gen->batch, "Prompts generated together (default 1)")->check(int_range(1, 4096));
       s->add_option("--prompt-len", gen->prompt_len, "Tokens per prompt (default 16)")->check(int_range(1, 1 << 20));
       s->add_option("--new", gen->new_tokens, "Tokens generated per prompt (default 256)")->check(int_range(1, 1 << 20));
-      s->add_option("--seed", gen->seed, "Seed of the random prompts (default 0)");
+      add_seed_option(*s, gen->seed, "Seed of the random prompts");
       s->add_option("--prompt-ids", gen->prompt_ids, "File of --batch lines of --prompt-len ids (instead of random prompts)")
-          ->check(CLI::ExistingFile);
+          ->check(input_file("a file of token ids"))
+          ->type_name("FILE");
       s->add_option("--repeat", gen->repeat, "Timed runs (median; default 3)")->check(int_range(1, 1000));
       s->add_flag("--no-cache", gen->no_cache, "Recompute the whole sequence every step");
       s->add_option("--bandwidth-mb", gen->bandwidth_mb, "Buffer of the read-bandwidth measurement (default 512)")

@@ -1,6 +1,7 @@
 // qkv bench embed: sentences per second of SentenceEmbedder (tokenisation included, as
 // sentence-transformers' encode() includes it), the matrix products' GFLOP/s, median of --repeat.
 #include "cmd_bench_embed.h"
+#include "model_dir.h"
 
 #include <algorithm>
 #include <chrono>
@@ -66,6 +67,7 @@ int run_bench_embed(const BenchEmbedOptions& o) {
     for (const auto& t : texts) f << t << '\n';
     if (!f) throw IOError("bench embed: cannot write " + o.dump);
   }
+  require_model_kind(o.model, {"bert"}, "bench embed", "a BERT / sentence-transformers folder (config.json, model.safetensors, vocab.txt, modules.json)");
   const infer::SentenceEmbedder e = infer::SentenceEmbedder::from_folder(o.model);
   // FLOPs of the matrix products embed() runs: no padding (BertRunner), so per token and per
   // query-key pair of each sentence. padded_tokens: what batches padded to their longest row
@@ -125,7 +127,7 @@ std::pair<CLI::App*, Action> add_bench_embed(CLI::App& bench) {
   auto o = std::make_shared<BenchEmbedOptions>();
   CLI::App* s = bench.add_subcommand(
       "embed", "Sentence embeddings of a BERT folder (all-MiniLM-L6-v2) on 1000 generated sentences of mixed length");
-  s->add_option("--model", o->model, "Model folder (sentence-transformers layout)")->required();
+  add_model_option(*s, o->model, "BERT / sentence-transformers model folder")->required();
   s->add_option("--batch", o->batch, "Sentences per forward pass (default 32)")->check(int_range(1, 4096));
   s->add_option("--sentences", o->sentences, "How many generated sentences (default 1000)")->check(int_range(1, 1000000));
   s->add_option("--repeat", o->repeat, "Timed runs over all sentences (default 3)")->check(int_range(1, 1000));

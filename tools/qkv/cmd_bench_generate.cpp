@@ -19,27 +19,52 @@
 #include "qkv/infer/generate.h"
 #include "qkv/kernels/cpu.h"
 #include "qkv/kernels/peak.h"
+#include "qkv/infer/language_model.h"
 #include "qkv/models/gpt2.h"
+#include "qkv/models/llama.h"
 
 namespace qkv::tool {
 
 int run_bench_generate(const BenchGenerateOptions& o) {
-  std::shared_ptr<models::GPT2LMHeadModel> model;
+  if (o.activations != "f32" && o.activations != "q8")
+    throw ValueError("--activations must be f32 or q8, got '" + o.activations + "'");
+  std::shared_ptr<const infer::CausalLM> model;
+  std::string arch = "gpt2";
+  double weight_bytes = 0;  // bytes read per decode step
+  nlohmann::ordered_json sizes;
   if (!o.model.empty()) {
-    model = models::load_gpt2(o.model);
+    const infer::LanguageModel lm = infer::load_language_model(
+        o.model, {.activations = o.activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32});
+    model = lm.model;
+    arch = lm.architecture;
+    weight_bytes = static_cast<double>(lm.weight_bytes);
+    if (auto* llama = dynamic_cast<const models::LlamaForCausalLM*>(model.get())) {
+      const models::LlamaConfig& c = llama->config();
+      sizes["layers"] = c.num_hidden_layers, sizes["d_model"] = c.hidden_size, sizes["heads"] = c.num_attention_heads;
+      sizes["kv_heads"] = c.num_key_value_heads, sizes["vocab"] = c.vocab_size;
+    } else if (o.activations != "f32") {
+      throw ValueError("--activations q8 applies to quantized Llama-family models only");
+    }
   } else {
     models::GPT2Config c;
     c.n_layer = o.layers, c.n_embd = o.d_model, c.n_head = o.heads, c.vocab_size = o.vocab;
     c.n_positions = std::max<std::int64_t>(o.positions, o.prompt_len + o.new_tokens);
     if (c.n_embd % c.n_head) throw ValueError("--d-model must be divisible by --heads");
     manual_seed(0);
-    model = std::make_shared<models::GPT2LMHeadModel>(c);
-    model->eval();
+    auto m = std::make_shared<models::GPT2LMHeadModel>(c);
+    m->eval();
+    // Every parameter except the position table, of which one row is read.
+    weight_bytes = 4.0 * static_cast<double>(m->num_parameters() - m->wpe->weight.numel());
+    model = m;
   }
-  const models::GPT2Config& c = model->config();
-  if (o.prompt_len + o.new_tokens > c.n_positions)
+  if (const auto* g2 = dynamic_cast<const models::GPT2LMHeadModel*>(model.get())) {
+    const models::GPT2Config& c = g2->config();
+    sizes["layers"] = c.n_layer, sizes["d_model"] = c.n_embd, sizes["heads"] = c.n_head, sizes["vocab"] = c.vocab_size;
+    if (weight_bytes == 0) weight_bytes = 4.0 * static_cast<double>(g2->num_parameters() - g2->wpe->weight.numel());
+  }
+  if (o.prompt_len + o.new_tokens > model->max_positions())
     throw ValueError("--prompt-len " + std::to_string(o.prompt_len) + " + --new " + std::to_string(o.new_tokens) +
-                     " exceeds the model's n_positions " + std::to_string(c.n_positions));
+                     " exceeds the model's " + std::to_string(model->max_positions()) + " positions");
   std::vector<std::vector<std::int64_t>> prompts;
   if (!o.prompt_ids.empty()) {
     // The prompts another engine uses: one line of ids per sequence.
@@ -57,7 +82,7 @@ int run_bench_generate(const BenchGenerateOptions& o) {
     Generator g(o.seed);
     prompts.resize(static_cast<std::size_t>(o.batch));
     for (auto& p : prompts)
-      for (std::int64_t i = 0; i < o.prompt_len; ++i) p.push_back(g.randint(0, c.vocab_size));
+      for (std::int64_t i = 0; i < o.prompt_len; ++i) p.push_back(g.randint(0, model->vocab_size()));
   }
   infer::GenerationOptions go{.max_new_tokens = o.new_tokens, .use_cache = !o.no_cache};  // no eos: exactly N tokens
   // Warm-up: the block cache, the thread team, first-touch of the workspaces.
@@ -77,18 +102,20 @@ int run_bench_generate(const BenchGenerateOptions& o) {
     prefill_ms.push_back(1e3 * st.prefill_seconds);
   }
   const double rss = peak_rss_mb();
-  // Bytes read per decode step: every parameter except the position table, of which one row is read.
-  std::int64_t weight_floats = model->num_parameters() - model->wpe->weight.numel();
-  const double weight_bytes = 4.0 * static_cast<double>(weight_floats);
   const kernels::ReadBandwidth bw = kernels::measure_read_bandwidth(o.bandwidth_mb << 20, 3);
   const double bound = bw.gbs * 1e9 / weight_bytes * static_cast<double>(o.batch);  // tokens/s at the bound
   const double decode_tps = static_cast<double>(o.batch) * 1e3 / median(step_ms);
+  const infer::KVCacheOptions co = model->cache_options(o.batch, o.prompt_len + o.new_tokens);
+  const double kv_bytes = 8.0 * static_cast<double>(co.num_layers * co.batch * co.max_len) *
+                          static_cast<double>((co.num_kv_heads ? co.num_kv_heads : co.num_heads) * co.head_dim);
   nlohmann::ordered_json j;
   j["bench"] = "generate";
   j["model"] = o.model.empty() ? "random" : o.model;
-  j["layers"] = c.n_layer, j["d_model"] = c.n_embd, j["heads"] = c.n_head, j["vocab"] = c.vocab_size;
+  j["architecture"] = arch;
+  for (auto it = sizes.begin(); it != sizes.end(); ++it) j[it.key()] = it.value();
   j["batch"] = o.batch, j["prompt_len"] = o.prompt_len, j["new"] = o.new_tokens;
   j["cache"] = !o.no_cache;
+  j["activations"] = o.activations;
   j["threads"] = num_threads();
   j["isa"] = kernels::isa_name(kernels::active_isa());
   j["repeat"] = o.repeat;
@@ -96,12 +123,13 @@ int run_bench_generate(const BenchGenerateOptions& o) {
   j["decode_tokens_per_s"] = decode_tps;
   j["ms_per_token"] = median(step_ms);
   j["prefill_ms"] = median(prefill_ms);
+  j["prefill_tokens_per_s"] = static_cast<double>(o.batch * o.prompt_len) * 1e3 / median(prefill_ms);
   j["weight_bytes"] = weight_bytes;
   j["read_gbs"] = bw.gbs;
   j["bandwidth_bound_tokens_per_s"] = bound;
   j["fraction_of_bound"] = decode_tps / bound;
   j["weights_mb"] = weight_bytes / (1 << 20);
-  j["cache_mb"] = 4.0 * 2 * static_cast<double>(c.n_layer * o.batch * (o.prompt_len + o.new_tokens) * c.n_embd) / (1 << 20);
+  j["cache_mb"] = kv_bytes / (1 << 20);
   j["peak_rss_mb"] = rss;
   j["rss_after_load_mb"] = rss_loaded;
   j["first_ids"] = first_ids;  // [B][<= 32] generated ids, to compare engines

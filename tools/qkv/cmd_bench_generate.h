@@ -6,7 +6,7 @@
 namespace qkv::tool {
 
 struct BenchGenerateOptions {
-  std::string model;  // a GPT-2 folder, or empty: random weights of the sizes below
+  std::string model;  // any causal LM qkv loads (GPT-2 / Llama-family folder, GGUF file), or empty: a random GPT-2 of the sizes below
   std::int64_t layers = 12, d_model = 768, heads = 12, vocab = 50257, positions = 1024;
   std::int64_t batch = 1, prompt_len = 16, new_tokens = 256;
   std::string prompt_ids;  // a file of B lines of P ids (the same prompts as another engine); empty: seeded random
@@ -14,6 +14,7 @@ struct BenchGenerateOptions {
   int repeat = 3;
   std::int64_t bandwidth_mb = 512;  // buffer of the read-bandwidth measurement (well past the caches)
   bool no_cache = false, json = false;
+  std::string activations = "f32";  // Llama family: f32 (exact) | q8 (activations quantized per 32, integer products)
 };
 
 int run_bench_generate(const BenchGenerateOptions& o);

@@ -1,9 +1,13 @@
 // qkv demo: the tutorials' experiments in one run, clearly sectioned.
 //
-// The demo is a list of steps (DemoStep). Each gets the shared DemoContext,
-// prints its section and records any file it writes in ctx.files_written;
-// the demo ends by listing those files. Later steps (training the classifier,
+// The demo is a list of steps (DemoStep). Each gets the shared DemoContext, prints
+// its section and writes its files under ctx.dir: a staging folder beside --out that
+// becomes --out, whole, once every part succeeded (io::StagedFolder), so a failed or
+// interrupted demo leaves the previous --out as it was. What the parts print names the
+// final paths (the staging path is rewritten line by line), and the demo ends by listing
+// every file of the folder. Later steps (training the classifier,
 // heatmaps and the explorer page, generation with the seq2seq model) are in demo_steps().
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <filesystem>
@@ -24,10 +28,14 @@
 #include "cmd_worked_example.h"
 #include "command.h"
 #include "format.h"
+#include "interrupt.h"
+#include "output.h"
 #include "progress.h"
+#include "qkv/io/folder.h"
 #include "qkv/core/parallel.h"
 #include "qkv/infer/generate.h"
 #include "qkv/models/gpt2.h"
+#include "qkv/models/text_attention.h"
 #include "qkv/tokenize/bpe.h"
 
 namespace qkv::tool {
@@ -36,6 +44,7 @@ namespace {
 struct DemoOptions {
   std::uint64_t seed = 0;
   std::string out_dir = "qkv-demo";  // every file the demo writes goes here
+  bool overwrite = false;            // replace --out even when it holds other files
   std::string model = "models/all-MiniLM-L6-v2";  // the pretrained BERT of the embedding part (`make models`)
   std::string gpt2 = "tests/fixtures/gpt2_tiny";  // the committed tiny GPT-2 of the generation part
   std::string corpus = "data/kjv.txt";            // the training text of the language-model part (`make data`)
@@ -44,7 +53,8 @@ struct DemoOptions {
 struct DemoContext {
   std::ostream& out;
   const DemoOptions& opt;
-  std::vector<std::string> files_written;  // every file a step wrote, in order
+  std::string dir;                         // where the parts write (the staging folder of --out)
+  std::vector<std::string> files_written;  // what the parts report writing (the folder is listed at the end)
 };
 
 struct DemoStep {
@@ -70,11 +80,10 @@ std::vector<DemoStep> demo_steps() {
        }},
       {"Training the tutorial's classifier, balanced setting (qkv train classify --balanced --lr 3e-3)",
        [](DemoContext& ctx) {
-         std::filesystem::create_directories(ctx.opt.out_dir);
          ctx.out << "Label 1 iff tokens 3 and 7 both appear; half the sequences are positive, so the baseline is 0.5.\n";
          return run_train_classify(TrainClassifyOptions{.epochs = 200, .lr = 3e-3, .seed = ctx.opt.seed,
                                                         .balanced = true,
-                                                        .save = ctx.opt.out_dir + "/classifier.safetensors",
+                                                        .save = ctx.dir + "/classifier.safetensors",
                                                         .log_every = 50},
                                    ctx.out, &ctx.files_written);
        }},
@@ -82,9 +91,9 @@ std::vector<DemoStep> demo_steps() {
        [](DemoContext& ctx) {
          ctx.out << "Input \"3 5 7 1 2 9 4 8\" (contains 3 and 7: label 1). One PNG per layer and head, and "
                     "index.html to explore them in a browser.\n\n";
-         return run_heatmap(HeatmapOptions{.checkpoint = ctx.opt.out_dir + "/classifier.safetensors",
+         return run_heatmap(HeatmapOptions{.checkpoint = ctx.dir + "/classifier.safetensors",
                                            .input = "3 5 7 1 2 9 4 8",
-                                           .out = ctx.opt.out_dir + "/heatmaps"},
+                                           .out = ctx.dir + "/heatmaps"},
                             ctx.out, &ctx.files_written);
        }},
       {"Generation: an encoder-decoder learns to reverse digit strings, then decodes greedily (qkv train seq2seq)",
@@ -94,21 +103,22 @@ std::vector<DemoStep> demo_steps() {
                     "once 99% of held-out strings come out exactly right.\n\n";
          return run_train_seq2seq(Seq2SeqCliOptions{.task = "reverse", .epochs = 3, .target_acc = 0.99,
                                                     .seed = ctx.opt.seed,
-                                                    .save = ctx.opt.out_dir + "/seq2seq_reverse.safetensors",
+                                                    .save = ctx.dir + "/seq2seq_reverse.safetensors",
                                                     .examples = 5},
                                   ctx.out, &ctx.files_written);
        }},
       {"What generation attends to: the reverse model's cross-attention is an anti-diagonal (qkv heatmap)",
        [](DemoContext& ctx) {
          ctx.out << "Input \"1 2 3 4 5 6 7 8\": output position t looks at input position L - 1 - t.\n\n";
-         return run_heatmap(HeatmapOptions{.checkpoint = ctx.opt.out_dir + "/seq2seq_reverse.safetensors",
+         return run_heatmap(HeatmapOptions{.checkpoint = ctx.dir + "/seq2seq_reverse.safetensors",
                                            .input = "1 2 3 4 5 6 7 8",
-                                           .out = ctx.opt.out_dir + "/seq2seq_heatmaps"},
+                                           .out = ctx.dir + "/seq2seq_heatmaps"},
                             ctx.out, &ctx.files_written);
        }},
       {"A real pretrained BERT: sentence embeddings and semantic search with all-MiniLM-L6-v2 (qkv embed, qkv search)",
        [](DemoContext& ctx) {
-         if (!std::filesystem::exists(ctx.opt.model + "/model.safetensors")) {
+         std::error_code ec;
+         if (!std::filesystem::exists(ctx.opt.model + "/model.safetensors", ec)) {
            ctx.out << "Skipped: the model folder " << ctx.opt.model
                    << " is absent (run `make models` to fetch it, or pass --model DIR).\n";
            return 0;
@@ -120,8 +130,7 @@ std::vector<DemoStep> demo_steps() {
                                                      "Someone in a gorilla costume is playing a set of drums."};
          if (int rc = run_embed(EmbedCmdOptions{.model = ctx.opt.model, .texts = sentences, .similarity = true}, ctx.out))
            return rc;
-         std::filesystem::create_directories(ctx.opt.out_dir);
-         const std::string corpus = ctx.opt.out_dir + "/corpus.txt", index = ctx.opt.out_dir + "/index.safetensors";
+         const std::string corpus = ctx.dir + "/corpus.txt", index = ctx.dir + "/index.safetensors";
          {
            std::ofstream f(corpus, std::ios::binary);
            for (const char* line : {"The new movie is awesome.", "The cat sits outside.", "A man is playing guitar.",
@@ -138,9 +147,46 @@ std::vector<DemoStep> demo_steps() {
                                          .top_k = 3},
                            ctx.out);
        }},
+      {"Inside a real BERT: all-MiniLM-L6-v2's attention heads on \"[CLS] I love NLP [SEP]\" (qkv heatmap --model)",
+       [](DemoContext& ctx) {
+         std::error_code ec;
+         if (!std::filesystem::exists(ctx.opt.model + "/model.safetensors", ec)) {
+           ctx.out << "Skipped: the model folder " << ctx.opt.model << " is absent (`make models` fetches it).\n";
+           return 0;
+         }
+         ctx.out << "The tutorials' sentence, now through a pretrained BERT: its WordPiece tokens, 6 layers x 12 heads, "
+                    "the same weights as transformers' output_attentions=True (tests/viz/test_text_attention.cpp).\n\n";
+         const HeatmapOptions ho{.model = ctx.opt.model, .text = "I love NLP", .out = ctx.dir + "/minilm_heatmaps",
+                                 .list_files = false};
+         if (int rc = run_heatmap(ho, ctx.out, &ctx.files_written)) return rc;
+         // Where the attention goes, layer by layer: the known pull of [CLS] and [SEP].
+         const models::TextAttention a = models::text_attention(ctx.opt.model, "I love NLP");
+         const std::int64_t T = static_cast<std::int64_t>(a.tokens.size());
+         Table t({"layer", "on [CLS]", "on [SEP]", "on the token itself", "on the previous token"});
+         for (std::size_t l = 0; l < a.layers.size(); ++l) {
+           const std::vector<float> w = a.layers[l].to_vector<float>();
+           const std::int64_t H = a.layers[l].size(0);
+           double cls = 0, sep = 0, self = 0, prev = 0;
+           for (std::int64_t h = 0; h < H; ++h)
+             for (std::int64_t i = 0; i < T; ++i) {
+               const float* row = w.data() + (h * T + i) * T;
+               cls += row[0];
+               sep += row[T - 1];
+               self += row[i];
+               prev += i > 0 ? row[i - 1] : 0.0;
+             }
+           const double n = static_cast<double>(H * T);
+           t.add_row({std::to_string(l), fixed(cls / n, 3), fixed(sep / n, 3), fixed(self / n, 3),
+                      fixed(prev / static_cast<double>(H * (T - 1)), 3)});
+         }
+         ctx.out << "\nMean attention weight (over heads and query tokens):\n";
+         t.print(ctx.out);
+         return 0;
+       }},
       {"Text generation through the KV cache: a tiny GPT-2 trained by transformers on Genesis (qkv generate)",
        [](DemoContext& ctx) {
-         if (!std::filesystem::exists(ctx.opt.gpt2 + "/model.safetensors")) {
+         std::error_code ec;
+         if (!std::filesystem::exists(ctx.opt.gpt2 + "/model.safetensors", ec)) {
            ctx.out << "Skipped: " << ctx.opt.gpt2 << " is absent (run the demo from the repository, or pass --gpt2 DIR).\n";
            return 0;
          }
@@ -168,12 +214,13 @@ std::vector<DemoStep> demo_steps() {
        }},
       {"Training a small GPT on the King James Bible, then generating through the KV cache (qkv train lm)",
        [](DemoContext& ctx) {
-         if (!std::filesystem::exists(ctx.opt.corpus)) {
+         std::error_code ec;
+         if (!std::filesystem::exists(ctx.opt.corpus, ec)) {
            ctx.out << "Skipped: the corpus " << ctx.opt.corpus << " is absent (`make data` makes it from Debian's "
                    << "bible-kjv; or pass --corpus FILE).\n";
            return 0;
          }
-         const std::string dir = ctx.opt.out_dir + "/gpt_kjv";
+         const std::string dir = ctx.dir + "/gpt_kjv";
          ctx.out << "3 pre-norm blocks, d_model 64, 4 heads, context 64, a 1024-token byte-level BPE learnt "
                  << "from the text; AdamW with warmup and cosine decay, 300 steps of 16 random windows (a minute or less; "
                  << "`qkv train lm --help` for bigger runs).\n\n";
@@ -212,24 +259,66 @@ std::vector<DemoStep> demo_steps() {
   };
 }
 
+// What the demo writes into --out, at its top level: a folder holding only these (or
+// nothing) is a previous demo's and is replaced; anything else needs --overwrite.
+const std::vector<std::string>& demo_entries() {
+  static const std::vector<std::string> names = {
+      "classifier.safetensors", "heatmaps",  "seq2seq_reverse.safetensors", "seq2seq_heatmaps", "corpus.txt",
+      "index.safetensors",      "gpt_kjv",   "gpt_kjv.tokens",              "minilm_heatmaps"};
+  return names;
+}
+
+void check_demo_folder(const DemoOptions& opt) {
+  check_output_folder(opt.out_dir, {.cmd = "demo", .overwrite = true});  // recovery, kind and permissions
+  std::vector<std::string> foreign;
+  for (const std::string& e : io::folder_entries(opt.out_dir))
+    if (std::find(demo_entries().begin(), demo_entries().end(), e) == demo_entries().end()) foreign.push_back(e);
+  if (!foreign.empty() && !opt.overwrite) {
+    std::string names;
+    for (std::size_t i = 0; i < foreign.size() && i < 4; ++i) names += (i ? ", " : "") + foreign[i];
+    if (foreign.size() > 4) names += " and " + std::to_string(foreign.size() - 4) + " more";
+    throw ValueError("demo: --out " + opt.out_dir + " holds files the demo does not write (" + names +
+                     "); give --overwrite to replace the folder, or another --out");
+  }
+}
+
+// Every file under dir, sorted, as dir/...
+std::vector<std::string> files_under(const std::string& dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (std::filesystem::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_regular_file()) files.push_back(it->path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 int run_demo(const DemoOptions& opt, std::ostream& out) {
   const auto start = std::chrono::steady_clock::now();
-  DemoContext ctx{out, opt, {}};
+  check_demo_folder(opt);
+  allow_training_interrupt(false);  // Ctrl-C ends the demo at once; --out stays as it was
+  io::StagedFolder stage(opt.out_dir, "demo");
+  std::string shown = opt.out_dir;
+  while (shown.size() > 1 && shown.back() == '/') shown.pop_back();
+  ReplacingStreambuf rewrite(out, stage.path(), shown);
+  std::ostream sout(&rewrite);
+  DemoContext ctx{sout, opt, stage.path(), {}};
   const std::vector<DemoStep> steps = demo_steps();
-  out << "qkv demo: " << steps.size() << " parts, seed " << opt.seed << ", " << num_threads() << " thread(s)\n";
+  sout << "qkv demo: " << steps.size() << " parts, seed " << opt.seed << ", " << num_threads() << " thread(s)\n";
   for (std::size_t i = 0; i < steps.size(); ++i) {
-    print_section(out, std::to_string(i + 1) + "/" + std::to_string(steps.size()) + "  " + steps[i].title);
-    out << '\n';
-    if (int rc = steps[i].run(ctx); rc != 0) return rc;
+    print_section(sout, std::to_string(i + 1) + "/" + std::to_string(steps.size()) + "  " + steps[i].title);
+    sout << '\n';
+    if (int rc = steps[i].run(ctx); rc != 0) {
+      sout << "\nThe demo stopped in part " << i + 1 << "; " << shown << " is as it was.\n";
+      return rc;
+    }
   }
+  sout.flush();
+  stage.commit();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   print_section(out, "Done in " + format_duration(secs));
-  if (ctx.files_written.empty()) {
-    out << "Files written: none yet (training checkpoints, heatmaps and the explorer page will be listed here).\n";
-  } else {
-    out << "Files written:\n";
-    for (const auto& f : ctx.files_written) out << "  " << f << '\n';
-  }
+  const std::vector<std::string> files = files_under(shown);
+  out << "Files written (" << files.size() << ", all in " << shown << "):\n";
+  for (const auto& f : files) out << "  " << f << '\n';
   return 0;
 }
 
@@ -247,16 +336,22 @@ QKV_TOOL_COMMAND(demo, {
           "explorer page (in --out/heatmaps), then an encoder-decoder trained to reverse digit strings with greedy "
           "generation and its cross-attention maps (in --out/seq2seq_heatmaps), then sentence embeddings with the "
           "pretrained all-MiniLM-L6-v2 in --model (a similarity matrix and one semantic search; skipped with a "
-          "message if the folder is absent: `make models` fetches it), then text generated by the committed tiny GPT-2 "
+          "message if the folder is absent: `make models` fetches it) and its attention heads on the tutorials' sentence "
+          "\"[CLS] I love NLP [SEP]\" (in --out/minilm_heatmaps), then text generated by the committed tiny GPT-2 "
           "in --gpt2 through the KV cache and by recomputation (same tokens; tokens/s of both), then a small GPT "
           "trained on --corpus (the King James Bible, `make data`) for 300 steps and sampled the same two ways. Ends "
           "by listing the files it wrote.");
       auto opt = std::make_shared<DemoOptions>();
-      sub.add_option("--seed", opt->seed, "Seed for every random part")->capture_default_str();
-      sub.add_option("--out", opt->out_dir, "Directory for the files the demo writes")->capture_default_str();
-      sub.add_option("--model", opt->model, "Model folder of the embedding part")->capture_default_str();
-      sub.add_option("--gpt2", opt->gpt2, "GPT-2 folder of the generation part")->capture_default_str();
-      sub.add_option("--corpus", opt->corpus, "Training text of the language-model part")->capture_default_str();
+      add_seed_option(sub, opt->seed, "Seed for every random part");
+      sub.add_option("--out", opt->out_dir, "Folder for the files the demo writes (a previous demo's is replaced)")
+          ->type_name("DIR")->capture_default_str();
+      add_overwrite_flag(sub, opt->overwrite, "--out even when it holds files the demo does not write");
+      sub.add_option("--model", opt->model, "BERT / sentence-transformers model folder of the embedding and heatmap "
+                     "parts (the part is skipped if it is absent)")->type_name("DIR")->capture_default_str();
+      sub.add_option("--gpt2", opt->gpt2, "GPT-2 model folder of the generation part (skipped if absent)")
+          ->type_name("DIR")->capture_default_str();
+      sub.add_option("--corpus", opt->corpus, "Training text of the language-model part (skipped if absent)")
+          ->type_name("FILE")->capture_default_str();
       return [opt] { return run_demo(*opt, std::cout); };
     }});
 

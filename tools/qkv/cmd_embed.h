@@ -12,6 +12,8 @@ struct EmbedCmdOptions {
   std::vector<std::string> texts;
   std::int64_t batch = 32;
   bool json = false, similarity = false;
+  bool overwrite = false;  // replace an existing --out file
+  bool progress = true;    // a progress bar on stderr for long inputs
 };
 
 // Embeds o.texts or the lines of o.file; prints them (JSON lines with o.json), their similarity

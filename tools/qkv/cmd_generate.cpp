@@ -1,6 +1,8 @@
-// qkv generate: text from a GPT-2 folder through the KV cache (greedy or sampled),
-// streamed to the terminal or as one JSON object per prompt.
+// qkv generate: text from a causal language model (a GGUF file, or a GPT-2 / Llama-family folder)
+// through the KV cache (greedy or sampled), streamed to the terminal or as one JSON object per
+// prompt; --chat renders the prompt as a user message through the model's chat template.
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <iostream>
 #include <memory>
@@ -15,23 +17,27 @@
 #include "qkv/core/error.h"
 #include "qkv/infer/embed.h"
 #include "qkv/infer/generate.h"
+#include "qkv/infer/language_model.h"
+#include "qkv/io/files.h"
+#include "sampling_flags.h"
 
 namespace qkv::tool {
 namespace {
+
+namespace fs = std::filesystem;
 
 using i64 = std::int64_t;
 
 struct GenerateOptions {
   std::string model;
   std::optional<std::string> prompt;
-  std::string prompt_ids, prompts_file;
+  std::string prompt_ids, prompts_file, messages_file, system, chat_template, activations = "f32";
   i64 max_new = 32;
-  double temperature = 0.0;
-  std::optional<i64> top_k;
-  double top_p = 1.0;
-  std::uint64_t seed = 0;
+  SamplingFlags sampling;
   std::vector<std::string> stop;
-  bool no_cache = false, json = false;
+  std::vector<std::string> positional;  // PROMPT given without --prompt
+  i64 logprobs = -1;
+  bool no_cache = false, json = false, chat = false, ignore_eos = false;
 };
 
 // Per prompt: text generated so far (complete characters only) and whether a stop string ended it.
@@ -41,47 +47,88 @@ struct Stream {
   bool stopped = false;
 };
 
-int run_generate(const GenerateOptions& o, std::ostream& out) {
+const char* kNeeds = "a causal language model: a GGUF file, or a GPT-2 / Llama / Mistral / Qwen2 folder";
+
+int run_generate(GenerateOptions o, std::ostream& out) {
   // Every check before the model is read.
+  if (!o.positional.empty()) {
+    if (o.positional.size() > 1)
+      throw ValueError("generate: give one prompt (quote it: qkv generate --model DIR \"And God said\"), or one per line "
+                       "of --prompts-file; got " + std::to_string(o.positional.size()) + " arguments");
+    if (o.prompt) throw ValueError("generate: the prompt is given twice (--prompt and a PROMPT argument); give one");
+    o.prompt = o.positional[0];
+  }
+  require_model_kind(o.model, {"gpt2", "llama", "mistral", "qwen2"}, "generate", kNeeds);
   infer::GenerationOptions g;
   g.max_new_tokens = o.max_new;
-  g.sampling = {.temperature = o.temperature, .top_k = o.top_k.value_or(0), .top_p = o.top_p, .seed = o.seed};
+  g.sampling = o.sampling.options();
   g.use_cache = !o.no_cache;
-  if (o.top_k && *o.top_k <= 0) throw ValueError("--top-k must be >= 1, got " + std::to_string(*o.top_k));
-  infer::check_sampling(g.sampling);
-  const int sources = o.prompt.has_value() + !o.prompt_ids.empty() + !o.prompts_file.empty();
-  if (sources != 1) throw ValueError("give exactly one of --prompt, --prompt-ids, --prompts-file");
+  g.logprobs = o.logprobs;
+  const int sources = o.prompt.has_value() + !o.prompt_ids.empty() + !o.prompts_file.empty() + !o.messages_file.empty();
+  if (sources != 1)
+    throw ValueError("generate: give exactly one of PROMPT (or --prompt), --prompt-ids, --prompts-file, --messages");
+  if (!o.messages_file.empty()) o.chat = true;
+  if (o.chat && !o.prompt_ids.empty()) throw ValueError("generate: --chat renders text; it cannot take --prompt-ids");
+  if (!o.system.empty() && !o.chat) throw ValueError("generate: --system needs --chat (a conversation)");
+  if (!o.system.empty() && !o.messages_file.empty())
+    throw ValueError("generate: --system with --messages: put the system message in the messages file");
   for (const std::string& s : o.stop)
     if (s.empty()) throw ValueError("--stop: an empty stop string would stop at once");
+  if (o.activations != "f32" && o.activations != "q8")
+    throw ValueError("--activations must be f32 or q8, got '" + o.activations + "'");
+  std::vector<tokenize::ChatMessage> messages;
+  if (!o.messages_file.empty())
+    messages = tokenize::parse_chat_messages_json(io::read_file(o.messages_file, "--messages"), o.messages_file);
 
+  const infer::LanguageModel lm = infer::load_language_model(
+      o.model, {.chat_template_file = o.chat_template,
+                .activations = o.activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32});
   const bool ids_only = !o.prompt_ids.empty();
-  std::optional<tokenize::ByteLevelBPE> tok = load_tokenizer(o.model, !ids_only, "to read text prompts");
-  if (!o.stop.empty() && !tok) throw IOError("--stop needs the tokenizer: '" + o.model + "' has no vocab.json/merges.txt");
+  const tokenize::ByteLevelBPE* tok = lm.tokenizer ? &*lm.tokenizer : nullptr;
+  if (!ids_only && !tok && !fs::exists(fs::path(o.model) / "tokenizer.json"))
+    load_tokenizer(o.model, true, "to read text prompts");  // names the missing file
+  if (!ids_only && !tok)
+    throw IOError("'" + o.model + "' has no tokenizer (tokenizer.json, or vocab.json + merges.txt); give --prompt-ids");
+  if (!o.stop.empty() && !tok) throw IOError("--stop needs the tokenizer: '" + o.model + "' has none");
   std::vector<std::string> texts;
   std::vector<std::vector<i64>> prompts;
   if (ids_only) {
     prompts.push_back(parse_ids(o.prompt_ids, "--prompt-ids"));
+  } else if (!o.messages_file.empty()) {
+    texts.push_back(lm.render_chat(messages));
+    prompts.push_back(lm.chat_prompt(messages));
   } else {
     texts = o.prompts_file.empty() ? std::vector<std::string>{*o.prompt} : infer::read_text_lines(o.prompts_file);
     if (texts.empty()) throw ValueError("--prompts-file: '" + o.prompts_file + "' has no lines");
     for (std::size_t i = 0; i < texts.size(); ++i) {
+      const std::string where =
+          o.prompts_file.empty() ? std::string("--prompt") : o.prompts_file + ": line " + std::to_string(i + 1);
+      if (texts[i].empty()) throw ValueError(o.prompts_file.empty() ? "--prompt is empty" : where + " is empty");
       try {
-        prompts.push_back(tok->encode(texts[i]));
+        if (o.chat) {
+          std::vector<tokenize::ChatMessage> conv;
+          if (!o.system.empty()) conv.push_back({.role = "system", .content = o.system});
+          conv.push_back({.role = "user", .content = texts[i]});
+          texts[i] = lm.render_chat(conv);
+          prompts.push_back(lm.chat_prompt(conv));
+        } else {
+          prompts.push_back(lm.encode_prompt(texts[i]));
+        }
+      } catch (const tokenize::ChatTemplateError&) {
+        throw;
       } catch (const Error& e) {
-        throw ValueError((o.prompts_file.empty() ? std::string("--prompt") : o.prompts_file + ": line " + std::to_string(i + 1)) +
-                         ": " + e.what());
+        throw ValueError(where + ": " + e.what());
       }
-      if (prompts.back().empty())
-        throw ValueError(o.prompts_file.empty() ? std::string("--prompt is empty")
-                                                : o.prompts_file + ": line " + std::to_string(i + 1) + " is empty");
     }
   }
-  const auto model = models::load_gpt2(o.model);
-  if (tok && tok->vocab_size() > model->vocab_size())
+  if (tok && tok->vocab_size() > lm.model->vocab_size())
     throw FormatError("'" + o.model + "': the tokenizer has " + std::to_string(tok->vocab_size()) +
-                      " tokens, the model's vocab_size is " + std::to_string(model->vocab_size()));
-  g.eos_id = tok && tok->eos_id() ? tok->eos_id() : model->config().eos_token_id;
-  infer::check_generation(*model, prompts, g);
+                      " tokens, the model's vocabulary " + std::to_string(lm.model->vocab_size()));
+  if (!o.ignore_eos && !lm.eos_ids.empty()) {
+    g.eos_id = lm.eos_ids[0];
+    g.stop_ids.assign(lm.eos_ids.begin() + 1, lm.eos_ids.end());
+  }
+  infer::check_generation(*lm.model, prompts, g);
 
   const bool stream = !o.json && prompts.size() == 1 && tok;
   std::vector<Stream> streams(prompts.size());
@@ -91,7 +138,7 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
   auto on_token = [&](i64 b, i64 id) {
     Stream& s = streams[static_cast<std::size_t>(b)];
     if (!s.dec) return true;
-    const bool special = g.eos_id && id == *g.eos_id;
+    const bool special = !o.ignore_eos && lm.is_eos(id);
     const std::string piece = special ? std::string() : s.dec->push(id);
     std::string shown = piece;
     for (const std::string& stop : o.stop) {
@@ -109,7 +156,7 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
     return !s.stopped;
   };
   infer::GenerationStats st;
-  const auto results = infer::generate(*model, prompts, g, on_token, &st);
+  const auto results = infer::generate(*lm.model, prompts, g, on_token, &st);
   const double seconds = st.prefill_seconds + st.decode_seconds;
   for (std::size_t b = 0; b < results.size(); ++b) {
     Stream& s = streams[b];
@@ -119,14 +166,18 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
       if (stream) out << rest;
     }
   }
-  if (stream) {
+  auto token_text = [&](i64 id) { return tok ? tok->decode({id}) : std::to_string(id); };
+  if (stream && o.logprobs < 0) {
     out << "\n";
-    std::cerr << results[0].new_ids.size() << " tokens in " << seconds << " s ("
-              << static_cast<double>(results[0].new_ids.size()) / std::max(seconds, 1e-9) << " tokens/s, "
-              << (g.use_cache ? "KV cache" : "no cache") << ", stop: " << infer::stop_reason_name(results[0].reason)
-              << ")\n";
+    const auto& r = results[0];
+    const double decode_tps = r.new_ids.size() > 1 ? static_cast<double>(r.new_ids.size() - 1) / std::max(st.decode_seconds, 1e-9) : 0.0;
+    std::cerr << r.new_ids.size() << " tokens in " << seconds << " s (prompt " << prompts[0].size() << " tokens in "
+              << st.prefill_seconds << " s; " << decode_tps << " tokens/s decoding, "
+              << (g.use_cache ? "KV cache" : "no cache") << ", stop: "
+              << (streams[0].stopped ? "stop" : infer::stop_reason_name(r.reason)) << ")\n";
     return 0;
   }
+  if (stream) out << "\n";
   for (std::size_t b = 0; b < results.size(); ++b) {
     const auto& r = results[b];
     const double tps = static_cast<double>(r.new_ids.size()) / std::max(seconds, 1e-9);
@@ -138,15 +189,38 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
       if (tok) j["text"] = streams[b].text;
       j["tokens_per_s"] = tps;
       j["stop_reason"] = streams[b].stopped ? "stop" : infer::stop_reason_name(r.reason);
+      if (o.logprobs >= 0) {
+        auto& lp = j["logprobs"] = nlohmann::ordered_json::array();
+        for (const infer::TokenLogprob& t : r.logprobs) {
+          nlohmann::ordered_json e{{"id", t.id}, {"token", token_text(t.id)}, {"logprob", t.logprob}};
+          auto& top = e["top"] = nlohmann::ordered_json::array();
+          for (const auto& [id, l] : t.top) top.push_back({{"id", id}, {"token", token_text(id)}, {"logprob", l}});
+          lp.push_back(e);
+        }
+      }
       out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    } else if (tok) {
-      out << "[" << b << "] " << texts[b] << streams[b].text << "\n";
-    } else {
-      out << "[" << b << "]";
-      for (i64 id : r.new_ids) out << " " << id;
-      out << "\n";
+      continue;
     }
+    if (!stream) {
+      if (tok) {
+        out << "[" << b << "] " << texts[b] << streams[b].text << "\n";
+      } else {
+        out << "[" << b << "]";
+        for (i64 id : r.new_ids) out << " " << id;
+        out << "\n";
+      }
+    }
+    if (o.logprobs >= 0)
+      for (const infer::TokenLogprob& t : r.logprobs) {
+        out << "  " << nlohmann::json(token_text(t.id)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+            << " " << t.logprob;
+        for (const auto& [id, l] : t.top)
+          out << "  | " << nlohmann::json(token_text(id)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << " " << l;
+        out << "\n";
+      }
   }
+  out << std::flush;
   if (!o.json)
     std::cerr << st.new_tokens << " tokens for " << results.size() << " prompts in " << seconds << " s ("
               << static_cast<double>(st.new_tokens) / std::max(seconds, 1e-9) << " tokens/s)\n";
@@ -155,37 +229,54 @@ int run_generate(const GenerateOptions& o, std::ostream& out) {
 
 QKV_TOOL_COMMAND(generate, {
     .name = "generate",
-    .summary = "Generate text with a GPT-2 model folder through the KV cache",
+    .summary = "Generate text with a language model (GGUF file, GPT-2 or Llama-family folder) through the KV cache",
     .order = 60,
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
-          "Reads a Hugging Face GPT-2 folder (config.json, model.safetensors, vocab.json, merges.txt; with "
-          "--prompt-ids the tokenizer files are optional), prefills the prompt in one pass through the KV cache and "
-          "then generates one token per step until <|endoftext|>, a --stop string or --max-new tokens. "
+          "Reads a causal language model -- a GGUF file (llama, mistral, qwen2; quantized weights are used in place), "
+          "or a Hugging Face GPT-2 / Llama / Mistral / Qwen2 folder (with --prompt-ids the tokenizer is optional) -- "
+          "prefills the prompt in one pass through the KV cache and then generates one token per step until an "
+          "end-of-sequence token (unless --ignore-eos), a --stop string or --max-new tokens. --chat renders the prompt "
+          "as a user message (after --system) through the model's chat template; --messages FILE takes a whole "
+          "conversation as OpenAI-style JSON [{\"role\": ..., \"content\": ...}]. "
           "--temperature 0 (the default) is greedy; otherwise tokens are sampled after --top-k and --top-p "
           "filtering (transformers' order) from a stream seeded by --seed (same seed, same text). "
           "--prompts-file generates every line as one batch (each prompt in its own cache slot, so its tokens are "
           "those it gets alone). Without --json one prompt's text streams to the terminal as it is made (never half "
           "a UTF-8 character); with --json one object per prompt, in input order: prompt, prompt_ids, new_ids "
-          "(generated ids only), text (the continuation only, without a final <|endoftext|>, ending at a stop "
-          "string), tokens_per_s, stop_reason (length | eos | stop). --no-cache recomputes the whole sequence "
+          "(generated ids only), text (the continuation only, without the end-of-sequence token, ending at a stop "
+          "string), tokens_per_s, stop_reason (length | eos | stop), logprobs with --logprobs N (each token's "
+          "log-probability and the N most likely). --no-cache recomputes the whole sequence "
           "every step (same tokens, for comparison).\n\n"
           "Examples:\n"
-          "  qkv generate --model tests/fixtures/gpt2_tiny --prompt \"In the beginning\" --max-new 40\n"
+          "  qkv generate --model tests/fixtures/gpt2_tiny \"In the beginning\" --max-new 40\n"
+          "  qkv generate --model models/SmolLM2-135M-Instruct.Q4_1.gguf --chat \"What is the capital of France?\"\n"
           "  qkv generate --model DIR --prompts-file prompts.txt --temperature 0.8 --top-p 0.9 --seed 1 --json");
       auto opt = std::make_shared<GenerateOptions>();
-      sub.add_option("--model", opt->model, "GPT-2 folder")->required()->check(CLI::ExistingDirectory);
-      sub.add_option("--prompt", opt->prompt, "Prompt text");
+      add_lm_model_option(sub, opt->model, "The model: a GGUF file or a model folder")->required();
+      sub.add_option("--prompt", opt->prompt, "Prompt text (or give it as the PROMPT argument)");
+      sub.add_option("prompt", opt->positional, "Prompt text (the same as --prompt)")->type_name("PROMPT");
       sub.add_option("--prompt-ids", opt->prompt_ids, "Prompt token ids, e.g. 1,2,3");
       sub.add_option("--prompts-file", opt->prompts_file, "A prompt per line, generated as one batch")
-          ->check(CLI::ExistingFile);
+          ->check(input_file("a text file, one prompt per line"))
+          ->type_name("FILE");
+      sub.add_flag("--chat", opt->chat, "Send the prompt as a user message through the model's chat template");
+      sub.add_option("--system", opt->system, "With --chat: a system message before the prompt");
+      sub.add_option("--messages", opt->messages_file, "A conversation as a JSON list of {role, content} (implies --chat)")
+          ->check(input_file("a JSON file of messages"))
+          ->type_name("FILE");
+      sub.add_option("--chat-template", opt->chat_template, "A Jinja chat template file instead of the model's")
+          ->check(input_file("a Jinja template file"))
+          ->type_name("FILE");
       sub.add_option("--max-new", opt->max_new, "Most tokens to generate")->check(int_range(1, 1 << 20))->capture_default_str();
-      sub.add_option("--temperature", opt->temperature, "0 = greedy; > 0 samples")->capture_default_str();
-      sub.add_option("--top-k", opt->top_k, "Sample among the K most likely tokens (K >= 1)");
-      sub.add_option("--top-p", opt->top_p, "Sample from the smallest set of tokens with probability >= P, in (0, 1]")
-          ->capture_default_str();
-      sub.add_option("--seed", opt->seed, "Seed of the sampling stream")->capture_default_str();
+      add_sampling_flags(sub, opt->sampling);
       sub.add_option("--stop", opt->stop, "Stop a prompt's generation once its text contains this (repeatable)");
+      sub.add_flag("--ignore-eos", opt->ignore_eos, "Do not stop at end-of-sequence tokens (generate --max-new tokens)");
+      sub.add_option("--logprobs", opt->logprobs, "Print each token's log-probability and the N most likely (0-20)")
+          ->check(int_range(0, 20));
+      sub.add_option("--activations", opt->activations,
+                     "f32 (exact, the default) or q8 (quantized weights meet activations quantized per 32 values)")
+          ->capture_default_str();
       sub.add_flag("--no-cache", opt->no_cache, "Recompute the whole sequence every step");
       sub.add_flag("--json", opt->json, "One JSON object per prompt");
       return [opt] { return run_generate(*opt, std::cout); };

@@ -9,6 +9,7 @@
 #include "cmd_search.h"
 #include "command.h"
 #include "embed_index.h"
+#include "model_dir.h"
 #include "format.h"
 #include "qkv/core/error.h"
 #include "qkv/infer/embed.h"
@@ -16,6 +17,7 @@
 namespace qkv::tool {
 // Runs qkv search (see the command's --help).
 int run_search(const SearchOptions& o, std::ostream& out) {
+  require_model_kind(o.model, {"bert"}, "search", "a BERT / sentence-transformers folder (config.json, model.safetensors, vocab.txt, modules.json)");
   const EmbeddingIndex ix = load_index(o.index);
   const infer::SentenceEmbedder e = infer::SentenceEmbedder::from_folder(o.model);
   if (ix.embeddings.size(1) != e.dimension())
@@ -41,7 +43,8 @@ int run_search(const SearchOptions& o, std::ostream& out) {
       nlohmann::ordered_json res = nlohmann::ordered_json::array();
       for (std::int64_t r = 0; r < k; ++r) {
         const std::int64_t i = order[static_cast<std::size_t>(r)];
-        res.push_back(nlohmann::ordered_json{{"rank", r + 1}, {"score", row[i]}, {"line", i + 1}, {"text", ix.texts[static_cast<std::size_t>(i)]}});
+        res.push_back(nlohmann::ordered_json{
+            {"rank", r + 1}, {"score", row[i]}, {"line", ix.line(i)}, {"text", ix.texts[static_cast<std::size_t>(i)]}});
       }
       out << nlohmann::ordered_json{{"query", o.queries[qi]}, {"results", res}}.dump() << '\n';
       continue;
@@ -49,8 +52,8 @@ int run_search(const SearchOptions& o, std::ostream& out) {
     out << "query: " << o.queries[qi] << '\n';
     for (std::int64_t r = 0; r < k; ++r) {
       const std::int64_t i = order[static_cast<std::size_t>(r)];
-      out << "  " << r + 1 << ". " << fixed(row[i], 4) << "  " << ix.texts[static_cast<std::size_t>(i)] << "  (line " << i + 1
-          << ")\n";
+      out << "  " << r + 1 << ". " << fixed(row[i], 4) << "  " << ix.texts[static_cast<std::size_t>(i)] << "  (line "
+          << ix.line(i) << ")\n";
     }
   }
   return 0;
@@ -67,8 +70,12 @@ QKV_TOOL_COMMAND(search, {
           "{\"query\": ..., \"results\": [{\"rank\", \"score\", \"line\", \"text\"}, ...]}. Example:\n"
           "  qkv search --index index.safetensors --model models/all-MiniLM-L6-v2 \"Who eats?\"");
       auto opt = std::make_shared<SearchOptions>();
-      sub.add_option("--index", opt->index, "Index file written by qkv embed --out")->required();
-      sub.add_option("--model", opt->model, "Model folder (the one the index was built with)")->required();
+      sub.add_option("--index", opt->index, "Index file written by qkv embed --out")
+          ->check(input_file("an index file written by qkv embed --out"))
+          ->type_name("FILE")
+          ->required();
+      add_model_option(sub, opt->model, "BERT / sentence-transformers model folder (the one the index was built with)")
+          ->required();
       sub.add_option("--top-k", opt->top_k, "Results per query (default 5)")->check(int_range(1, 1000000));
       sub.add_flag("--json", opt->json, "One JSON object per query");
       sub.add_option("queries", opt->queries, "Query texts")->required();

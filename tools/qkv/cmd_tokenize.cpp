@@ -61,8 +61,9 @@ QKV_TOOL_COMMAND(tokenize, {
           "that is the word train goes after --: qkv tokenize --model DIR -- train");
       auto opt = std::make_shared<TokenizeOptions>();
       // --model and TEXT are required unless the `train` subcommand runs (checked once parsing is done).
-      CLI::Option* model = sub.add_option("--model", opt->model, "Folder with vocab.json and merges.txt")
-                               ->check(CLI::ExistingDirectory);
+      CLI::Option* model = sub.add_option("--model", opt->model, "Model or tokenizer folder with vocab.json and merges.txt")
+                               ->check(input_folder("a tokenizer folder (vocab.json + merges.txt)"))
+                               ->type_name("DIR");
       CLI::Option* texts = sub.add_option("texts", opt->texts, "Texts (or id lists with --decode)");
       CLI::Option* json = sub.add_flag("--json", opt->json, "One JSON object per line");
       CLI::Option* decode = sub.add_flag("--decode", opt->decode, "Arguments are id lists; print their text");

@@ -258,7 +258,7 @@ QKV_TOOL_COMMAND(trace, {
       sub.add_option("--values", opt->values, "Also print the first N numbers of each step's tensor (0: none)")
           ->check(int_range(0, std::int64_t{1} << 20))
           ->capture_default_str();
-      sub.add_option("--seed", opt->seed, "Seed for the random weights")->capture_default_str();
+      add_seed_option(sub, opt->seed, "Seed for the random weights");
       return [opt] { return run_trace(*opt, std::cout); };
     }});
 

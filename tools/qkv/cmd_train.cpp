@@ -10,7 +10,7 @@ namespace qkv::tool {
 
 QKV_TOOL_COMMAND(train, {
     .name = "train",
-    .summary = "Train a small model on a toy task (qkv train classify | ...)",
+    .summary = "Train a model: classify and seq2seq (the tutorials' toy tasks), lm (a GPT-2 on your text files)",
     .order = 40,
     .setup = [](CLI::App& sub) -> Action {
       auto tasks = std::make_shared<std::vector<MountedCommand>>(mount_commands(

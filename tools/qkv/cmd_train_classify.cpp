@@ -13,6 +13,8 @@
 
 #include "command.h"
 #include "format.h"
+#include "interrupt.h"
+#include "output.h"
 #include "progress.h"
 #include "qkv/autograd/autograd.h"
 #include "qkv/core/error.h"
@@ -30,6 +32,10 @@ namespace qkv::tool {
 int run_train_classify(const TrainClassifyOptions& o, std::ostream& out, std::vector<std::string>* files_written) {
   if (o.epochs < 1) throw ValueError("train classify: --epochs must be >= 1, got " + std::to_string(o.epochs));
   if (o.log_every < 1) throw ValueError("train classify: --log-every must be >= 1");
+  if (!o.resume.empty()) check_input_file(o.resume, "train classify: --resume", "a checkpoint file");
+  if (!o.save.empty() && !(!o.resume.empty() && same_file(o.resume, o.save)))
+    check_output_file(o.save, {.cmd = "train classify", .flag = "--save", .overwrite = o.overwrite,
+                               .alternative = "--resume FILE --save FILE to continue the run it holds"});
   std::unique_ptr<train::ClassifyTrainer> tr;
   if (o.resume.empty()) {
     tr = std::make_unique<train::ClassifyTrainer>(train::ClassifyRunOptions{
@@ -91,18 +97,30 @@ int run_train_classify(const TrainClassifyOptions& o, std::ostream& out, std::ve
     bar.update(epoch - first_epoch + 1, "loss " + fixed(loss, 4));
   };
   const auto start = std::chrono::steady_clock::now();
-  try {
-    tr->train(on_report, on_epoch);
-  } catch (const NumericError& e) {
-    throw NumericError(std::string(e.what()) + "; training stopped, no checkpoint written" +
-                       (o.save.empty() ? "" : " (" + o.save + " keeps its previous content)"));
+  bool finished = false;
+  {
+    TrainingInterrupt ctrl_c;  // Ctrl-C: finish the epoch, save it (below), print how to resume
+    try {
+      finished = tr->train(on_report, on_epoch);
+    } catch (const NumericError& e) {
+      throw NumericError(std::string(e.what()) + "; training stopped, no checkpoint written" +
+                         (o.save.empty() ? "" : " (" + o.save + " keeps its previous content)"));
+    }
+    if (!o.save.empty()) {
+      tr->save(o.save);
+      if (files_written) files_written->push_back(o.save);
+    }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  bar.finish("loss " + fixed(last_loss, 4));
-  if (!o.save.empty()) {
-    tr->save(o.save);
-    if (files_written) files_written->push_back(o.save);
+  if (!finished) {
+    bar.stop("loss " + fixed(last_loss, 4));
+    out << "\ninterrupted at epoch " << tr->epoch() << " of " << o.epochs << "; "
+        << (o.save.empty() ? "nothing was saved (give --save FILE to keep a run)\n"
+                           : "saved " + o.save + "; continue with: qkv train classify --resume " + shell_quote(o.save) +
+                                 " --epochs " + std::to_string(o.epochs) + " --save " + shell_quote(o.save) + "\n");
+    return kInterruptedExit;
   }
+  bar.finish("loss " + fixed(last_loss, 4));
   const std::int64_t trained = o.epochs - first_epoch + 1;
   if (o.json) {
     nlohmann::ordered_json j{{"event", "done"},          {"epochs", tr->epoch()},  {"epochs_trained", trained},
@@ -145,23 +163,27 @@ QKV_TRAIN_TASK(classify, {
       std::vector<CLI::Option*> fixed_by_ckpt;
       sub.add_option("--epochs", opt->epochs, "Total epochs (with --resume: train until this epoch)")
           ->check(int_range(1, 10000000))->capture_default_str();
-      fixed_by_ckpt.push_back(sub.add_option("--lr", opt->lr, "Adam learning rate")->capture_default_str());
+      fixed_by_ckpt.push_back(sub.add_option("--lr", opt->lr, "Adam learning rate")->check(real_above(0))->capture_default_str());
       fixed_by_ckpt.push_back(sub.add_option("--layers", opt->layers, "Encoder layers")->check(int_range(1, 64))->capture_default_str());
       fixed_by_ckpt.push_back(sub.add_option("--d-model", opt->d_model, "Model width")->check(int_range(1, 4096))->capture_default_str());
       fixed_by_ckpt.push_back(sub.add_option("--heads", opt->heads, "Attention heads (must divide --d-model)")->check(int_range(1, 512))->capture_default_str());
       fixed_by_ckpt.push_back(sub.add_option("--d-ff", opt->d_ff, "Feed-forward width")->check(int_range(1, 65536))->capture_default_str());
       fixed_by_ckpt.push_back(sub.add_option("--dropout", opt->dropout, "Dropout (attention weights and after each sublayer, as the tutorial's blocks)")
-          ->check(CLI::Range(0.0, 0.99))->capture_default_str());
-      fixed_by_ckpt.push_back(sub.add_option("--seed", opt->seed, "Seed of the data, the initial weights and dropout")->capture_default_str());
+          ->check(real_range(0.0, 0.99))->capture_default_str());
+      fixed_by_ckpt.push_back(add_seed_option(sub, opt->seed, "Seed of the data, the initial weights and dropout"));
       fixed_by_ckpt.push_back(sub.add_flag("--balanced", opt->balanced, "Half positive, half negative; 200 train / 200 validation"));
       fixed_by_ckpt.push_back(sub.add_option("--train-size", opt->train_size, "Training sequences")->check(int_range(2, 10000000))->capture_default_str());
       fixed_by_ckpt.push_back(sub.add_option("--val-size", opt->val_size, "Validation sequences (default 50, or 200 with --balanced)")->check(int_range(2, 10000000)));
-      sub.add_option("--save", opt->save, "Write a checkpoint (safetensors) here at the end (atomically)");
-      sub.add_option("--save-every", opt->save_every, "Also save every N epochs")->check(int_range(1, 10000000));
-      auto* resume = sub.add_option("--resume", opt->resume, "Continue training from this checkpoint")->check(CLI::ExistingFile);
+      auto* save = sub.add_option("--save", opt->save, "Write a checkpoint (safetensors) here at the end (atomically)")
+                       ->type_name("FILE");
+      add_overwrite_flag(sub, opt->overwrite, "the --save file");
+      sub.add_option("--save-every", opt->save_every, "Also save every N epochs")->check(int_range(1, 10000000))->needs(save);
+      auto* resume = sub.add_option("--resume", opt->resume, "Continue training from this checkpoint")
+                         ->check(input_file("a checkpoint file (qkv train classify --save)"))
+                         ->type_name("FILE");
       sub.add_option("--log-every", opt->log_every, "Print a row every N epochs")->check(int_range(1, 10000000))->capture_default_str();
       sub.add_flag("--json", opt->json, "One JSON object per printed epoch, then a summary object (event \"done\")");
-      sub.add_flag("--no-progress", [opt](std::int64_t) { opt->progress = false; }, "No progress bar on stderr");
+      add_no_progress_flag(sub, opt->progress);
       for (CLI::Option* f : fixed_by_ckpt) f->excludes(resume);
       return [opt] { return run_train_classify(*opt, std::cout); };
     }});

@@ -18,6 +18,7 @@ struct TrainClassifyOptions {
   std::int64_t train_size = 200;
   std::int64_t val_size = 0;    // 0: 50 (tutorial) or 200 (balanced)
   std::string save;             // checkpoint written at the end (and every save_every epochs)
+  bool overwrite = false;       // replace an existing --save file (else refused)
   int save_every = 0;
   std::string resume;           // checkpoint to continue from
   int log_every = 10;           // print a row every N epochs (and the last one)

@@ -1,22 +1,32 @@
 // qkv train lm: a GPT-2 trained on text files; the result is a Hugging Face GPT-2 folder.
 #include "cmd_train_lm.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "format.h"
+#include "interrupt.h"
 #include "model_dir.h"
+#include "output.h"
 #include "progress.h"
 #include "qkv/autograd/autograd.h"
 #include "qkv/core/error.h"
 #include "qkv/core/parallel.h"
 #include "qkv/infer/generate.h"
 #include "qkv/io/files.h"
+#include "qkv/io/folder.h"
 #include "qkv/tokenize/bpe_train.h"
 #include "train_tasks.h"
 
@@ -31,28 +41,75 @@ std::string strip_slash(std::string s) {
   return s;
 }
 
-// The tokenizer of the run, written into DIR (vocab.json, merges.txt) so the folder is complete.
-tokenize::ByteLevelBPE obtain_tokenizer(const TrainLMCliOptions& o, std::ostream& log) {
-  if (o.resume) return *load_tokenizer(o.out, true, "train lm --resume");
-  fs::create_directories(o.out);
-  if (!o.tokenizer.empty()) {
-    auto bpe = *load_tokenizer(o.tokenizer, true, "train lm --tokenizer");
-    if (fs::weakly_canonical(o.tokenizer) != fs::weakly_canonical(o.out))
-      for (const char* f : {"vocab.json", "merges.txt"})
-        io::write_file_atomic(o.out + "/" + f, io::read_file(o.tokenizer + "/" + f, "train lm"), "train lm");
-    return bpe;
-  }
-  if (o.vocab_size <= 0) throw ValueError("train lm: give --tokenizer DIR (vocab.json + merges.txt) or --vocab-size N");
-  // A byte-level BPE learnt on the texts, as Hugging Face tokenizers' BpeTrainer learns it.
+// The run's tokenizer and the bytes of its files (written into every save of the folder).
+struct RunTokenizer {
+  std::optional<tokenize::ByteLevelBPE> bpe;
+  std::map<std::string, std::string> files;  // vocab.json, merges.txt
+};
+
+RunTokenizer read_tokenizer(const std::string& dir, const char* why) {
+  RunTokenizer t;
+  t.bpe = load_tokenizer(dir, true, why);
+  for (const char* f : {"vocab.json", "merges.txt"}) t.files[f] = io::read_file(dir + "/" + f, "train lm");
+  return t;
+}
+
+// A byte-level BPE learnt on the texts, as Hugging Face tokenizers' BpeTrainer learns it. Its
+// files go into the run's folder at the first save; they are read back here from a private
+// scratch folder (removed at once), never from --out.
+RunTokenizer train_tokenizer(const TrainLMCliOptions& o, std::ostream& log) {
   const auto t0 = std::chrono::steady_clock::now();
   const tokenize::BpeTrainResult r = tokenize::train_byte_level_bpe_files(
       o.texts, {.vocab_size = o.vocab_size, .min_frequency = o.min_frequency});
-  tokenize::save_bpe(r, o.out);
+  RunTokenizer t;
+  t.files["vocab.json"] = tokenize::bpe_vocab_json(r);
+  t.files["merges.txt"] = tokenize::bpe_merges_txt(r);
+  std::string scratch = (fs::temp_directory_path() / "qkv-bpe-XXXXXX").string();
+  if (!::mkdtemp(scratch.data()))
+    throw IOError("train lm: cannot create a scratch folder in '" + fs::temp_directory_path().string() +
+                  "': " + std::strerror(errno));
+  struct Remove {
+    std::string dir;
+    ~Remove() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove{scratch};
+  for (const auto& [name, bytes] : t.files) io::write_file_atomic(scratch + "/" + name, bytes, "train lm");
+  t.bpe = tokenize::ByteLevelBPE::from_folder(scratch);
   if (!o.json)
     log << "tokenizer: byte-level BPE of " << r.vocab.size() << " tokens (" << r.merges.size() << " merges) learnt from "
         << r.text_bytes << " bytes in "
         << format_duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) << "\n";
-  return tokenize::ByteLevelBPE::from_folder(o.out);
+  return t;
+}
+
+// The model of a new run (the tokenizer's vocabulary decides vocab_size).
+models::GPT2Config new_run_config(const TrainLMCliOptions& o, std::int64_t vocab_size) {
+  models::GPT2Config cfg;
+  cfg.vocab_size = vocab_size;
+  cfg.n_positions = o.train.context;
+  cfg.n_embd = o.d_model;
+  cfg.n_layer = o.layers;
+  cfg.n_head = o.heads;
+  cfg.activation_function = "gelu_new";
+  cfg.dropout = o.dropout;
+  return cfg;
+}
+
+// Bytes of the texts (the corpus is held in memory while it is tokenized).
+std::uint64_t text_bytes(const std::vector<std::string>& texts) {
+  std::uint64_t n = 0;
+  for (const std::string& t : texts) {
+    std::error_code ec;
+    n += fs::file_size(t, ec);
+  }
+  return n;
+}
+
+// "qkv train lm --resume --out DIR --text FILE..." for this run.
+std::string resume_command(const TrainLMCliOptions& o, const std::string& dir) {
+  return "qkv train lm --resume --out " + shell_quote(dir) + " --text " + shell_join(o.texts);
 }
 
 std::string sample_text(const models::GPT2LMHeadModel& model, const tokenize::ByteLevelBPE& bpe,
@@ -68,11 +125,55 @@ std::string sample_text(const models::GPT2LMHeadModel& model, const tokenize::By
 }  // namespace
 
 int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
+  // ---- every option, input and size, before anything is trained or written ----
   if (o.out.empty()) throw ValueError("train lm: --out DIR is required");
   if (o.texts.empty()) throw ValueError("train lm: --text FILE... is required");
+  if (o.resume && o.overwrite) throw ValueError("train lm: --resume continues the run in --out; --overwrite would replace it (give one)");
   const std::string dir = strip_slash(o.out);
-  const tokenize::ByteLevelBPE bpe = obtain_tokenizer(o, out);
-  const train::CorpusTokens corpus = train::tokenize_corpus(o.texts, bpe, dir + ".tokens");
+  if (!o.resume) {
+    if (o.tokenizer.empty() && o.vocab_size <= 0)
+      throw ValueError("train lm: give --tokenizer DIR (vocab.json + merges.txt) or --vocab-size N");
+    if (o.d_model % o.heads != 0)
+      throw ValueError("train lm: --d-model " + std::to_string(o.d_model) + " is not divisible by --heads " +
+                       std::to_string(o.heads));
+    o.train.validate();
+  }
+  // Ctrl-C from here on: before training nothing is written (the command returns 130);
+  // during training the step in progress is finished and saved.
+  TrainingInterrupt ctrl_c;
+  for (const std::string& t : o.texts) check_input_file(t, "train lm: --text");
+  if (!o.tokenizer.empty()) check_input_folder(o.tokenizer, "train lm: --tokenizer", "a tokenizer folder (vocab.json + merges.txt)");
+  io::remove_stale_temp_files(dir + ".tokens");
+  if (o.resume) {
+    io::recover_folder(dir);
+    check_input_folder(dir, "train lm --resume: --out", "the folder of a training run");
+    if (!fs::exists(fs::path(dir) / train::LMTrainer::kStateFile))
+      throw IOError("train lm --resume: " + dir + " holds no training run (no " +
+                    std::string(train::LMTrainer::kStateFile) + "); start one without --resume");
+  } else {
+    check_output_folder(dir, {.cmd = "train lm", .overwrite = o.overwrite,
+                              .alternative = "--resume to continue the run it holds"});
+  }
+  RunTokenizer tok;
+  if (o.resume) tok = read_tokenizer(dir, "to resume the run (train lm --resume)");
+  else if (!o.tokenizer.empty()) tok = read_tokenizer(o.tokenizer, "by train lm --tokenizer");
+  const std::uint64_t corpus_bytes = 4 * text_bytes(o.texts);  // the texts and their ids while tokenizing
+  if (!o.resume) {  // a resumed run checks its own sizes when its state is read
+    models::GPT2Config cfg = new_run_config(o, tok.bpe ? tok.bpe->vocab_size() : o.vocab_size);
+    models::check_gpt2_config(cfg);
+    train::check_lm_training_memory(cfg, o.train, corpus_bytes);
+  }
+  if (!tok.bpe) tok = train_tokenizer(o, out);
+  const tokenize::ByteLevelBPE& bpe = *tok.bpe;
+
+  // ---- the corpus; a new token cache goes beside --out once the run has a folder ----
+  const std::string cache = dir + ".tokens";
+  const std::string cache_tmp = cache + ".tmp." + std::to_string(::getpid()) + ".0";
+  struct DropTemp {
+    std::string path;
+    ~DropTemp() { ::unlink(path.c_str()); }  // a no-op once renamed into place
+  } drop{cache_tmp};
+  const train::CorpusTokens corpus = train::tokenize_corpus(o.texts, bpe, cache, cache_tmp);
   const train::TokenFile& tokens = corpus.tokens;
 
   std::unique_ptr<train::LMTrainer> tr;
@@ -82,27 +183,39 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
       throw ValueError("train lm: " + dir + " holds a finished run (step " + std::to_string(tr->loop().step()) +
                        " of " + std::to_string(tr->loop().total_steps()) + "); there is nothing left to resume");
   } else {
-    if (o.d_model % o.heads != 0)
-      throw ValueError("train lm: --d-model " + std::to_string(o.d_model) + " is not divisible by --heads " +
-                       std::to_string(o.heads));
-    models::GPT2Config cfg;
-    cfg.vocab_size = bpe.vocab_size();
-    cfg.n_positions = o.train.context;
-    cfg.n_embd = o.d_model;
-    cfg.n_layer = o.layers;
-    cfg.n_head = o.heads;
-    cfg.activation_function = "gelu_new";
-    cfg.dropout = o.dropout;
+    models::GPT2Config cfg = new_run_config(o, bpe.vocab_size());
     if (const auto eos = bpe.eos_id()) cfg.bos_token_id = cfg.eos_token_id = *eos;
     tr = std::make_unique<train::LMTrainer>(cfg, o.train, tokens, bpe);
   }
+  if (TrainingInterrupt::requested()) {
+    out << "interrupted before training began; nothing was written\n";
+    return kInterruptedExit;
+  }
+  // Settings that cannot do what they say: a warning each (the run goes on).
+  const train::LMTrainOptions& run_o = tr->options();
+  if (run_o.warmup >= run_o.steps && !o.resume)
+    warn("--warmup " + std::to_string(run_o.warmup) + " is not shorter than the run (--steps " +
+         std::to_string(run_o.steps) + "): the learning rate never reaches --lr " + general(run_o.lr) +
+         " and never decays; give a shorter --warmup");
+  if (o.stop_after >= tr->loop().total_steps())
+    warn("--stop-after " + std::to_string(o.stop_after) + " is not before the end of the run (" +
+         std::to_string(tr->loop().total_steps()) + " steps): it has no effect");
+  tr->set_folder_files(tok.files);
+  // Every save replaces DIR as a whole; the first of an --overwrite run drops what DIR held.
+  bool replace_all = !o.resume && o.overwrite;
+  std::int64_t saved_step = -1;
+  auto save = [&] {
+    tr->save(dir, !replace_all);
+    replace_all = false;
+    saved_step = tr->loop().step();
+    if (!corpus.reused && ::rename(cache_tmp.c_str(), cache.c_str()) == 0) drop.path.clear();
+  };
   if (o.init_only) {
-    tr->save(dir);
+    save();
     if (o.json)
       out << nlohmann::ordered_json{{"event", "init"}, {"step", 0}, {"out", dir}}.dump() << std::endl;
     else
-      out << "wrote the initial model (step 0) to " << dir << "; train it with: qkv train lm --resume --out " << dir
-          << " --text ...\n";
+      out << "wrote the initial model (step 0) to " << dir << "; train it with: " << resume_command(o, dir) << "\n";
     return 0;
   }
   if (o.stop_after > 0 && o.stop_after <= tr->loop().step())
@@ -141,7 +254,7 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
   };
   cb.on_report = [&](const train::Report& r) {
     const std::string sample = sample_text(tr->model(), bpe, prompt, o.sample_tokens);
-    tr->save(dir);
+    save();
     if (o.json) {
       nlohmann::ordered_json j{{"event", "eval"},
                                {"step", r.step},
@@ -163,9 +276,11 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
           << " tokens/s | " << format_duration(r.elapsed_s) << "\n  sample: " << sample << std::endl;
     }
   };
-  const bool finished = tr->train(cb, o.stop_after);
-  if (bar) bar->finish();
-  if (!finished) tr->save(dir);  // stopped between evaluations (--stop-after)
+  bool finished = false;
+  finished = tr->train(cb, o.stop_after);
+  if (saved_step != tr->loop().step()) save();  // stopped between evaluations (--stop-after, Ctrl-C)
+  if (bar) finished ? bar->finish() : bar->stop();
+  const bool interrupted = TrainingInterrupt::requested() && !finished;
   const train::Report* last = tr->loop().reports().empty() ? nullptr : &tr->loop().reports().back();
   const double secs = tr->loop().elapsed_s();
   if (o.json) {
@@ -179,8 +294,10 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
     j["elapsed_s"] = secs;
     j["threads"] = num_threads();
     j["out"] = dir;
+    if (!finished) j["resume"] = resume_command(o, dir);
+    if (interrupted) j["interrupted"] = true;
     out << j.dump() << std::endl;
-    return 0;
+    return interrupted ? kInterruptedExit : 0;
   }
   out << "\n";
   if (last)
@@ -188,11 +305,12 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
         << fixed(train::metric(last->metrics, "val_bpb"), 4) << " bits/byte) after " << tr->loop().step()
         << " steps in " << format_duration(secs) << "\n";
   if (!finished)
-    out << "stopped at step " << tr->loop().step() << " of " << tr->loop().total_steps()
-        << "; continue with: qkv train lm --resume --out " << dir << " --text ...\n";
+    out << (interrupted ? "interrupted" : "stopped") << " at step " << tr->loop().step() << " of "
+        << tr->loop().total_steps() << "; continue with: " << resume_command(o, dir) << "\n";
   out << "wrote " << dir << " (config.json, model.safetensors, vocab.json, merges.txt, " << train::LMTrainer::kStateFile
-      << "); try: qkv generate --model " << dir << " \"" << (o.prompt.empty() ? "And God said" : o.prompt) << "\"\n";
-  return 0;
+      << "); try: qkv generate --model " << shell_quote(dir) << " "
+      << shell_quote(o.prompt.empty() ? "And God said" : o.prompt) << "\n";
+  return interrupted ? kInterruptedExit : 0;
 }
 
 QKV_TRAIN_TASK(lm, {
@@ -211,6 +329,13 @@ QKV_TRAIN_TASK(lm, {
           "`qkv generate --model DIR` and transformers' GPT2LMHeadModel.from_pretrained(DIR) load, plus "
           "qkv_train_state.safetensors (optimizer, step, RNG): --resume continues the run bitwise identically to "
           "an uninterrupted one with the same --threads.\n\n"
+          "Every option, input and size (the memory the run needs included) is checked before anything is trained "
+          "or written. Nothing is written before the first save, and each save replaces DIR as a whole (the files "
+          "are written into a temporary DIR.tmp-* beside it and swapped into place), so a failed or killed run "
+          "leaves DIR as the last complete save, or no DIR at all. A DIR that already holds files is refused unless "
+          "--overwrite (replace it) or --resume (continue its run). Ctrl-C finishes the current step, saves it and "
+          "prints the command that resumes it (exit status 130); a second Ctrl-C quits at once, keeping the last "
+          "complete save.\n\n"
           "Example:\n"
           "  qkv train lm --text data/kjv.txt --vocab-size 4096 --steps 600 --out runs/kjv\n"
           "  qkv generate --model runs/kjv \"And God said\"");
@@ -221,34 +346,37 @@ QKV_TRAIN_TASK(lm, {
         return o;
       };
       train::LMTrainOptions& t = opt->train;
-      sub.add_option("--text", opt->texts, "Text files (UTF-8) to train on")->required()->expected(1, -1);
-      sub.add_option("--out", opt->out, "Output folder (a Hugging Face GPT-2 folder)")->required();
-      auto* tok = fixed(sub.add_option("--tokenizer", opt->tokenizer, "Folder with vocab.json + merges.txt to use"));
-      auto* vs = fixed(sub.add_option("--vocab-size", opt->vocab_size, "Train a byte-level BPE of this size on the texts"))
+      sub.add_option("--text", opt->texts, "Text files (UTF-8) to train on")->type_name("FILE")->required()->expected(1, -1);
+      sub.add_option("--out", opt->out, "Output folder (a Hugging Face GPT-2 folder)")->type_name("DIR")->required();
+      auto* tok = fixed(sub.add_option("--tokenizer", opt->tokenizer, "Folder with vocab.json + merges.txt to use"))
+                      ->type_name("DIR");
+      auto* vs = sub.add_option("--vocab-size", opt->vocab_size, "Train a byte-level BPE of this size on the texts")
                      ->check(int_range(257, 1 << 20));
+      fixed_by_run.push_back(vs);
       tok->excludes(vs);
       fixed(sub.add_option("--min-frequency", opt->min_frequency, "BPE trainer: minimum pair frequency"))
           ->check(int_range(0, 1000000000));
       fixed(sub.add_option("--layers", opt->layers, "Transformer blocks"))->check(int_range(1, 256));
       fixed(sub.add_option("--d-model", opt->d_model, "Model width"))->check(int_range(1, 16384));
       fixed(sub.add_option("--heads", opt->heads, "Attention heads"))->check(int_range(1, 1024));
-      fixed(sub.add_option("--dropout", opt->dropout, "Dropout (embeddings, attention, residual)"))->check(CLI::Range(0.0, 0.9));
+      fixed(sub.add_option("--dropout", opt->dropout, "Dropout (embeddings, attention, residual)"))->check(real_range(0.0, 0.9));
       fixed(sub.add_option("--context", t.context, "Tokens per training window (= n_positions)"))->check(int_range(1, 65536));
       fixed(sub.add_option("--batch", t.batch, "Windows per micro-batch"))->check(int_range(1, 65536));
       fixed(sub.add_option("--grad-accum", t.grad_accum, "Micro-batches per optimizer step"))->check(int_range(1, 65536));
       fixed(sub.add_option("--steps", t.steps, "Optimizer steps"))->check(int_range(1, 100000000));
-      fixed(sub.add_option("--lr", t.lr, "Peak learning rate"))->check(CLI::PositiveNumber);
+      fixed(sub.add_option("--lr", t.lr, "Peak learning rate"))->check(real_above(0));
       fixed(sub.add_option("--warmup", t.warmup, "Linear warmup steps"))->check(int_range(0, 100000000));
-      fixed(sub.add_option("--min-lr", t.min_lr, "Learning rate at the end of the cosine"))->check(CLI::NonNegativeNumber);
-      fixed(sub.add_option("--weight-decay", t.weight_decay, "AdamW weight decay (matrices only)"))->check(CLI::NonNegativeNumber);
-      fixed(sub.add_option("--grad-clip", t.grad_clip, "Clip the global gradient norm (0: off)"))->check(CLI::NonNegativeNumber);
+      fixed(sub.add_option("--min-lr", t.min_lr, "Learning rate at the end of the cosine"))->check(real_at_least(0));
+      fixed(sub.add_option("--weight-decay", t.weight_decay, "AdamW weight decay (matrices only)"))->check(real_at_least(0));
+      fixed(sub.add_option("--grad-clip", t.grad_clip, "Clip the global gradient norm (0: off)"))->check(real_at_least(0));
       fixed(sub.add_option("--eval-every", t.eval_every, "Evaluate, sample and save every N steps (0: at the end)"))
           ->check(int_range(0, 100000000));
-      fixed(sub.add_option("--val-fraction", t.val_fraction, "Fraction of the tokens held out"))->check(CLI::Range(1e-6, 0.9));
+      fixed(sub.add_option("--val-fraction", t.val_fraction, "Fraction of the tokens held out"))->check(real_range(1e-6, 0.9));
       fixed(sub.add_option("--val-windows", t.val_windows, "Held-out windows per evaluation"))->check(int_range(1, 1000000));
-      fixed(sub.add_option("--seed", t.seed, "Seed of the initial weights and the batches"));
+      fixed(add_seed_option(sub, t.seed, "Seed of the initial weights and the batches"));
       fixed(sub.add_flag("--skip-nonfinite", t.skip_nonfinite, "Skip a step whose loss or gradient is not finite (default: stop with an error)"));
       auto* resume = sub.add_flag("--resume", opt->resume, "Continue the run saved in --out (its settings are fixed)");
+      add_overwrite_flag(sub, opt->overwrite, "--out")->excludes(resume);
       sub.add_option("--stop-after", opt->stop_after, "Stop once this many steps are done (continue with --resume)")
           ->check(int_range(1, 100000000));
       sub.add_flag("--init-only", opt->init_only,
@@ -257,7 +385,7 @@ QKV_TRAIN_TASK(lm, {
       sub.add_option("--prompt", opt->prompt, "Prompt of the samples (default: the first 4 held-out tokens)");
       sub.add_option("--sample-tokens", opt->sample_tokens, "Tokens per sample")->check(int_range(1, 4096))->capture_default_str();
       sub.add_flag("--json", opt->json, "One JSON object per evaluation, then a summary object");
-      sub.add_flag("!--no-progress", opt->progress, "Do not show the progress bar on stderr");
+      add_no_progress_flag(sub, opt->progress);
       for (CLI::Option* f : fixed_by_run) f->excludes(resume);
       return [opt] { return run_train_lm(*opt, std::cout); };
     }});

@@ -23,12 +23,16 @@ struct TrainLMCliOptions {
   std::int64_t sample_tokens = 32;
   std::int64_t stop_after = 0;     // > 0: stop once this many steps of the run are done (resume later)
   bool resume = false;             // continue the run saved in --out
+  bool overwrite = false;          // replace an --out that holds files (else refused)
   bool init_only = false;          // write the step-0 model and state, then stop
   bool json = false;
   bool progress = true;
 };
 
-// Trains, prints and saves; returns 0 or throws qkv::Error.
+// Checks every option, the inputs, --out and the memory the run needs, then trains,
+// prints and saves (each save replaces --out as a whole; nothing is written before the
+// first). Returns 0, or 130 after a Ctrl-C (the step saved, the resume command printed);
+// throws qkv::Error.
 int run_train_lm(const TrainLMCliOptions& o, std::ostream& out);
 
 }  // namespace qkv::tool

@@ -11,6 +11,8 @@
 
 #include "command.h"
 #include "format.h"
+#include "interrupt.h"
+#include "output.h"
 #include "progress.h"
 #include "qkv/core/parallel.h"
 #include "qkv/io/checkpoint.h"
@@ -33,6 +35,10 @@ std::string digits_str(const std::vector<std::int64_t>& d) {
 }  // namespace
 
 int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector<std::string>* files_written) {
+  if (!o.resume.empty()) check_input_file(o.resume, "train seq2seq: --resume", "a checkpoint file");
+  if (!o.save.empty() && !(!o.resume.empty() && same_file(o.resume, o.save)))
+    check_output_file(o.save, {.cmd = "train seq2seq", .flag = "--save", .overwrite = o.overwrite,
+                               .alternative = "--resume FILE --save FILE to continue the run it holds"});
   std::unique_ptr<train::Seq2SeqTrainer> tr;
   if (o.resume.empty()) {
     const models::Seq2SeqTask task = models::parse_seq2seq_task(o.task);
@@ -66,6 +72,12 @@ int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector
   if (o.stop_after_epoch > 0 && o.stop_after_epoch <= tr->epochs_done())
     throw ValueError("train seq2seq: --stop-after-epoch " + std::to_string(o.stop_after_epoch) + ", but " + o.resume +
                      " is already at epoch " + std::to_string(tr->epochs_done()));
+  if (o.resume.empty() && o.warmup >= tr->total_steps())
+    warn("--warmup " + std::to_string(o.warmup) + " is not shorter than the run (" + std::to_string(tr->total_steps()) +
+         " steps): the learning rate never reaches --lr and never decays; give a shorter --warmup");
+  if (o.stop_after_epoch > 0 && o.stop_after_epoch >= tr->total_epochs())
+    warn("--stop-after-epoch " + std::to_string(o.stop_after_epoch) + " is not before the end of the run (" +
+         std::to_string(tr->total_epochs()) + " epochs): it has no effect");
   const models::Seq2SeqOptions& mo = tr->model_options();
   const train::Seq2SeqTrainOptions& to = tr->options();
   const std::string task = models::seq2seq_task_name(to.data.task);
@@ -115,14 +127,27 @@ int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector
         epoch != o.stop_after_epoch)
       save(o.save);
   };
-  const bool finished = tr->train(cb, o.stop_after_epoch);
-  if (bar) bar->finish();
+  bool finished = false;
+  {
+    TrainingInterrupt ctrl_c;  // Ctrl-C: finish the step, save it (below), print how to resume
+    finished = tr->train(cb, o.stop_after_epoch);
+    if (!o.save.empty()) {
+      save(o.save);
+      if (files_written) files_written->push_back(o.save);
+    }
+  }
+  if (!finished && TrainingInterrupt::requested()) {
+    if (bar) bar->stop();
+    out << "\ninterrupted at step " << tr->step() << " of " << tr->total_steps() << " (epoch "
+        << tr->epochs_done() << " complete); "
+        << (o.save.empty() ? "nothing was saved (give --save FILE to keep a run)\n"
+                           : "saved " + o.save + "; continue with: qkv train seq2seq --resume " + shell_quote(o.save) +
+                                 " --save " + shell_quote(o.save) + "\n");
+    return kInterruptedExit;
+  }
+  if (bar) finished ? bar->finish() : bar->stop();
   if (tr->reports().empty()) throw Error("train seq2seq: the run made no evaluation");  // cannot happen: see train()
   const train::Seq2SeqReport& fin = tr->reports().back();
-  if (!o.save.empty()) {
-    save(o.save);
-    if (files_written) files_written->push_back(o.save);
-  }
 
   // A few held-out examples, decoded greedily.
   const auto& test = tr->data().test;
@@ -150,7 +175,7 @@ int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector
   if (!finished)
     out << "stopped after epoch " << tr->epochs_done() << " of " << tr->total_epochs() << " (step " << tr->step()
         << " of " << tr->total_steps() << ")"
-        << (o.save.empty() ? "\n" : "; continue with: qkv train seq2seq --resume " + o.save + "\n");
+        << (o.save.empty() ? "\n" : "; continue with: qkv train seq2seq --resume " + shell_quote(o.save) + " --save " + shell_quote(o.save) + "\n");
   if (!shown.empty()) {
     out << "examples (input -> output, target):\n";
     for (std::size_t i = 0; i < shown.size(); ++i)
@@ -190,10 +215,10 @@ QKV_TRAIN_TASK(seq2seq, {
       fixed(sub.add_option("--steps", opt->steps, "Total optimiser steps (overrides --epochs; 0: use --epochs)"))
           ->check(int_range(0, 10000000));
       fixed(sub.add_option("--batch", opt->batch, "Sequences per step"))->check(int_range(1, 65536));
-      fixed(sub.add_option("--lr", opt->lr, "Peak AdamW learning rate"))->check(CLI::PositiveNumber);
+      fixed(sub.add_option("--lr", opt->lr, "Peak AdamW learning rate"))->check(real_above(0));
       fixed(sub.add_option("--warmup", opt->warmup, "Linear warmup steps (then cosine decay)"))
           ->check(int_range(0, 10000000));
-      fixed(sub.add_option("--dropout", opt->dropout, "Dropout"))->check(CLI::Range(0.0, 0.9));
+      fixed(sub.add_option("--dropout", opt->dropout, "Dropout"))->check(real_range(0.0, 0.9));
       fixed(sub.add_option("--d-model", opt->d_model, "Model width"))->check(int_range(1, 4096));
       fixed(sub.add_option("--heads", opt->heads, "Attention heads"))->check(int_range(1, 256));
       fixed(sub.add_option("--layers", opt->layers, "Encoder layers (and as many decoder layers)"))
@@ -204,15 +229,18 @@ QKV_TRAIN_TASK(seq2seq, {
       fixed(sub.add_option("--train-size", opt->train_size, "Training sequences"))->check(int_range(1, 10000000));
       fixed(sub.add_option("--test-size", opt->test_size, "Held-out sequences"))->check(int_range(1, 1000000));
       fixed(sub.add_option("--target-acc", opt->target_acc, "Stop once held-out exact accuracy reaches this (0: off)"))
-          ->check(CLI::Range(0.0, 1.0));
-      fixed(sub.add_option("--seed", opt->seed, "Seed for data, initialisation and shuffling"));
+          ->check(real_range(0.0, 1.0));
+      fixed(add_seed_option(sub, opt->seed, "Seed for data, initialisation and shuffling"));
       auto* save = sub.add_option("--save", opt->save,
-                                  "Write a checkpoint (safetensors, model_type seq2seq) here at the end (atomically)");
+                                  "Write a checkpoint (safetensors, model_type seq2seq) here at the end (atomically)")
+                       ->type_name("FILE");
+      add_overwrite_flag(sub, opt->overwrite, "the --save file");
       sub.add_option("--save-every", opt->save_every, "Also save every N epochs")
           ->check(int_range(1, 100000))
           ->needs(save);
       auto* resume = sub.add_option("--resume", opt->resume, "Continue the training run saved in this checkpoint")
-                         ->check(CLI::ExistingFile);
+                         ->check(input_file("a checkpoint file (qkv train seq2seq --save)"))
+                         ->type_name("FILE");
       sub.add_option("--stop-after-epoch", opt->stop_after_epoch,
                      "Stop once this many epochs of the run are done (the schedule still spans the whole run); "
                      "continue later with --resume")
@@ -222,7 +250,7 @@ QKV_TRAIN_TASK(seq2seq, {
           ->check(int_range(0, 1000))
           ->capture_default_str();
       sub.add_flag("--json", opt->json, "One JSON object per evaluation, then a summary object");
-      sub.add_flag("!--no-progress", opt->progress, "Do not show the progress bar on stderr");
+      add_no_progress_flag(sub, opt->progress);
       for (CLI::Option* f : fixed_by_ckpt) f->excludes(resume);
       return [opt] { return run_train_seq2seq(*opt, std::cout); };
     }});

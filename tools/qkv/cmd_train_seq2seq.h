@@ -24,6 +24,7 @@ struct Seq2SeqCliOptions {
   double target_acc = 0.0;         // > 0: stop once held-out exact accuracy reaches it
   std::uint64_t seed = 0;
   std::string save;                // checkpoint written at the end (and every save_every epochs)
+  bool overwrite = false;          // replace an existing --save file (else refused)
   std::int64_t save_every = 0;
   std::string resume;              // checkpoint of a run to continue (it fixes every setting above)
   std::int64_t stop_after_epoch = 0;  // > 0: stop once this many epochs of the run are done
@@ -32,8 +33,8 @@ struct Seq2SeqCliOptions {
   bool progress = true;            // progress bar on stderr
 };
 
-// Trains (or, with resume, continues a saved run), prints and saves; returns 0,
-// or throws qkv::Error. If files_written is non-null the checkpoint paths written
+// Trains (or, with resume, continues a saved run), prints and saves; returns 0, or 130
+// after a Ctrl-C (the step saved when --save is given), or throws qkv::Error. If files_written is non-null the checkpoint paths written
 // are appended.
 int run_train_seq2seq(const Seq2SeqCliOptions& opt, std::ostream& out,
                       std::vector<std::string>* files_written = nullptr);

@@ -161,7 +161,7 @@ QKV_TOOL_COMMAND(variance, {
           ->delimiter(',')
           ->check(int_range(1, std::int64_t{1} << 16))
           ->capture_default_str();
-      sub.add_option("--seed", opt->seed, "Random seed")->capture_default_str();
+      add_seed_option(sub, opt->seed, "Random seed");
       sub.add_option("--rows", opt->rows, "Softmax rows (queries) per trial")
           ->check(int_range(1, std::int64_t{1} << 20))
           ->capture_default_str();
@@ -169,7 +169,7 @@ QKV_TOOL_COMMAND(variance, {
           ->check(int_range(2, std::int64_t{1} << 16))
           ->capture_default_str();
       sub.add_flag("--json", opt->json, "Print one JSON object per d_k (one per line)");
-      sub.add_flag("!--no-progress", opt->progress, "Do not show the progress bar on stderr");
+      add_no_progress_flag(sub, opt->progress);
       return [opt] { return run_variance(*opt, std::cout); };
     }});
 

@@ -53,6 +53,41 @@ inline CLI::Validator int_range(std::int64_t lo, std::int64_t hi) {
       "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
+// Validators for a floating-point option: a finite number (NaN and infinities are refused,
+// whatever the bounds) within the bounds, which the message prints as they are written:
+// "expects a finite number in [0, 0.9], got nan", "expects a finite number > 0, got inf".
+CLI::Validator real_range(double lo, double hi);  // [lo, hi]
+CLI::Validator real_above(double lo);             // > lo
+CLI::Validator real_at_least(double lo);          // >= lo
+CLI::Validator real_finite();                     // any finite number
+
+// Validator for a seed: an integer in [0, 2^64 - 1], refused (not wrapped) outside it:
+// "expects an integer in [0, 18446744073709551615], got -1".
+CLI::Validator seed_range();
+
+// Validators for a path option that must exist and be of one kind (give the option a
+// type_name, FILE or DIR, for the help); the message names the path and what is wrong ("x is a directory, expected a text
+// file", "x: no such folder").
+CLI::Validator input_file(const std::string& kind = "a file");
+CLI::Validator input_folder(const std::string& kind = "a folder");
+// An existing folder or regular file (a language model: a GGUF file or a model folder).
+CLI::Validator input_file_or_folder(const std::string& kind);
+
+// Options several commands share, declared alike everywhere (name, type hint, wording):
+//   --model DIR       an existing model folder (`what` says which kind)
+//   --no-progress     no progress bar on stderr (sets progress = false)
+//   --overwrite       replace an output that holds something (`what` names the output)
+//   --seed N          an integer in [0, 2^64 - 1], default shown
+CLI::Option* add_model_option(CLI::App& sub, std::string& dir, const std::string& what);
+// --model of a causal language model: a GGUF file or a Hugging Face / qkv folder.
+CLI::Option* add_lm_model_option(CLI::App& sub, std::string& path, const std::string& what);
+CLI::Option* add_no_progress_flag(CLI::App& sub, bool& progress);
+CLI::Option* add_overwrite_flag(CLI::App& sub, bool& overwrite, const std::string& what);
+CLI::Option* add_seed_option(CLI::App& sub, std::uint64_t& seed, const std::string& what);
+
+// A warning on stderr, one line: "qkv: warning: <message>" (an option without effect, ...).
+void warn(const std::string& message);
+
 // An ordered list of Commands, filled by static initialisers (QKV_TOOL_COMMAND,
 // QKV_TRAIN_TASK) before main() runs. One class serves both levels: the
 // top-level commands and the tasks of `qkv train TASK`.

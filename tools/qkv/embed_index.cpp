@@ -1,6 +1,8 @@
 // The semantic-search index file (see embed_index.h).
 #include "embed_index.h"
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "qkv/core/error.h"
@@ -10,11 +12,12 @@ namespace qkv::tool {
 
 void save_index(const std::string& path, const EmbeddingIndex& index) {
   nlohmann::json texts = index.texts;
-  io::save_safetensors(path, {{"embeddings", index.embeddings}},
-                       {{"format", "qkv-embedding-index"},
-                        {"texts", texts.dump()},
-                        {"model", index.model},
-                        {"dimension", std::to_string(index.embeddings.size(1))}});
+  std::map<std::string, std::string> meta{{"format", "qkv-embedding-index"},
+                                          {"texts", texts.dump()},
+                                          {"model", index.model},
+                                          {"dimension", std::to_string(index.embeddings.size(1))}};
+  if (!index.lines.empty()) meta["lines"] = nlohmann::json(index.lines).dump();
+  io::save_safetensors(path, {{"embeddings", index.embeddings}}, meta);
 }
 
 EmbeddingIndex load_index(const std::string& path) {
@@ -38,6 +41,21 @@ EmbeddingIndex load_index(const std::string& path) {
   for (const auto& t : texts) {
     if (!t.is_string()) throw FormatError(path + ": metadata 'texts' holds a non-string " + t.dump());
     ix.texts.push_back(t.get<std::string>());
+  }
+  if (const auto it = f.metadata.find("lines"); it != f.metadata.end()) {
+    nlohmann::json lines;
+    try {
+      lines = nlohmann::json::parse(it->second);
+    } catch (const std::exception& e) {
+      throw FormatError(path + ": metadata 'lines' is not a JSON array: " + e.what());
+    }
+    if (!lines.is_array() || lines.size() != ix.texts.size())
+      throw FormatError(path + ": metadata 'lines' must be an array of " + std::to_string(ix.texts.size()) + " line numbers");
+    for (const auto& l : lines) {
+      if (!l.is_number_integer() || l.get<std::int64_t>() < 1)
+        throw FormatError(path + ": metadata 'lines' holds " + l.dump() + ", not a line number");
+      ix.lines.push_back(l.get<std::int64_t>());
+    }
   }
   ix.embeddings = f.at("embeddings");
   if (ix.embeddings.dim() != 2 || ix.embeddings.dtype() != DType::F32 ||

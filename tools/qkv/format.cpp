@@ -111,4 +111,36 @@ void Table::print(std::ostream& os, const std::string& indent) const {
   }
 }
 
+ReplacingStreambuf::ReplacingStreambuf(std::ostream& dest, std::string from, std::string to)
+    : dest_(dest), from_(std::move(from)), to_(std::move(to)) {}
+
+ReplacingStreambuf::~ReplacingStreambuf() { forward(); }
+
+void ReplacingStreambuf::forward() {
+  if (line_.empty()) return;
+  if (!from_.empty())
+    for (std::size_t at = line_.find(from_); at != std::string::npos; at = line_.find(from_, at + to_.size()))
+      line_.replace(at, from_.size(), to_);
+  dest_ << line_;
+  line_.clear();
+}
+
+ReplacingStreambuf::int_type ReplacingStreambuf::overflow(int_type c) {
+  if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+  line_ += traits_type::to_char_type(c);
+  if (c == '\n') forward();
+  return c;
+}
+
+std::streamsize ReplacingStreambuf::xsputn(const char* s, std::streamsize n) {
+  for (std::streamsize i = 0; i < n; ++i) overflow(traits_type::to_int_type(s[i]));
+  return n;
+}
+
+int ReplacingStreambuf::sync() {
+  forward();
+  dest_.flush();
+  return 0;
+}
+
 }  // namespace qkv::tool

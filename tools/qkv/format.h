@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <iosfwd>
+#include <streambuf>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,25 @@ class Table {
   std::vector<std::string> headers_;
   std::vector<Align> align_;
   std::vector<std::vector<std::string>> rows_;  // empty row = rule
+};
+
+// A stream buffer that forwards whole lines to `dest` with every occurrence of `from`
+// replaced by `to` (the demo prints paths of its staging folder under their final names).
+// A partial line is forwarded on flush and at destruction.
+class ReplacingStreambuf : public std::streambuf {
+ public:
+  ReplacingStreambuf(std::ostream& dest, std::string from, std::string to);
+  ~ReplacingStreambuf() override;
+
+ protected:
+  int_type overflow(int_type c) override;
+  std::streamsize xsputn(const char* s, std::streamsize n) override;
+  int sync() override;
+
+ private:
+  void forward();
+  std::ostream& dest_;
+  std::string from_, to_, line_;
 };
 
 }  // namespace qkv::tool

@@ -4,6 +4,8 @@
 //   2  bad usage (unknown flag, bad value, missing argument)
 //   1  the command failed (missing or corrupt file, invalid model settings ...)
 #include <exception>
+#include <filesystem>
+#include <new>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -12,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include "command.h"
+#include "qkv/core/env.h"
 #include "qkv/core/error.h"
 #include "qkv/core/parallel.h"
 
@@ -63,6 +66,41 @@ std::string usage_error(const CLI::App& app, const CLI::ParseError& e) {
   return std::string(e.what()) + " (see '" + path + " --help')";
 }
 
+// The first word that is not an option (nor --threads' value) must name a command:
+// "qkv foo generate ..." is an unknown command, not generate with a stray word.
+std::string unknown_command(int argc, char** argv, const std::vector<qkv::tool::MountedCommand>& commands,
+                            std::string* names) {
+  for (const auto& c : commands) *names += (names->empty() ? "" : ", ") + c.app->get_name();
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--threads") {
+      ++i;
+      continue;
+    }
+    if (a.empty() || a[0] == '-') continue;
+    for (const auto& c : commands)
+      if (c.app->get_name() == a) return "";
+    return a;
+  }
+  return "";
+}
+
+// A file-system error as one line: "cannot create directories '/x/y': Permission denied".
+std::string filesystem_message(const std::filesystem::filesystem_error& e) {
+  std::string what = e.what();
+  const std::string prefix = "filesystem error: ";
+  if (what.rfind(prefix, 0) == 0) what = what.substr(prefix.size());
+  const std::string reason = e.code().message();
+  const std::size_t at = what.find(": " + reason);
+  std::string op = at == std::string::npos ? what : what.substr(0, at);
+  if (op == "status" || op == "symlink_status") op = "check";
+  if (op.rfind("cannot ", 0) != 0) op = "cannot " + op;
+  std::string paths;
+  if (!e.path1().empty()) paths += " '" + e.path1().string() + "'";
+  if (!e.path2().empty()) paths += " and '" + e.path2().string() + "'";
+  return op + paths + ": " + reason;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,12 +121,23 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   // Set after the subcommands exist so they do not inherit it.
   app.footer("Run 'qkv CMD --help' for a command's options. Examples:\n"
+             "  qkv demo                                             # everything below, in one run\n"
              "  qkv worked-example\n"
              "  qkv trace --sentence \"I love NLP\" --values 4\n"
              "  qkv variance --trials 10 --dims 2,8,32,64,128,512\n"
-             "  qkv inspect tests/fixtures/linear.safetensors\n"
-             "  qkv demo");
+             "  qkv train classify --balanced --epochs 300 --lr 3e-3 --save clf.safetensors\n"
+             "  qkv train seq2seq --task reverse --save reverse.safetensors\n"
+             "  qkv train lm --text data/kjv.txt --vocab-size 4096 --steps 600 --out runs/kjv\n"
+             "  qkv generate --model runs/kjv \"And God said\"\n"
+             "  qkv heatmap --model models/all-MiniLM-L6-v2 --text \"I love NLP\" --out minilm_heads\n"
+             "  qkv embed --model models/all-MiniLM-L6-v2 --file corpus.txt --out index.safetensors\n"
+             "  qkv search --index index.safetensors --model models/all-MiniLM-L6-v2 \"Who is eating?\"\n"
+             "  qkv tokenize train --text data/kjv.txt --vocab-size 4096 --out runs/kjv-bpe\n"
+             "  qkv inspect tests/fixtures/linear.safetensors");
 
+  std::string names;
+  if (const std::string word = unknown_command(argc, argv, commands, &names); !word.empty())
+    return fail("unknown command '" + word + "' (commands: " + names + "; see 'qkv --help')", 2);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -102,10 +151,15 @@ int main(int argc, char** argv) {
   }
 
   try {
+    qkv::check_environment();  // QKV_NUM_THREADS, QKV_ISA, QKV_CACHE_MB: an invalid value names the variable
     if (threads > 0) qkv::set_num_threads(threads);
     if (const qkv::tool::Action* action = qkv::tool::parsed_action(commands)) return (*action)();
   } catch (const qkv::Error& e) {
     return fail(e.what(), 1);
+  } catch (const std::filesystem::filesystem_error& e) {
+    return fail(filesystem_message(e), 1);
+  } catch (const std::bad_alloc&) {
+    return fail("out of memory: the system refused an allocation (try smaller sizes)", 1);
   } catch (const std::exception& e) {
     return fail(std::string("unexpected failure: ") + e.what(), 1);
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <iostream>
 
 namespace qkv::tool {
@@ -23,10 +24,13 @@ ProgressBar::ProgressBar(std::string label, std::int64_t total, ProgressOptions 
 ProgressBar::ProgressBar(std::string label, std::int64_t total, std::ostream& out, bool is_tty, ProgressOptions opt)
     : label_(std::move(label)), total_(std::max<std::int64_t>(total, 1)), out_(&out), tty_(is_tty), opt_(opt) {
   start_ = last_plain_ = std::chrono::steady_clock::now();
+  uncaught_ = std::uncaught_exceptions();
 }
 
 ProgressBar::~ProgressBar() {
-  if (!finished_) finish();
+  if (finished_) return;
+  finished_ = true;
+  if (opt_.enabled) draw(std::uncaught_exceptions() > uncaught_ ? End::Failed : End::Stopped);
 }
 
 double ProgressBar::elapsed_s() const {
@@ -38,12 +42,12 @@ void ProgressBar::update(std::int64_t done, const std::string& note) {
   done_ = std::clamp<std::int64_t>(done, 0, total_);
   note_ = note;
   if (tty_) {
-    draw(false);
+    draw(End::None);
   } else {
     const auto now = std::chrono::steady_clock::now();
     if (std::chrono::duration<double>(now - last_plain_).count() >= opt_.plain_interval_s) {
       last_plain_ = now;
-      draw(false);
+      draw(End::None);
     }
   }
 }
@@ -54,10 +58,22 @@ void ProgressBar::finish(const std::string& note) {
   if (!opt_.enabled) return;
   done_ = total_;
   note_ = note;  // a step's note ("d_k 512") is stale once done
-  draw(true);
+  draw(End::Done);
 }
 
-void ProgressBar::draw(bool final_line) {
+void ProgressBar::stop(const std::string& note) {
+  if (finished_) return;
+  finished_ = true;
+  if (!opt_.enabled) return;
+  if (!note.empty()) note_ = note;
+  draw(End::Stopped);
+}
+
+void ProgressBar::draw(End end) {
+  const bool final_line = end != End::None;
+  const std::string ended = end == End::Done      ? "done in " + format_duration(elapsed_s())
+                            : end == End::Stopped ? "stopped after " + format_duration(elapsed_s())
+                                                  : "failed after " + format_duration(elapsed_s());
   const double el = elapsed_s();
   const double frac = static_cast<double>(done_) / static_cast<double>(total_);
   const double eta = done_ > 0 ? el * (1.0 - frac) / frac : 0.0;
@@ -68,7 +84,7 @@ void ProgressBar::draw(bool final_line) {
     const int filled = static_cast<int>(frac * opt_.width);
     line = label_ + "  [" + std::string(filled, '#') + std::string(opt_.width - filled, '.') + "]  " +
            std::to_string(pct) + "%  " + counts + "  " +
-           (final_line ? "done in " + format_duration(el) : "ETA " + format_duration(eta));
+           (final_line ? ended : "ETA " + format_duration(eta));
     if (!note_.empty()) line += "  " + note_;
     std::string padded = line;
     if (padded.size() < last_len_) padded += std::string(last_len_ - padded.size(), ' ');
@@ -77,7 +93,7 @@ void ProgressBar::draw(bool final_line) {
     if (final_line) *out_ << '\n';
   } else {
     line = label_ + ": " + counts + " (" + std::to_string(pct) + "%), " + format_duration(el) + " elapsed" +
-           (final_line ? ", done" : ", ETA " + format_duration(eta));
+           (final_line ? ", " + ended.substr(0, ended.find(' ')) : ", ETA " + format_duration(eta));
     if (!note_.empty()) line += ", " + note_;
     *out_ << line << '\n';
   }

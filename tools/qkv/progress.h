@@ -29,20 +29,26 @@ class ProgressBar {
   // `out` defaults to std::cerr; is_tty is detected from stderr unless given.
   ProgressBar(std::string label, std::int64_t total, ProgressOptions opt = {});
   ProgressBar(std::string label, std::int64_t total, std::ostream& out, bool is_tty, ProgressOptions opt = {});
-  ~ProgressBar();  // finishes if not finished
+  // Not finished or stopped: ends the line as "failed" when an exception is unwinding,
+  // else as "stopped" (never "done": the work did not complete).
+  ~ProgressBar();
   ProgressBar(const ProgressBar&) = delete;
   ProgressBar& operator=(const ProgressBar&) = delete;
 
   // Marks `done` of `total` steps complete; `note` is appended (e.g. "loss 0.31").
   void update(std::int64_t done, const std::string& note = "");
-  // Draws the final state and ends the line.
+  // The work completed: draws the final state ("done in ...") and ends the line. Call it
+  // once everything the bar stands for succeeded (a save included).
   void finish(const std::string& note = "");
+  // The work ended early (--stop-after, Ctrl-C): draws where it stopped and ends the line.
+  void stop(const std::string& note = "");
 
   bool is_tty() const { return tty_; }
   double elapsed_s() const;
 
  private:
-  void draw(bool final_line);
+  enum class End { None, Done, Stopped, Failed };
+  void draw(End end);
 
   std::string label_;
   std::int64_t total_, done_ = 0;
@@ -51,6 +57,7 @@ class ProgressBar {
   bool tty_;
   ProgressOptions opt_;
   bool finished_ = false;
+  int uncaught_ = 0;  // std::uncaught_exceptions() at construction
   std::chrono::steady_clock::time_point start_, last_plain_;
   std::size_t last_len_ = 0;
 };

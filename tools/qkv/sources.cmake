@@ -6,6 +6,8 @@ set(QKV_TOOL_SOURCES
   command.cpp
   format.cpp
   progress.cpp
+  output.cpp
+  interrupt.cpp
   cmd_worked_example.cpp
   cmd_trace.cpp
   cmd_variance.cpp
@@ -15,6 +17,8 @@ set(QKV_TOOL_SOURCES
   cmd_bench.cpp
   cmd_bench_generate.cpp
   cmd_generate.cpp
+  cmd_chat.cpp
+  sampling_flags.cpp
   cmd_tokenize.cpp
   cmd_tokenize_train.cpp
   cmd_convert.cpp

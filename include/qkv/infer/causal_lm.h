@@ -1,4 +1,4 @@
-// The small interface generation needs from a model (DESIGN.md: infer/ takes any
+// The small interface generation needs from a model (docs/design.md: infer/ takes any
 // model that offers it): logits of new tokens given a KV cache.
 #pragma once
 #include <cstdint>

@@ -1,5 +1,6 @@
 // Attention maps of a trained model for one input: what `qkv heatmap` draws.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,10 @@ struct AttentionMap {
   Tensor weights;                           // [H, Lq, Lk] float32, rows sum to 1 (0 for fully masked rows)
   std::vector<std::string> query_tokens;    // Lq labels
   std::vector<std::string> key_tokens;      // Lk labels
+  std::vector<std::int64_t> head_ids;       // the model's number of each of the H heads (empty: 0..H-1)
+
+  // The model's number of row h of weights.
+  std::int64_t head_id(std::int64_t h) const { return head_ids.empty() ? h : head_ids[static_cast<std::size_t>(h)]; }
 };
 
 // Builds the model stored in `ckpt` and runs it on `input` (its own text format,

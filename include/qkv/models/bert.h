@@ -56,8 +56,10 @@ class BertModel : public nn::Module {
   // [B, T] (nonzero = real token; undefined = all real) -> last hidden state [B, T, C].
   // hidden_states, if non-null, receives the embeddings' output and every layer's output
   // (num_hidden_layers + 1 tensors [B, T, C]), as transformers' output_hidden_states.
+  // attentions, if non-null, receives every layer's attention weights [B, H, T, T] (softmax
+  // over the keys, padded keys 0), as transformers' output_attentions.
   Tensor forward(const Tensor& ids, const Tensor& attention_mask = Tensor(),
-                 std::vector<Tensor>* hidden_states = nullptr) const;
+                 std::vector<Tensor>* hidden_states = nullptr, std::vector<Tensor>* attentions = nullptr) const;
   const BertConfig& config() const { return cfg_; }
   std::shared_ptr<nn::Embedding> word_embeddings, position_embeddings, token_type_embeddings;
   std::shared_ptr<nn::LayerNorm> embeddings_norm;
@@ -72,8 +74,9 @@ class BertModel : public nn::Module {
 class BertLayer : public nn::Module {
  public:
   explicit BertLayer(const BertConfig& c);
-  // x [B, T, C], key_mask Bool [B, 1, 1, T] or undefined -> [B, T, C].
-  Tensor forward(const Tensor& x, const Tensor& key_mask) const;
+  // x [B, T, C], key_mask Bool [B, 1, 1, T] or undefined -> [B, T, C]. attn_weights, if
+  // non-null, receives the attention weights [B, H, T, T] (then computed by the math path).
+  Tensor forward(const Tensor& x, const Tensor& key_mask, Tensor* attn_weights = nullptr) const;
   std::shared_ptr<nn::Linear> query, key, value, attn_out, intermediate, output;
   std::shared_ptr<nn::LayerNorm> attn_norm, output_norm;
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "qkv/core/memory.h"
 #include "qkv/io/checkpoint.h"
 #include "qkv/models/classifier.h"
 #include "qkv/optim/optimizer.h"
@@ -36,6 +37,12 @@ struct ClassifyReport {
   double loss = 0;                // of that epoch's step
   double train_acc = 0, val_acc = 0;
 };
+
+// The memory a new run needs at its peak, checked before the data or the model exist:
+// the parameters four times over (weights, gradients, Adam's two moments), the data, and
+// what the full-batch forward over every training sequence keeps for the backward (about
+// 10 d_model + 2 d_ff floats per layer and 8 d_model more per token, dropout masks included).
+MemoryEstimate classify_training_memory(const ClassifyRunOptions& o);
 
 class ClassifyTask;  // src/train/classify.cpp
 

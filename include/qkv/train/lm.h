@@ -19,10 +19,12 @@
 // summed nats / ln 2 / the UTF-8 bytes of those target tokens.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "qkv/core/memory.h"
 #include "qkv/models/gpt2.h"
 #include "qkv/tokenize/bpe.h"
 #include "qkv/train/loop.h"
@@ -72,8 +74,10 @@ struct CorpusTokens {
 // Reads the text files (IOError naming a missing one; ValueError naming the file and
 // byte offset of invalid UTF-8, or an empty corpus), tokenizes them as described at
 // the top, and caches the ids in `cache_path`; a cache with the same key is reused.
+// A new cache is written to `write_path` when given (the caller renames it to
+// cache_path once its run has a folder: qkv train lm writes nothing before its first save).
 CorpusTokens tokenize_corpus(const std::vector<std::string>& files, const tokenize::ByteLevelBPE& bpe,
-                             const std::string& cache_path);
+                             const std::string& cache_path, const std::string& write_path = "");
 
 struct LMTrainOptions {
   std::int64_t steps = 1000;      // optimiser steps
@@ -98,6 +102,18 @@ struct LMTrainOptions {
   void validate() const;
   bool operator==(const LMTrainOptions&) const = default;
 };
+
+// The memory a run of this model with these options needs at its peak, for the check
+// before anything is built: the parameters four times over (weights, gradients, AdamW's
+// two moments) and, per token of a micro-batch (B x T), what the forward keeps for the
+// backward: about 10 n_embd + 2 n_inner floats per layer, 8 n_embd for the embeddings and
+// the final norm, and 3 x vocab for the logits, their log-softmax and its gradient
+// (measured here at 0.75-0.95 of this for 2-8 layers, n_embd 128-512).
+MemoryEstimate lm_training_memory(const models::GPT2Config& c, const LMTrainOptions& o);
+// lm_training_memory(c, o) checked against the memory available: ResourceError naming the
+// sizes and what to lower ("train lm (6 layers, d_model 1024, vocab 4096; batch 64 x
+// context 4096 tokens): needs ..."), before anything is allocated.
+void check_lm_training_memory(const models::GPT2Config& c, const LMTrainOptions& o, std::uint64_t extra_bytes = 0);
 
 // The language-model loss: cross_entropy(model.forward(ids) as [B*T, V], targets as [B*T]),
 // mean nats per token. ids, targets I64 [B, T].
@@ -137,11 +153,12 @@ class LMTask : public Task {
 //       the weights, AdamW state, default generator, the loop's counters, metadata
 //       train_config (LMTrainOptions::to_json), tokens_key (corpus_key of the texts) and
 //       folder_digest (folder_digest() of the model files written just before it)
-// Resume reads the weights from the state file only. Every file is written atomically
-// and the state file last (the commit point), so a kill at any point leaves a folder
-// that loads and resumes from the last save whose state file landed; model files one
-// save ahead of the state (a kill between the renames) are rewritten by resume from
-// the state's weights, so the folder never pairs a state with another step's weights.
+//   DIR/<name> for each file of set_folder_files()  (qkv train lm: vocab.json, merges.txt)
+// Resume reads the weights from the state file only. A save writes the whole folder into
+// a staging sibling and swaps it into place (io::StagedFolder), so a kill at any point
+// leaves DIR as the last complete save (or absent before the first); folders written
+// before that scheme (each file renamed on its own, the state last) can hold model files
+// one save ahead of the state, which resume rewrites from the state's weights.
 class LMTrainer {
  public:
   // A new run: init_gpt2_weights(model, o.seed).
@@ -153,8 +170,12 @@ class LMTrainer {
                                            const tokenize::ByteLevelBPE& bpe);
 
   bool train(const LoopCallbacks& cb = {}, std::int64_t stop_at_step = 0) { return loop_->run(cb, stop_at_step); }
-  // Writes model.safetensors, config.json, then the state file (each atomically).
-  void save(const std::string& dir) const;
+  // Writes the folder described above as a whole (io::StagedFolder): DIR is replaced at
+  // once by the new version. keep_other_files: files of the old DIR that the save does
+  // not write (a user's README, ...) are kept; false replaces DIR entirely (--overwrite).
+  void save(const std::string& dir, bool keep_other_files = true) const;
+  // Files written into every save besides the model and the state: name -> bytes.
+  void set_folder_files(std::map<std::string, std::string> files) { folder_files_ = std::move(files); }
   // digest64 of DIR/model.safetensors then DIR/config.json as 16 hex digits
   // ("missing <file>" if one cannot be read).
   static std::string folder_digest(const std::string& dir);
@@ -177,6 +198,7 @@ class LMTrainer {
   std::unique_ptr<LMTask> task_;
   std::unique_ptr<optim::AdamW> opt_;
   std::unique_ptr<Loop> loop_;
+  std::map<std::string, std::string> folder_files_;
 };
 
 // The loop options of a run (schedule from lr / warmup / min_lr over steps).

@@ -1,4 +1,4 @@
-// One training loop for every model (DESIGN.md, train/): the learning-rate
+// One training loop for every model (docs/design.md, train/): the learning-rate
 // schedule, gradient accumulation, clipping, the optimiser step, the evaluation
 // cadence, non-finite handling, progress reporting and the run's state for
 // checkpoints. A model takes part through a small Task: the loss of one
@@ -117,6 +117,13 @@ struct LoopCallbacks {
   std::function<void(std::int64_t step, std::int64_t total, double loss)> on_step;
 };
 
+// Ctrl-C: a process-wide request to stop (async-signal-safe to make: one lock-free atomic
+// store) that Loop::run honours once the step it is in is complete, after its on_step:
+// run() returns with finished() false and the state complete for a save.
+void request_stop();
+bool stop_requested();
+void clear_stop_request();
+
 // Drives `task` over `model` with `optimizer`; keeps references to all three.
 // Uses the process-wide default generator (dropout), whose state it saves and
 // restores: one loop at a time per process.
@@ -124,7 +131,8 @@ class Loop {
  public:
   Loop(nn::Module& model, optim::Optimizer& optimizer, Task& task, const LoopOptions& o);
 
-  // Trains until finished() or, if stop_at_step > 0, until that many steps are done.
+  // Trains until finished(), a stop request (request_stop) or, if stop_at_step > 0, until
+  // that many steps are done.
   // Leaves the model in eval mode. Returns finished().
   bool run(const LoopCallbacks& cb = {}, std::int64_t stop_at_step = 0);
 

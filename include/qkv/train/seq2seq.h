@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/core/memory.h"
 #include "qkv/io/checkpoint.h"
 #include "qkv/models/seq2seq.h"
 #include "qkv/optim/optimizer.h"
@@ -40,6 +41,13 @@ struct Seq2SeqTrainOptions {
   // invalid value is a ValueError naming it.
   static Seq2SeqTrainOptions from_json(const std::string& json);
 };
+
+// The memory a new run needs at its peak, checked before the data or the model exist: the
+// parameters four times over (weights, gradients, AdamW's two moments), the data (inputs,
+// targets and the set that keeps them distinct), and what a batch's forward keeps for the
+// backward (per token about 10 d_model + 2 d_ff floats per encoder layer, 14 d_model + 2
+// d_ff per decoder layer, 8 d_model and 3 x vocab more).
+MemoryEstimate seq2seq_training_memory(const models::Seq2SeqOptions& mo, const Seq2SeqTrainOptions& o);
 
 struct Seq2SeqReport {
   std::int64_t epoch = 0;       // 1-based; fractional epochs are reported at the step

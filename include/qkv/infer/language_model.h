@@ -1,0 +1,78 @@
+// A language model as every front end uses it (the CLI's generate / chat / tokenize / bench,
+// the HTTP server, the Python package): the network, its tokenizer, its chat template and its
+// special tokens, loaded from any causal LM qkv reads — a GPT-2 or Llama-family (llama,
+// mistral, qwen2) Hugging Face folder, or a GGUF file.
+//
+//   auto lm = infer::load_language_model("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+//   const auto ids = lm.chat_prompt({{"user", "Hi!"}});          // through the chat template
+//   auto out = infer::generate(*lm.model, {ids}, {.max_new_tokens = 64, .eos_id = lm.eos_id()});
+//   std::cout << lm.tokenizer->decode(out[0].new_ids);
+//
+// Thread safety: read-only once loaded; any number of threads may use one at once.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qkv/infer/causal_lm.h"
+#include "qkv/kernels/qgemm.h"
+#include "qkv/tokenize/bpe.h"
+#include "qkv/tokenize/chat_template.h"
+
+namespace qkv::infer {
+
+struct LanguageModelOptions {
+  // A Jinja chat template file that replaces the model's own (tokenizer.chat_template of a GGUF,
+  // chat_template in tokenizer_config.json or chat_template.jinja of a folder).
+  std::string chat_template_file;
+  // How activations meet quantized weights in the Llama family (kernels/qgemm.h): F32, exact
+  // (the default), or Q8 (activations quantized per 32 values, integer products; faster, less exact).
+  kernels::QActivations activations = kernels::QActivations::F32;
+};
+
+struct LanguageModel {
+  std::string path;
+  std::string name;          // the file or folder name: the model's id in listings and the API
+  std::string architecture;  // gpt2 | llama | mistral | qwen2
+  std::shared_ptr<const CausalLM> model;
+  std::optional<tokenize::ByteLevelBPE> tokenizer;       // absent for a folder without one
+  std::shared_ptr<const tokenize::ChatTemplate> chat_template;  // null when the model has none
+  // Why the model's own template could not be used (a construct outside qkv's Jinja subset, say):
+  // the model still loads and runs plain prompts; render_chat throws this message.
+  std::string chat_template_error;
+  std::vector<std::int64_t> eos_ids;  // tokens that end a reply (the config's and the tokenizer's)
+  std::optional<std::int64_t> bos_id;
+  bool add_bos = false;                 // a plain prompt starts with bos_id
+  std::int64_t weight_bytes = 0;        // bytes of weights the products read per generated token
+
+  // The first stop token, if any (what GenerationOptions::eos_id takes).
+  std::optional<std::int64_t> eos_id() const;
+  // The tokenizer; ValueError naming the model when it has none ("... has no tokenizer").
+  const tokenize::ByteLevelBPE& tok() const;
+  // A plain (completion) prompt: BOS first when the model wants one, then encode(text).
+  std::vector<std::int64_t> encode_prompt(const std::string& text) const;
+  // A conversation rendered by the chat template, as transformers' apply_chat_template renders
+  // it (bos_token / eos_token set from the tokenizer). ValueError when the model has no template
+  // ("pass --chat-template FILE"); ChatTemplateError from the template.
+  std::string render_chat(const std::vector<tokenize::ChatMessage>& messages, bool add_generation_prompt = true) const;
+  // Its token ids: special tokens in the rendered text are matched as tokens, no BOS added
+  // unless the template writes it (transformers' apply_chat_template(tokenize=True)).
+  std::vector<std::int64_t> chat_prompt(const std::vector<tokenize::ChatMessage>& messages,
+                                        bool add_generation_prompt = true) const;
+  // True if id ends a reply.
+  bool is_eos(std::int64_t id) const;
+};
+
+// Loads the model at `path`. IOError when it does not exist; FormatError naming the file and the
+// problem for an unsupported or damaged model, with the kind found named for a folder of another
+// kind ("... is a BERT folder; generation needs a causal language model (GPT-2, Llama, Mistral,
+// Qwen2)"). Nothing is initialised at random; weights are mapped, not copied, where they can be.
+LanguageModel load_language_model(const std::string& path, const LanguageModelOptions& options = {});
+
+// What a model folder or file is, from its config.json model_type or GGUF architecture: "gpt2",
+// "llama", "mistral", "qwen2", "bert", ... ; "" when it cannot tell. Reads only small headers.
+std::string model_kind(const std::string& path);
+
+}  // namespace qkv::infer

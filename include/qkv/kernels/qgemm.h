@@ -1,0 +1,98 @@
+// Matrix products with weights stored in a GGML block type (kernels/quant.h), read in place:
+//   C [M, N] = A [M, K] @ W^T          W: N rows of K values, each row row_bytes bytes
+// (W as a GGUF tensor of dims [K, N], or a PyTorch nn.Linear weight [out = N, in = K]).
+//
+// Shape contract (letters are GEMM's: M rows of activations, N output features, K input features):
+//   A  [M, K] float32, row stride lda >= K
+//   W  QMatrix: N rows of K values of `type`, row r at data + r * row_bytes,
+//      row_bytes >= qtype_row_bytes(type, K) (K a multiple of the type's block: 32 or 256)
+//   C  [M, N] float32, row stride ldc >= N; must not overlap A or W
+// M, N or K may be 0 (K == 0: the product is 0).
+//
+// No float copy of W is made. Two paths, chosen by M alone (so by nothing that depends on the
+// thread count):
+//  - decode (M <= qgemm_decode_max_m()): every block of W is streamed from memory once,
+//    dequantized in registers and multiplied into all M rows; threads split the N rows of W.
+//  - prefill (larger M): panels of W are dequantized into a per-thread float sliver (nr x kc, in
+//    L1/L2) that the float32 GEMM's register-tiled micro-kernel consumes (kernels/gemm.h).
+// The default (activations = F32) multiplies float32 activations by the exact dequantized
+// weights (bitwise dequantize_row's values) with float32 accumulation, so the result differs
+// from dequantize-then-sgemm only by the order of summation. K is never split across threads:
+// results are bitwise identical for any thread count (for a given ISA and path).
+//
+// activations = Q8 (optional: faster prefill on integer dot-product hardware, less accurate): every
+// row of A is quantized per 32 values as llama.cpp's Q8_0 (quantize_activations_q8), W is unpacked
+// panel by panel into integer codes (w = s * code + o per scale block of 32, or 16 for Q6_K), and
+// each scale block contributes s * d_a * (codes . q_a) + o * d_a * sum(q_a), with AVX-512 VNNI
+// (vpdpbusd), AVX2 (vpmaddubsw) or plain integer loops. It applies to the block types (Q8_0,
+// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) above the decode path's rows; F32, F16 and BF16
+// weights, and M <= qgemm_decode_max_m() (where the exact path is bound by reading W anyway),
+// take the exact path.
+//
+// Epilogue: as sgemm_ex's (bias, activation, residual; kernels/gemm.h), each element finished
+// as the unfused ops would. accumulate = true adds the product into C instead (C += A @ W^T; the
+// epilogue must be empty then).
+// Thread safety: any number of threads may call these at once (workspaces are thread_local).
+#pragma once
+#include <cstdint>
+
+#include "qkv/kernels/gemm.h"
+#include "qkv/kernels/quant.h"
+
+namespace qkv::kernels {
+
+// A weight matrix of a block type, viewed in place.
+struct QMatrix {
+  QType type = QType::F32;
+  const void* data = nullptr;
+  std::int64_t rows = 0;       // N
+  std::int64_t cols = 0;       // K, the GGUF row length (dims[0])
+  std::int64_t row_bytes = 0;  // >= qtype_row_bytes(type, cols)
+};
+
+// A QMatrix of densely stored rows (row_bytes = qtype_row_bytes(type, cols); ValueError if cols
+// is not a multiple of the type's block).
+QMatrix qmatrix(QType type, const void* data, std::int64_t rows, std::int64_t cols);
+
+enum class QActivations : std::uint8_t {
+  F32,  // exact: float32 activations, exact dequantized weights (the default)
+  Q8,   // activations quantized to Q8 per 32 values, integer dot products
+};
+
+struct QGemmOptions {
+  GemmEpilogue epilogue = {};
+  bool accumulate = false;  // C += A @ W^T (epilogue must be empty)
+  QActivations activations = QActivations::F32;
+  bool threaded = true;     // false: the calling thread only (inside parallel_for)
+};
+
+// C = epilogue(A @ W^T), or C += A @ W^T. ValueError naming the argument for a bad size or stride,
+// an unsupported type, or an epilogue with accumulate.
+void qgemm(std::int64_t M, const float* A, std::int64_t lda, const QMatrix& W, float* C, std::int64_t ldc,
+           const QGemmOptions& options = {});
+
+// Part `part` of `parts` of qgemm's work, on the calling thread (options.threaded is ignored):
+// all parts together write all of C, bitwise as qgemm, for any `parts`. For the members of a
+// team (core/parallel.h, parallel_team).
+void qgemm_part(std::int64_t M, const float* A, std::int64_t lda, const QMatrix& W, float* C, std::int64_t ldc,
+                const QGemmOptions& options, int part, int parts);
+
+// The largest M that takes the decode path (for the active ISA).
+std::int64_t qgemm_decode_max_m();
+
+// Naive twins, same contract, slow (tests):
+// qgemm_ref: every row of W through dequantize_row, dot products accumulated in double, then
+// the epilogue as sgemm_epilogue_ref (double, one rounding) or C + dot for accumulate.
+// With options.activations = Q8 it is the twin of the Q8 path instead: A quantized by
+// quantize_activations_q8, exact integer dot products per block, and the block terms summed
+// in double.
+void qgemm_ref(std::int64_t M, const float* A, std::int64_t lda, const QMatrix& W, float* C, std::int64_t ldc,
+               const QGemmOptions& options = {});
+
+// The Q8 activations of the Q8 path, one row of K values (K a multiple of 32) -> K/32 blocks:
+// d[b] = amax / 127, q[b*32 + i] = round-half-even(a * (127 / amax)) (0 when amax == 0), sum[b] =
+// the sum of the block's q (llama.cpp's AVX quantize_row_q8_0 / q8_1 rounding). A block with a
+// NaN or inf gets d = NaN (its products show NaN) and q = 0.
+void quantize_activations_q8(const float* a, std::int64_t K, float* d, std::int8_t* q, std::int32_t* sum);
+
+}  // namespace qkv::kernels

@@ -1,0 +1,53 @@
+// Attention maps of a pretrained Hugging Face model folder on a text (qkv heatmap --model):
+// the folder's own tokenizer, one forward pass, every layer's weights per head, as
+// transformers' output_attentions=True gives them (softmax over the keys after the mask;
+// GPT-2 causal, BERT over all tokens of the text).
+//
+//   auto a = models::text_attention("models/all-MiniLM-L6-v2", "I love NLP");
+//   // a.tokens = [CLS] i love nl ##p [SEP]; a.layers[l] is [H, 6, 6]
+//   auto maps = models::text_attention_maps(a, {0, 5}, {});   // layers 0 and 5, every head
+//
+// A model family plugs in with one reader (folder + text -> TextAttention) and one line in
+// the table of src/models/text_attention.cpp (model_type -> reader): GPT-2 and BERT are there;
+// a Llama-family causal LM adds its own reader the same way.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qkv/core/tensor.h"
+#include "qkv/models/attention_maps.h"
+
+namespace qkv::models {
+
+struct TextAttention {
+  std::string model_type;            // config.json's model_type ("gpt2", "bert")
+  std::string family;                // how it is named ("GPT-2", "BERT")
+  std::vector<std::int64_t> ids;     // [T] the tokenizer's ids (BERT: [CLS] ... [SEP] included)
+  std::vector<std::string> tokens;   // T readable labels (readable_token for byte-level BPE)
+  std::vector<Tensor> layers;        // per layer: float32 [H, T, T], rows sum to 1
+  bool causal = false;               // keys after the query have weight 0
+};
+
+// Reads DIR (config.json's model_type picks the reader), tokenizes `text` with the folder's
+// tokenizer (GPT-2: byte-level BPE, no special token added; BERT: WordPiece with [CLS] and
+// [SEP]) and runs the model once without gradients. Checks the memory the maps take before
+// allocating them. ValueError for a family qkv cannot draw (naming it and the families it
+// can), an empty text, or more tokens than the model has positions; the loaders' errors for
+// a damaged folder.
+TextAttention text_attention(const std::string& dir, const std::string& text);
+// The model_types text_attention reads ({"gpt2", "bert"}).
+std::vector<std::string> text_attention_families();
+
+// The selected layers and heads (empty: all) as AttentionMaps for the heatmap and explorer
+// writers: name "layers.{l}.attention", kind "self", head_ids the model's head numbers.
+// ValueError naming a layer or head outside the model.
+std::vector<AttentionMap> text_attention_maps(const TextAttention& a, const std::vector<std::int64_t>& layers,
+                                              const std::vector<std::int64_t>& heads);
+
+// A byte-level BPE token's bytes as a readable label: UTF-8 text as is, a byte that is not
+// part of a valid UTF-8 character as <0xNN>, "\n", "\t", "\r" for those, other control bytes
+// as <0xNN> (so " the" stays " the", not GPT-2's "Ġthe").
+std::string readable_token(const std::string& bytes);
+
+}  // namespace qkv::models

@@ -1,0 +1,160 @@
+// Products with quantized weights (kernels/qgemm.h): argument checks, the choice of path, the
+// thread split and the epilogue. The arithmetic is in the ISA files (qgemm_avx512.cpp,
+// qgemm_avx2.cpp, qgemm_scalar.cpp) and, for the prefill path, in the float GEMM (gemm.cpp),
+// which pulls dequantized slivers of W through a BRowSource.
+#include "qkv/kernels/qgemm.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gemm_internal.h"
+#include "qgemm_internal.h"
+#include "qkv/core/error.h"
+#include "qkv/core/parallel.h"
+#include "qkv/kernels/cpu.h"
+
+namespace qkv::kernels {
+namespace {
+
+using detail::i64;
+using detail::QGemmKernels;
+using detail::u8;
+
+const QGemmKernels& kernels() {
+  static const QGemmKernels sets[3] = {detail::qgemm_kernels_scalar(), detail::qgemm_kernels_avx2(),
+                                       detail::qgemm_kernels_avx512()};
+  int i = static_cast<int>(active_isa());
+  while (i > 0 && sets[i].dot_rows == nullptr) --i;
+  return sets[i];
+}
+
+// The Q8 path's kernels: the active ISA's, or the next one down that has them (AVX-512 without
+// VNNI runs the AVX2 kernel).
+const QGemmKernels& q8_kernels() {
+  static const QGemmKernels sets[3] = {detail::qgemm_kernels_scalar(), detail::qgemm_kernels_avx2(),
+                                       detail::qgemm_kernels_avx512()};
+  int i = static_cast<int>(active_isa());
+  while (i > 0 && sets[i].q8_tile == nullptr) --i;
+  return sets[i];
+}
+
+bool is_block_type(QType t) { return t != QType::F32 && t != QType::F16 && t != QType::BF16; }
+
+// Weight bytes each thread of a decode product streams at least before qgemm forks (measured: a
+// 553 KB Q4_1 matrix ran at 8 GB/s on one thread, 5 GB/s forked over two; a model's layers
+// should run their parts inside one team instead, qgemm_part).
+constexpr i64 kMinDecodeBytesPerThread = 2 * 1024 * 1024;
+// Rows of W per unit of the decode split (the decode tiles' row group).
+constexpr i64 kRowUnit = 4;
+
+std::string shape_text(i64 M, const QMatrix& W, i64 lda, i64 ldc) {
+  return "(M=" + std::to_string(M) + ", N=" + std::to_string(W.rows) + ", K=" + std::to_string(W.cols) +
+         ", type " + qtype_name(W.type) + ", row_bytes=" + std::to_string(W.row_bytes) +
+         ", lda=" + std::to_string(lda) + ", ldc=" + std::to_string(ldc) + ")";
+}
+
+void check_args(const char* op, i64 M, const float* A, i64 lda, const QMatrix& W, const float* C, i64 ldc,
+                const QGemmOptions& o) {
+  const std::string where = std::string(op) + ": ";
+  if (!qtype_traits(static_cast<std::uint32_t>(W.type)))
+    throw ValueError(where + "unknown weight type id " + std::to_string(static_cast<std::uint32_t>(W.type)));
+  auto fail = [&](const std::string& what) { throw ValueError(where + what + " " + shape_text(M, W, lda, ldc)); };
+  if (M < 0 || W.rows < 0 || W.cols < 0) fail("sizes must be >= 0");
+  const QTypeTraits tr = qtype_traits(W.type);
+  if (W.cols % tr.block)
+    fail("K must be a multiple of " + std::string(tr.name) + "'s block of " + std::to_string(tr.block));
+  if (W.row_bytes < qtype_row_bytes(W.type, W.cols))
+    fail("row_bytes must be >= " + std::to_string(qtype_row_bytes(W.type, W.cols)) + ", the bytes of a row");
+  if (lda < W.cols) fail("lda must be >= K");
+  if (ldc < W.rows) fail("ldc must be >= N");
+  if (M > 0 && W.rows > 0 && W.cols > 0 && (A == nullptr || W.data == nullptr))
+    fail("A and W must not be null");
+  if (M > 0 && W.rows > 0 && C == nullptr) fail("C must not be null");
+  if (o.accumulate && !o.epilogue.empty()) fail("accumulate needs an empty epilogue");
+  if (o.epilogue.residual && o.epilogue.ldr < W.rows)
+    fail("the residual's ldr " + std::to_string(o.epilogue.ldr) + " must be >= N");
+}
+
+// Rows of W as a row source of the float GEMM: the dequantized slivers of the prefill path.
+struct RowsCtx {
+  const QGemmKernels* ks;
+  const QMatrix* W;
+};
+
+void dequant_rows(const void* ctx, i64 r0, i64 nr, i64 k0, i64 kc, float* out, i64 ldo) {
+  const auto* c = static_cast<const RowsCtx*>(ctx);
+  c->ks->dequant_rows(c->W->type, static_cast<const u8*>(c->W->data), c->W->row_bytes, r0, nr, k0, kc, out, ldo);
+}
+
+// Decode: W rows [n0, n1) against all M rows of A, then the epilogue on those columns.
+void decode_rows(const QGemmKernels& ks, i64 M, const float* A, i64 lda, const QMatrix& W, float* C, i64 ldc,
+                 const QGemmOptions& o, i64 n0, i64 n1) {
+  if (n0 >= n1) return;
+  const auto* w = static_cast<const u8*>(W.data);
+  if (W.cols == 0) {
+    if (!o.accumulate)
+      for (i64 m = 0; m < M; ++m) std::fill(C + m * ldc + n0, C + m * ldc + n1, 0.0f);
+  } else {
+    ks.dot_rows(W.type, M, W.cols, A, lda, w, W.row_bytes, n0, n1, C, ldc, o.accumulate);
+  }
+  if (!o.epilogue.empty()) detail::apply_gemm_epilogue(o.epilogue, C + n0, ldc, 0, n0, M, n1 - n0);
+}
+
+void run(const char* op, i64 M, const float* A, i64 lda, const QMatrix& W, float* C, i64 ldc, const QGemmOptions& o,
+         int part, int parts) {
+  check_args(op, M, A, lda, W, C, ldc, o);
+  const i64 N = W.rows, K = W.cols;
+  if (M == 0 || N == 0) return;
+  const QGemmKernels& ks = kernels();
+  if (M <= detail::kQDecodeMaxM) {
+    const i64 units = (N + kRowUnit - 1) / kRowUnit;
+    auto chunk = [&](i64 b, i64 e) {
+      decode_rows(ks, M, A, lda, W, C, ldc, o, b * kRowUnit, std::min(N, e * kRowUnit));
+    };
+    if (part >= 0) {  // the static split of parallel_for over `parts` threads
+      chunk(units * part / parts, units * (part + 1) / parts);
+    } else if (o.threaded) {
+      const i64 unit_bytes = std::max<i64>(kRowUnit * W.row_bytes, 1);
+      parallel_for(0, units, std::max<i64>(1, kMinDecodeBytesPerThread / unit_bytes), chunk);
+    } else {
+      chunk(0, units);
+    }
+    return;
+  }
+  if (o.activations == QActivations::Q8 && is_block_type(W.type)) {
+    const detail::QGemmQ8Args args{M, A, lda, W.type, static_cast<const u8*>(W.data), N, K, W.row_bytes, C, ldc};
+    detail::qgemm_q8_run(q8_kernels(), args, o.accumulate, o.epilogue, o.threaded, part, parts);
+    return;
+  }
+  const RowsCtx ctx{&ks, &W};
+  detail::BRowSource src;
+  src.rows = &dequant_rows;
+  src.ctx = &ctx;
+  src.k_align = is_block_type(W.type) ? qtype_traits(W.type).block : 32;
+  detail::sgemm_rows_source(M, N, K, A, lda, src, o.accumulate ? 1.0f : 0.0f, C, ldc, o.epilogue, o.threaded, part,
+                            parts);
+}
+
+}  // namespace
+
+QMatrix qmatrix(QType type, const void* data, i64 rows, i64 cols) {
+  return QMatrix{type, data, rows, cols, qtype_row_bytes(type, cols)};
+}
+
+void qgemm(i64 M, const float* A, i64 lda, const QMatrix& W, float* C, i64 ldc, const QGemmOptions& options) {
+  run("qgemm", M, A, lda, W, C, ldc, options, -1, 1);
+}
+
+void qgemm_part(i64 M, const float* A, i64 lda, const QMatrix& W, float* C, i64 ldc, const QGemmOptions& options,
+                int part, int parts) {
+  if (parts < 1 || part < 0 || part >= parts)
+    throw ValueError("qgemm_part: part " + std::to_string(part) + " of " + std::to_string(parts) +
+                     " is not in [0, parts)");
+  run("qgemm_part", M, A, lda, W, C, ldc, options, part, parts);
+}
+
+std::int64_t qgemm_decode_max_m() { return detail::kQDecodeMaxM; }
+
+}  // namespace qkv::kernels

@@ -1,0 +1,357 @@
+// AVX2 + FMA block decoders for the quantized-weight products (bodies in qgemm_impl.h and
+// qgemm_q8_impl.h). Compiled with a target pragma, used only when active_isa() >= Avx2 (and
+// tested on AVX-512 machines through set_isa).
+//
+// Each decoder gives 8-wide float vectors of bitwise dequantize_row's values: the quants are
+// widened to int32 lanes and converted, then d * q + m is one fma, which rounds as gguf-py's two
+// operations because d * q is exact (a half times an integer below 2^6: at most 17 significant
+// bits; the k-quants' d * sc * q at most 23).
+#include <cstdint>
+#include <cstring>
+
+#include "qgemm_internal.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define QKV_QGEMM_HAVE_AVX2 1
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+
+#include "qgemm_impl.h"
+
+namespace {
+
+using qkv::kernels::detail::k4_scale_min;
+using qkv::kernels::detail::load_u16;
+using qkv::kernels::detail::load_u32;
+using qkv::kernels::detail::i64;
+
+struct V8 {
+  using R = __m256;
+  static constexpr int W = 8;
+  // Rows of W per decode tile for MR rows of A: 2 * MR * NRW accumulators of the 16 registers.
+  static constexpr int nrw(int mr) { return mr == 1 ? 4 : mr == 2 ? 2 : 1; }
+  static inline R zero() { return _mm256_setzero_ps(); }
+  static inline R loadu(const float* p) { return _mm256_loadu_ps(p); }
+  static inline void storeu(float* p, R v) { _mm256_storeu_ps(p, v); }
+  static inline R add(R a, R b) { return _mm256_add_ps(a, b); }
+  static inline R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
+  static inline float hsum(R v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+  }
+};
+
+// 8 bytes -> 8 int32 lanes.
+inline __m256i u8x8(const std::uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256i i8x8(const std::uint8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+inline float half(const std::uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
+inline __m256i low4(__m256i b) { return _mm256_and_si256(b, _mm256_set1_epi32(15)); }
+inline __m256i high4(__m256i b) { return _mm256_srli_epi32(b, 4); }
+inline __m256 cvt(__m256i q) { return _mm256_cvtepi32_ps(q); }
+// Bit (first + lane) of qh, as 16 or 0 per lane.
+inline __m256i bit4_of(std::uint32_t qh, int first) {
+  const __m256i sh = _mm256_add_epi32(_mm256_set1_epi32(first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i b = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(qh)), sh),
+                                     _mm256_set1_epi32(1));
+  return _mm256_slli_epi32(b, 4);
+}
+
+// The scales of the 32-weight blocks: the first two halves of each (d, and m or the first quants),
+// for nb (<= 64) blocks (kBytes apart) of NR rows (rb apart) -> s[r*ls + 2b] (d), s[r*ls + 2b + 1]
+// (m). Each block's 4 bytes are copied with one scalar load and store (ports the block loop
+// leaves idle; GCC would gather them with shuffles, or merge the stores in registers, so an
+// empty asm pins each), all rows before any is converted (the wide loads then do not wait on
+// the narrow stores), then converted 16 halves at a time.
+template <int kBytes, int NR>
+inline void prep_scales(const u8* p, i64 rb, i64 nb, float* s, i64 ls) {
+  alignas(64) std::uint32_t raw[NR][64];
+  for (int r = 0; r < NR; ++r) {
+    const u8* q = p + r * rb;
+    for (i64 b = 0; b < nb; ++b) {
+      std::uint32_t v;
+      std::memcpy(&v, q + b * kBytes, 4);
+      asm("" : "+r"(v));
+      raw[r][b] = v;
+      asm("" ::: "memory");
+    }
+    for (i64 b = nb; b < (nb + 7) / 8 * 8; ++b) raw[r][b] = 0;
+  }
+  for (int r = 0; r < NR; ++r) {
+    const auto* h = reinterpret_cast<const __m128i*>(raw[r]);
+    for (i64 i = 0; i < 2 * nb; i += 8) _mm256_store_ps(s + r * ls + i, _mm256_cvtph_ps(_mm_load_si128(h + i / 8)));
+  }
+}
+
+// 16 blocks' raw scale words (two halves each) -> 32 floats.
+inline void convert_scales16(const std::uint32_t* raw, float* s) {
+  const auto* h = reinterpret_cast<const __m128i*>(raw);
+  for (int i = 0; i < 4; ++i) _mm256_store_ps(s + 8 * i, _mm256_cvtph_ps(_mm_load_si128(h + i)));
+}
+
+template <QType t>
+struct Dec;
+
+template <>
+struct Dec<QType::F32> {
+  static constexpr int kBlock = 32, kBytes = 128;
+  static constexpr bool kFloat = true;
+  static constexpr int kScales = 0;
+  template <class F>
+  static inline void block(const u8* p, const float*, F&& f) {
+    for (int j = 0; j < 4; ++j) f(j, _mm256_loadu_ps(reinterpret_cast<const float*>(p) + 8 * j));
+  }
+};
+
+template <>
+struct Dec<QType::F16> {
+  static constexpr int kBlock = 32, kBytes = 64;
+  static constexpr bool kFloat = true;
+  static constexpr int kScales = 0;
+  template <class F>
+  static inline void block(const u8* p, const float*, F&& f) {
+    for (int j = 0; j < 4; ++j) f(j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * j))));
+  }
+};
+
+template <>
+struct Dec<QType::BF16> {
+  static constexpr int kBlock = 32, kBytes = 64;
+  static constexpr bool kFloat = true;
+  static constexpr int kScales = 0;
+  template <class F>
+  static inline void block(const u8* p, const float*, F&& f) {
+    for (int j = 0; j < 4; ++j) {
+      const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * j)));
+      f(j, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+    }
+  }
+};
+
+template <>
+struct Dec<QType::Q8_0> {
+  static constexpr int kBlock = 32, kBytes = 34;
+  static constexpr bool kFloat = false;
+  static constexpr int kScales = 2;
+  static constexpr bool kRolling = true;
+  static inline void convert16(const std::uint32_t* raw, float* s) { convert_scales16(raw, s); }
+  template <int NR>
+  static inline void prep(const u8* p, i64 rb, i64 nb, float* s, i64 ls) {
+    prep_scales<kBytes, NR>(p, rb, nb, s, ls);
+  }
+  template <class F>
+  static inline void block(const u8* p, const float* s, F&& f) {
+    const __m256 d = _mm256_set1_ps(s[0]);
+    for (int j = 0; j < 4; ++j) f(j, _mm256_mul_ps(cvt(i8x8(p + 2 + 8 * j)), d));
+  }
+};
+
+// The 32-weight 4/5-bit blocks: bytes 8c..8c+8 of qs hold weights 8c.. (low nibbles) and
+// 16+8c.. (high nibbles); w = fma(d, q, m) with m = -8d / -16d for the symmetric types.
+template <int kQs, int kQh, bool kAffine, int kOffset>
+struct Dec4or5 {
+  static constexpr int kBlock = 32, kBytes = kQs + 16;
+  static constexpr bool kFloat = false;
+  static constexpr int kScales = 2;
+  static constexpr bool kRolling = true;
+  static inline void convert16(const std::uint32_t* raw, float* s) { convert_scales16(raw, s); }
+  template <int NR>
+  static inline void prep(const u8* p, i64 rb, i64 nb, float* s, i64 ls) {
+    prep_scales<kBytes, NR>(p, rb, nb, s, ls);
+  }
+  template <class F>
+  static inline void block(const u8* p, const float* s, F&& f) {
+    const __m256 d = _mm256_set1_ps(s[0]);
+    const __m256 m = _mm256_set1_ps(kAffine ? s[1] : -static_cast<float>(kOffset) * s[0]);
+    const std::uint32_t qh = kQh ? load_u32(p + kQh) : 0;
+    for (int c = 0; c < 2; ++c) {
+      const __m256i b = u8x8(p + kQs + 8 * c);
+      __m256i lo = low4(b), hi = high4(b);
+      if constexpr (kQh != 0) {
+        lo = _mm256_or_si256(lo, bit4_of(qh, 8 * c));
+        hi = _mm256_or_si256(hi, bit4_of(qh, 16 + 8 * c));
+      }
+      f(c, _mm256_fmadd_ps(d, cvt(lo), m));
+      f(2 + c, _mm256_fmadd_ps(d, cvt(hi), m));
+    }
+  }
+};
+
+template <>
+struct Dec<QType::Q4_0> : Dec4or5<2, 0, false, 8> {};
+template <>
+struct Dec<QType::Q4_1> : Dec4or5<4, 0, true, 0> {};
+template <>
+struct Dec<QType::Q5_0> : Dec4or5<6, 2, false, 16> {};
+template <>
+struct Dec<QType::Q5_1> : Dec4or5<8, 4, true, 0> {};
+
+// d * sc_j and -(dmin * m_j) of the 8 sub-blocks of nb blocks: s[16b + j], s[16b + 8 + j].
+template <int kBytes>
+inline void k4_prep(const u8* p, i64 nb, float* s) {
+  for (i64 b = 0; b < nb; ++b, p += kBytes, s += 16) {
+    const float d = half(p), dmin = half(p + 2);
+    for (int j = 0; j < 8; ++j) {
+      int sc, m;
+      k4_scale_min(p + 4, j, sc, m);
+      s[j] = d * static_cast<float>(sc);
+      s[8 + j] = -(dmin * static_cast<float>(m));
+    }
+  }
+}
+
+// Q4_K (kQh = 0) and Q5_K: sub-block j = 2g + h is the low (h = 0) or high nibbles of bytes
+// 32g..32g+32 of qs, plus bit j of qh[l] for Q5_K; w = fma(d * sc_j, q, -(dmin * m_j)).
+template <int kQs, int kQh>
+struct DecK {
+  static constexpr int kBlock = 256, kBytes = kQh ? 176 : 144;
+  static constexpr bool kFloat = false;
+  static constexpr int kScales = 16;
+  template <int NR>
+  static inline void prep(const u8* p, i64 rb, i64 nb, float* s, i64 ls) {
+    for (int r = 0; r < NR; ++r) k4_prep<kBytes>(p + r * rb, nb, s + r * ls);
+  }
+  template <class F>
+  static inline void block(const u8* p, const float* s, F&& f) {
+    const float* ds = s;
+    const float* ndm = s + 8;
+    for (int g = 0; g < 4; ++g) {
+      const __m256 s0 = _mm256_set1_ps(ds[2 * g]), o0 = _mm256_set1_ps(ndm[2 * g]);
+      const __m256 s1 = _mm256_set1_ps(ds[2 * g + 1]), o1 = _mm256_set1_ps(ndm[2 * g + 1]);
+      for (int c = 0; c < 4; ++c) {
+        const __m256i b = u8x8(p + kQs + 32 * g + 8 * c);
+        __m256i lo = low4(b), hi = high4(b);
+        if constexpr (kQh != 0) {
+          const __m256i h = u8x8(p + kQh + 8 * c);
+          const __m256i one = _mm256_set1_epi32(1);
+          lo = _mm256_or_si256(lo, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * g), one), 4));
+          hi = _mm256_or_si256(hi, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * g + 1), one), 4));
+        }
+        f(8 * g + c, _mm256_fmadd_ps(s0, cvt(lo), o0));
+        f(8 * g + 4 + c, _mm256_fmadd_ps(s1, cvt(hi), o1));
+      }
+    }
+  }
+};
+
+template <>
+struct Dec<QType::Q4_K> : DecK<16, 0> {};
+template <>
+struct Dec<QType::Q5_K> : DecK<48, 16> {};
+
+template <>
+struct Dec<QType::Q6_K> {
+  static constexpr int kBlock = 256, kBytes = 210;
+  static constexpr bool kFloat = false;
+  static constexpr int kScales = 16;
+  template <int NR>
+  static inline void prep(const u8* p0, i64 rb, i64 nb, float* s0, i64 ls) {
+    for (int r = 0; r < NR; ++r) {
+      const u8* p = p0 + r * rb;
+      float* s = s0 + r * ls;
+      for (i64 b = 0; b < nb; ++b, p += kBytes, s += 16) {
+        const auto* sc = reinterpret_cast<const std::int8_t*>(p + 192);
+        const float d = half(p + 208);
+        for (int j = 0; j < 16; ++j) s[j] = d * static_cast<float>(sc[j]);
+      }
+    }
+  }
+  template <class F>
+  static inline void block(const u8* p, const float* ds, F&& f) {
+    const __m256i m3 = _mm256_set1_epi32(3), m15 = _mm256_set1_epi32(15), k32 = _mm256_set1_epi32(32);
+    for (int h = 0; h < 2; ++h) {
+      const u8* ql = p + 64 * h;
+      const u8* qh = p + 128 + 32 * h;
+      for (int c = 0; c < 4; ++c) {  // weights 128h + 32t + 8c + l, t = 0..3, l < 8
+        const __m256i hb = u8x8(qh + 8 * c), la = u8x8(ql + 8 * c), lb = u8x8(ql + 32 + 8 * c);
+        for (int t = 0; t < 4; ++t) {
+          const __m256i l = t % 2 == 0 ? la : lb;
+          const __m256i lo = t < 2 ? _mm256_and_si256(l, m15) : _mm256_srli_epi32(l, 4);
+          const __m256i hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 2 * t), m3), 4);
+          const __m256i q = _mm256_sub_epi32(_mm256_or_si256(lo, hi), k32);
+          const int r0 = 128 * h + 32 * t + 8 * c;
+          f(r0 / 8, _mm256_mul_ps(_mm256_set1_ps(ds[r0 / 16]), cvt(q)));
+        }
+      }
+    }
+  }
+};
+
+// ---- the Q8 path's micro-kernel: MR rows of A x 16 columns, vpmaddubsw + vpmaddwd ----
+// vpmaddubsw adds two uint8 x int8 products in int16 with saturation: safe for the codes of the
+// 4/5/6-bit types (<= 63: |sum| <= 16128); Q8_0 comes as int8 codes (signed_codes) and is
+// multiplied as |w| x (sign(w) a), |sum| <= 2 * 128 * 127 = 32512 (llama.cpp's trick).
+template <int MR>
+void q8_tile_mr(i64 nsb, int sb, bool signed_codes, const u8* wq, const float* ws, const float* wo,
+                const qkv::kernels::detail::Q8Act* A, i64 lda, const float* asc, i64 ldas, float* out) {
+  __m256 f[MR][2];
+  for (int m = 0; m < MR; ++m) f[m][0] = f[m][1] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int nq = sb / 4;
+  for (i64 b = 0; b < nsb; ++b) {
+    __m256i acc[MR][2];
+    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_si256();
+    const i64 k0 = b * sb;
+    const std::int8_t* ap[MR];
+    for (int m = 0; m < MR; ++m) ap[m] = A[m * lda + k0 / 32].q + k0 % 32;
+    const u8* w = wq + k0 / 4 * 64;
+    for (int q = 0; q < nq; ++q) {
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * q));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * q + 32));
+      const __m256i u0 = signed_codes ? _mm256_abs_epi8(w0) : w0, u1 = signed_codes ? _mm256_abs_epi8(w1) : w1;
+      for (int m = 0; m < MR; ++m) {
+        std::int32_t a4;
+        std::memcpy(&a4, ap[m] + 4 * q, 4);
+        const __m256i a = _mm256_set1_epi32(a4);
+        const __m256i a0 = signed_codes ? _mm256_sign_epi8(a, w0) : a, a1 = signed_codes ? _mm256_sign_epi8(a, w1) : a;
+        acc[m][0] = _mm256_add_epi32(acc[m][0], _mm256_madd_epi16(_mm256_maddubs_epi16(u0, a0), ones));
+        acc[m][1] = _mm256_add_epi32(acc[m][1], _mm256_madd_epi16(_mm256_maddubs_epi16(u1, a1), ones));
+      }
+    }
+    const __m256 s0 = _mm256_loadu_ps(ws + 16 * b), s1 = _mm256_loadu_ps(ws + 16 * b + 8);
+    const __m256 o0 = _mm256_loadu_ps(wo + 16 * b), o1 = _mm256_loadu_ps(wo + 16 * b + 8);
+    for (int m = 0; m < MR; ++m) {
+      const __m256 da = _mm256_set1_ps(asc[m * ldas + 2 * b]), sa = _mm256_set1_ps(asc[m * ldas + 2 * b + 1]);
+      f[m][0] = _mm256_fmadd_ps(o0, sa, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[m][0]), _mm256_mul_ps(s0, da), f[m][0]));
+      f[m][1] = _mm256_fmadd_ps(o1, sa, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[m][1]), _mm256_mul_ps(s1, da), f[m][1]));
+    }
+  }
+  for (int m = 0; m < MR; ++m) {
+    _mm256_storeu_ps(out + 16 * m, f[m][0]);
+    _mm256_storeu_ps(out + 16 * m + 8, f[m][1]);
+  }
+}
+
+void q8_tile(int mr, i64 nsb, int sb, bool signed_codes, const u8* wq, const float* ws, const float* wo,
+             const qkv::kernels::detail::Q8Act* A, i64 lda, const float* asc, i64 ldas, float* out) {
+  if (mr == 1) return q8_tile_mr<1>(nsb, sb, signed_codes, wq, ws, wo, A, lda, asc, ldas, out);
+  q8_tile_mr<2>(nsb, sb, signed_codes, wq, ws, wo, A, lda, asc, ldas, out);
+}
+
+}  // namespace
+
+#pragma GCC pop_options
+#endif
+
+namespace qkv::kernels::detail {
+
+QGemmKernels qgemm_kernels_avx2() {
+  QGemmKernels k;
+#ifdef QKV_QGEMM_HAVE_AVX2
+  k.dot_rows = &dot_rows_any<V8, Dec>;
+  k.dequant_rows = &dequant_rows_any<V8, Dec>;
+  k.q8_np = 16;
+  k.q8_mr = 2;
+  k.q8_signed_q8_0 = true;
+  k.q8_tile = &q8_tile;
+#endif
+  return k;
+}
+
+}  // namespace qkv::kernels::detail

@@ -1,0 +1,433 @@
+// AVX-512 block decoders for the quantized-weight products (bodies in qgemm_impl.h and
+// qgemm_q8_impl.h). Compiled with a target pragma (builds without -march flags), used only when
+// active_isa() == Avx512.
+//
+// A decoder turns one block into 16-wide float vectors holding bitwise dequantize_row's values.
+// The 4- and 5-bit types do it with a table lookup: the block's 16 (32) possible values
+// table[i] = fma(d, i, m) are computed once (d * i is exact for a half d and i < 32, so the fma
+// rounds like gguf-py's d * q + m), and vpermps / vpermt2ps picks them by the quant, whose low 4
+// (5) index bits are all the permutes read, so the low nibble needs no mask.
+#include <cstdint>
+#include <cstring>
+
+#include "qgemm_internal.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define QKV_QGEMM_HAVE_AVX512 1
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw,avx512vnni,avx2,fma,f16c")
+// GCC 12's AVX-512 intrinsics trip a false -W(maybe-)uninitialized once inlined (GCC PR 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include "qgemm_impl.h"
+
+namespace {
+
+using qkv::kernels::detail::k4_scale_min;
+using qkv::kernels::detail::load_u16;
+using qkv::kernels::detail::load_u32;
+using qkv::kernels::detail::i64;
+
+struct V16 {
+  using R = __m512;
+  static constexpr int W = 16;
+  // Rows of W per decode tile for MR rows of A: 2 * MR * NRW accumulators of the 32 registers.
+  static constexpr int nrw(int mr) { return mr <= 2 ? 4 : 2; }
+  static inline R zero() { return _mm512_setzero_ps(); }
+  static inline R loadu(const float* p) { return _mm512_loadu_ps(p); }
+  static inline void storeu(float* p, R v) { _mm512_storeu_ps(p, v); }
+  static inline R add(R a, R b) { return _mm512_add_ps(a, b); }
+  static inline R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
+  static inline float hsum(R v) {
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+  }
+};
+
+inline __m128i load16(const std::uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+inline float half(const std::uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
+inline __m512 iota(float first) {
+  return _mm512_add_ps(_mm512_set1_ps(first),
+                       _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+}
+inline __m512 lut16(__m512i idx, __m512 table) { return _mm512_permutexvar_ps(idx, table); }
+inline __m512 lut32(__m512i idx, __m512 lo, __m512 hi) { return _mm512_permutex2var_ps(lo, idx, hi); }
+// idx | 16 in the lanes of `mask`.
+inline __m512i with_bit4(__m512i idx, __mmask16 mask) {
+  return _mm512_mask_or_epi32(idx, mask, idx, _mm512_set1_epi32(16));
+}
+inline __m512i low4(__m512i b) { return _mm512_and_si512(b, _mm512_set1_epi32(15)); }
+inline __m512i high4(__m512i b) { return _mm512_srli_epi32(b, 4); }
+
+// The scales of the 32-weight blocks: the first two halves of each (d, and m or the first quants),
+// for nb (<= 64) blocks (kBytes apart) of NR rows (rb apart) -> s[r*ls + 2b] (d), s[r*ls + 2b + 1]
+// (m). Each block's 4 bytes are copied with one scalar load and store (ports the block loop
+// leaves idle; GCC would gather them with shuffles, or merge the stores in registers, so an
+// empty asm pins each), all rows before any is converted (the wide loads then do not wait on
+// the narrow stores), then converted 16 halves at a time.
+template <int kBytes, int NR>
+inline void prep_scales(const u8* p, i64 rb, i64 nb, float* s, i64 ls) {
+  alignas(64) std::uint32_t raw[NR][64];
+  for (int r = 0; r < NR; ++r) {
+    const u8* q = p + r * rb;
+    for (i64 b = 0; b < nb; ++b) {
+      std::uint32_t v;
+      std::memcpy(&v, q + b * kBytes, 4);
+      asm("" : "+r"(v));
+      raw[r][b] = v;
+      asm("" ::: "memory");
+    }
+    for (i64 b = nb; b < (nb + 7) / 8 * 8; ++b) raw[r][b] = 0;
+  }
+  for (int r = 0; r < NR; ++r) {
+    const auto* h = reinterpret_cast<const __m256i*>(raw[r]);
+    for (i64 i = 0; i < 2 * nb; i += 16) _mm512_store_ps(s + r * ls + i, _mm512_cvtph_ps(_mm256_load_si256(h + i / 16)));
+  }
+}
+
+// 16 blocks' raw scale words (two halves each) -> 32 floats.
+inline void convert_scales16(const std::uint32_t* raw, float* s) {
+  const auto* h = reinterpret_cast<const __m256i*>(raw);
+  _mm512_store_ps(s, _mm512_cvtph_ps(_mm256_load_si256(h)));
+  _mm512_store_ps(s + 16, _mm512_cvtph_ps(_mm256_load_si256(h + 1)));
+}
+
+template <QType t>
+struct Dec;
+
+template <>
+struct Dec<QType::F32> {
+  static constexpr int kBlock = 32, kBytes = 128;
+  static constexpr bool kFloat = true;
+  static constexpr int kScales = 0;
+  template <class F>
+  static inline void block(const u8* p, const float*, F&& f) {
+    f(0, _mm512_loadu_ps(p));
+    f(1, _mm512_loadu_ps(p + 64));
+  }
+};
+
+template <>
+struct Dec<QType::F16> {
+  static constexpr int kBlock = 32, kBytes = 64;
+  static constexpr bool kFloat = true;
+  static constexpr int kScales = 0;
+  template <class F>
+  static inline void block(const u8* p, const float*, F&& f) {
+    f(0, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+    f(1, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32))));
+  }
+};
+
+template <>
+struct Dec<QType::BF16> {
+  static constexpr int kBlock = 32, kBytes = 64;
+  static constexpr bool kFloat = true;
+  static constexpr int kScales = 0;
+  template <class F>
+  static inline void block(const u8* p, const float*, F&& f) {
+    for (int j = 0; j < 2; ++j) {
+      const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * j)));
+      f(j, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)));
+    }
+  }
+};
+
+template <>
+struct Dec<QType::Q8_0> {
+  static constexpr int kBlock = 32, kBytes = 34;
+  static constexpr bool kFloat = false;
+  static constexpr int kScales = 2;
+  static constexpr bool kRolling = true;
+  static inline void convert16(const std::uint32_t* raw, float* s) { convert_scales16(raw, s); }
+  template <int NR>
+  static inline void prep(const u8* p, i64 rb, i64 nb, float* s, i64 ls) {
+    prep_scales<kBytes, NR>(p, rb, nb, s, ls);
+  }
+  template <class F>
+  static inline void block(const u8* p, const float* s, F&& f) {
+    const __m512 d = _mm512_set1_ps(s[0]);
+    f(0, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(p + 2))), d));
+    f(1, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(p + 18))), d));
+  }
+};
+
+template <>
+struct Dec<QType::Q4_0> {
+  static constexpr int kBlock = 32, kBytes = 18;
+  static constexpr bool kFloat = false;
+  static constexpr int kScales = 2;
+  static constexpr bool kRolling = true;
+  static inline void convert16(const std::uint32_t* raw, float* s) { convert_scales16(raw, s); }
+  template <int NR>
+  static inline void prep(const u8* p, i64 rb, i64 nb, float* s, i64 ls) {
+    prep_scales<kBytes, NR>(p, rb, nb, s, ls);
+  }
+  template <class F>
+  static inline void block(const u8* p, const float* s, F&& f) {
+    const __m512 table = _mm512_mul_ps(_mm512_set1_ps(s[0]), iota(-8.0f));  // d * (q - 8)
+    const __m512i b = _mm512_cvtepu8_epi32(load16(p + 2));
+    f(0, lut16(b, table));
+    f(1, lut16(high4(b), table));
+  }
+};
+
+template <>
+struct Dec<QType::Q4_1> {
+  static constexpr int kBlock = 32, kBytes = 20;
+  static constexpr bool kFloat = false;
+  static constexpr int kScales = 2;
+  static constexpr bool kRolling = true;
+  static inline void convert16(const std::uint32_t* raw, float* s) { convert_scales16(raw, s); }
+  template <int NR>
+  static inline void prep(const u8* p, i64 rb, i64 nb, float* s, i64 ls) {
+    prep_scales<kBytes, NR>(p, rb, nb, s, ls);
+  }
+  template <class F>
+  static inline void block(const u8* p, const float* s, F&& f) {
+    const __m512 table = _mm512_fmadd_ps(_mm512_set1_ps(s[0]), iota(0.0f), _mm512_set1_ps(s[1]));  // d * q + m
+    const __m512i b = _mm512_cvtepu8_epi32(load16(p + 4));
+    f(0, lut16(b, table));
+    f(1, lut16(high4(b), table));
+  }
+};
+
+template <>
+struct Dec<QType::Q5_0> {
+  static constexpr int kBlock = 32, kBytes = 22;
+  static constexpr bool kFloat = false;
+  static constexpr int kScales = 2;
+  static constexpr bool kRolling = true;
+  static inline void convert16(const std::uint32_t* raw, float* s) { convert_scales16(raw, s); }
+  template <int NR>
+  static inline void prep(const u8* p, i64 rb, i64 nb, float* s, i64 ls) {
+    prep_scales<kBytes, NR>(p, rb, nb, s, ls);
+  }
+  template <class F>
+  static inline void block(const u8* p, const float* s, F&& f) {
+    const __m512 d = _mm512_set1_ps(s[0]);
+    const __m512 lo = _mm512_mul_ps(d, iota(-16.0f)), hi = _mm512_mul_ps(d, iota(0.0f));  // d * (q - 16)
+    const std::uint32_t qh = load_u32(p + 2);
+    const __m512i b = _mm512_cvtepu8_epi32(load16(p + 6));
+    f(0, lut32(with_bit4(low4(b), static_cast<__mmask16>(qh)), lo, hi));
+    f(1, lut32(with_bit4(high4(b), static_cast<__mmask16>(qh >> 16)), lo, hi));
+  }
+};
+
+template <>
+struct Dec<QType::Q5_1> {
+  static constexpr int kBlock = 32, kBytes = 24;
+  static constexpr bool kFloat = false;
+  static constexpr int kScales = 2;
+  static constexpr bool kRolling = true;
+  static inline void convert16(const std::uint32_t* raw, float* s) { convert_scales16(raw, s); }
+  template <int NR>
+  static inline void prep(const u8* p, i64 rb, i64 nb, float* s, i64 ls) {
+    prep_scales<kBytes, NR>(p, rb, nb, s, ls);
+  }
+  template <class F>
+  static inline void block(const u8* p, const float* s, F&& f) {
+    const __m512 d = _mm512_set1_ps(s[0]), m = _mm512_set1_ps(s[1]);
+    const __m512 lo = _mm512_fmadd_ps(d, iota(0.0f), m), hi = _mm512_fmadd_ps(d, iota(16.0f), m);
+    const std::uint32_t qh = load_u32(p + 4);
+    const __m512i b = _mm512_cvtepu8_epi32(load16(p + 8));
+    f(0, lut32(with_bit4(low4(b), static_cast<__mmask16>(qh)), lo, hi));
+    f(1, lut32(with_bit4(high4(b), static_cast<__mmask16>(qh >> 16)), lo, hi));
+  }
+};
+
+// Q4_K / Q5_K: scale d * sc_j and negated offset -(dmin * m_j) of the 8 sub-blocks, rounded as
+// gguf-py, for nb blocks: s[16b + j] and s[16b + 8 + j].
+template <int kBytes>
+inline void k4_prep(const u8* p, i64 nb, float* s) {
+  for (i64 b = 0; b < nb; ++b, p += kBytes, s += 16) {
+    const float d = half(p), dmin = half(p + 2);
+    for (int j = 0; j < 8; ++j) {
+      int sc, m;
+      k4_scale_min(p + 4, j, sc, m);
+      s[j] = d * static_cast<float>(sc);
+      s[8 + j] = -(dmin * static_cast<float>(m));
+    }
+  }
+}
+
+template <>
+struct Dec<QType::Q4_K> {
+  static constexpr int kBlock = 256, kBytes = 144;
+  static constexpr bool kFloat = false;
+  static constexpr int kScales = 16;
+  template <int NR>
+  static inline void prep(const u8* p, i64 rb, i64 nb, float* s, i64 ls) {
+    for (int r = 0; r < NR; ++r) k4_prep<kBytes>(p + r * rb, nb, s + r * ls);
+  }
+  template <class F>
+  static inline void block(const u8* p, const float* s, F&& f) {
+    const float* ds = s;
+    const float* ndm = s + 8;
+    const __m512 i0 = iota(0.0f);
+    for (int g = 0; g < 4; ++g) {  // bytes 32g..32g+32: sub-block 2g (low nibbles), 2g+1 (high)
+      const u8* q = p + 16 + 32 * g;
+      const __m512i b0 = _mm512_cvtepu8_epi32(load16(q)), b1 = _mm512_cvtepu8_epi32(load16(q + 16));
+      const __m512 t0 = _mm512_fmadd_ps(_mm512_set1_ps(ds[2 * g]), i0, _mm512_set1_ps(ndm[2 * g]));
+      const __m512 t1 = _mm512_fmadd_ps(_mm512_set1_ps(ds[2 * g + 1]), i0, _mm512_set1_ps(ndm[2 * g + 1]));
+      f(4 * g + 0, lut16(b0, t0));
+      f(4 * g + 1, lut16(b1, t0));
+      f(4 * g + 2, lut16(high4(b0), t1));
+      f(4 * g + 3, lut16(high4(b1), t1));
+    }
+  }
+};
+
+template <>
+struct Dec<QType::Q5_K> {
+  static constexpr int kBlock = 256, kBytes = 176;
+  static constexpr bool kFloat = false;
+  static constexpr int kScales = 16;
+  template <int NR>
+  static inline void prep(const u8* p, i64 rb, i64 nb, float* s, i64 ls) {
+    for (int r = 0; r < NR; ++r) k4_prep<kBytes>(p + r * rb, nb, s + r * ls);
+  }
+  template <class F>
+  static inline void block(const u8* p, const float* s, F&& f) {
+    const float* ds = s;
+    const float* ndm = s + 8;
+    const __m512 i0 = iota(0.0f), i16 = iota(16.0f);
+    const __m128i qh0 = load16(p + 16), qh1 = load16(p + 32);  // bit j of qh[l]: sub-block j, weight l
+    for (int g = 0; g < 4; ++g) {
+      const u8* q = p + 48 + 32 * g;
+      const __m512i b0 = _mm512_cvtepu8_epi32(load16(q)), b1 = _mm512_cvtepu8_epi32(load16(q + 16));
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * g + h;
+        const __m512 s = _mm512_set1_ps(ds[j]), o = _mm512_set1_ps(ndm[j]);
+        const __m512 lo = _mm512_fmadd_ps(s, i0, o), hi = _mm512_fmadd_ps(s, i16, o);
+        const __m128i bit = _mm_set1_epi8(static_cast<char>(1 << j));
+        const __m512i n0 = h ? high4(b0) : low4(b0), n1 = h ? high4(b1) : low4(b1);
+        f(4 * g + 2 * h, lut32(with_bit4(n0, _mm_test_epi8_mask(qh0, bit)), lo, hi));
+        f(4 * g + 2 * h + 1, lut32(with_bit4(n1, _mm_test_epi8_mask(qh1, bit)), lo, hi));
+      }
+    }
+  }
+};
+
+// Q6_K: each 16-lane vector is one sub-block of 16 weights (scale d * scales[j]).
+template <>
+struct Dec<QType::Q6_K> {
+  static constexpr int kBlock = 256, kBytes = 210;
+  static constexpr bool kFloat = false;
+  static constexpr int kScales = 16;
+  template <int NR>
+  static inline void prep(const u8* p0, i64 rb, i64 nb, float* s0, i64 ls) {
+    for (int r = 0; r < NR; ++r) {
+      const u8* p = p0 + r * rb;
+      float* s = s0 + r * ls;
+      for (i64 b = 0; b < nb; ++b, p += kBytes, s += 16) {
+        const auto* sc = reinterpret_cast<const std::int8_t*>(p + 192);
+        const float d = half(p + 208);
+        for (int j = 0; j < 16; ++j) s[j] = d * static_cast<float>(sc[j]);
+      }
+    }
+  }
+  template <class F>
+  static inline void block(const u8* p, const float* ds, F&& f) {
+    const __m512i m3 = _mm512_set1_epi32(3), m15 = _mm512_set1_epi32(15), k32 = _mm512_set1_epi32(32);
+    for (int h = 0; h < 2; ++h) {
+      const u8* ql = p + 64 * h;
+      const u8* qh = p + 128 + 32 * h;
+      for (int c = 0; c < 2; ++c) {  // weights 128h + 32t + 16c + l, t = 0..3, l < 16
+        const __m512i hb = _mm512_cvtepu8_epi32(load16(qh + 16 * c));
+        const __m512i la = _mm512_cvtepu8_epi32(load16(ql + 16 * c));
+        const __m512i lb = _mm512_cvtepu8_epi32(load16(ql + 32 + 16 * c));
+        for (int t = 0; t < 4; ++t) {
+          const __m512i l = t % 2 == 0 ? la : lb;
+          const __m512i lo = t < 2 ? _mm512_and_si512(l, m15) : _mm512_srli_epi32(l, 4);
+          const __m512i hi = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2 * t), m3), 4);
+          const __m512i q = _mm512_sub_epi32(_mm512_or_si512(lo, hi), k32);
+          const int j = 8 * h + 2 * t + c;
+          f(j, _mm512_mul_ps(_mm512_set1_ps(ds[j]), _mm512_cvtepi32_ps(q)));
+        }
+      }
+    }
+  }
+};
+
+// ---- the Q8 path's micro-kernel: MR rows of A x 32 columns, vpdpbusd (uint8 codes x int8 quants) ----
+
+template <int MR>
+void q8_tile_mr(i64 nsb, int sb, const u8* wq, const float* ws, const float* wo, const qkv::kernels::detail::Q8Act* A,
+                i64 lda, const float* asc, i64 ldas, float* out) {
+  __m512 f[MR][2];
+  for (int m = 0; m < MR; ++m) f[m][0] = f[m][1] = _mm512_setzero_ps();
+  const int nq = sb / 4;
+  for (i64 b = 0; b < nsb; ++b) {
+    __m512i acc[MR][2];
+    for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_si512();
+    const i64 k0 = b * sb;
+    const std::int8_t* ap[MR];
+    for (int m = 0; m < MR; ++m) ap[m] = A[m * lda + k0 / 32].q + k0 % 32;
+    const u8* w = wq + k0 / 4 * 128;
+    for (int q = 0; q < nq; ++q) {
+      const __m512i w0 = _mm512_loadu_si512(w + 128 * q), w1 = _mm512_loadu_si512(w + 128 * q + 64);
+#pragma GCC unroll 6
+      for (int m = 0; m < MR; ++m) {
+        std::int32_t a4;
+        std::memcpy(&a4, ap[m] + 4 * q, 4);
+        const __m512i a = _mm512_set1_epi32(a4);
+        acc[m][0] = _mm512_dpbusd_epi32(acc[m][0], w0, a);
+        acc[m][1] = _mm512_dpbusd_epi32(acc[m][1], w1, a);
+      }
+    }
+    const __m512 s0 = _mm512_loadu_ps(ws + 32 * b), s1 = _mm512_loadu_ps(ws + 32 * b + 16);
+    const __m512 o0 = _mm512_loadu_ps(wo + 32 * b), o1 = _mm512_loadu_ps(wo + 32 * b + 16);
+#pragma GCC unroll 6
+    for (int m = 0; m < MR; ++m) {
+      const __m512 da = _mm512_set1_ps(asc[m * ldas + 2 * b]), sa = _mm512_set1_ps(asc[m * ldas + 2 * b + 1]);
+      f[m][0] = _mm512_fmadd_ps(o0, sa, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][0]), _mm512_mul_ps(s0, da), f[m][0]));
+      f[m][1] = _mm512_fmadd_ps(o1, sa, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][1]), _mm512_mul_ps(s1, da), f[m][1]));
+    }
+  }
+  for (int m = 0; m < MR; ++m) {
+    _mm512_storeu_ps(out + 32 * m, f[m][0]);
+    _mm512_storeu_ps(out + 32 * m + 16, f[m][1]);
+  }
+}
+
+void q8_tile(int mr, i64 nsb, int sb, bool, const u8* wq, const float* ws, const float* wo,
+             const qkv::kernels::detail::Q8Act* A, i64 lda, const float* asc, i64 ldas, float* out) {
+  switch (mr) {
+    case 1: return q8_tile_mr<1>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out);
+    case 2: return q8_tile_mr<2>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out);
+    case 3: return q8_tile_mr<3>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out);
+    case 4: return q8_tile_mr<4>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out);
+    case 5: return q8_tile_mr<5>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out);
+    default: return q8_tile_mr<6>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out);
+  }
+}
+
+}  // namespace
+
+#pragma GCC pop_options
+#endif
+
+namespace qkv::kernels::detail {
+
+QGemmKernels qgemm_kernels_avx512() {
+  QGemmKernels k;
+#ifdef QKV_QGEMM_HAVE_AVX512
+  k.dot_rows = &dot_rows_any<V16, Dec>;
+  k.dequant_rows = &dequant_rows_any<V16, Dec>;
+  // vpdpbusd is AVX-512 VNNI: without it the Q8 path runs on the AVX2 kernel (qgemm.cpp).
+  if (__builtin_cpu_supports("avx512vnni")) {
+    k.q8_np = 32;
+    k.q8_mr = 6;
+    k.q8_tile = &q8_tile;
+  }
+#endif
+  return k;
+}
+
+}  // namespace qkv::kernels::detail

@@ -1,0 +1,237 @@
+// The Q8-activation path of qgemm (kernels/qgemm.h, QActivations::Q8) for products with more rows
+// than the decode path takes: A is quantized per 32 values as llama.cpp's Q8_0, W is unpacked
+// panel by panel into integer codes laid out for the ISA's integer dot-product micro-kernel
+// (AVX-512 VNNI vpdpbusd, AVX2 vpmaddubsw + vpmaddwd, or plain loops), and each scale block of
+// each product contributes
+//   ws * d_a * (codes . q_a) + wo * (d_a * sum q_a)        (w = ws * code + wo, exactly as dequantized)
+// in float32. One column panel of W is packed per thread at a time (np columns x K codes + two
+// floats per scale block and column); the rows of A are walked in tiles of the kernel's rows.
+// Threads split the column panels; K is never split, so results are bitwise identical for any
+// thread count.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gemm_internal.h"
+#include "qgemm_internal.h"
+#include "qkv/core/parallel.h"
+#include "qkv/core/error.h"
+#include "qkv/kernels/qgemm.h"
+#include "quant_internal.h"
+
+namespace qkv::kernels::detail {
+namespace {
+
+// Codes of one row of W and its scale blocks (sb values each): w[k] = s[k/sb] * code[k] + o[k/sb].
+// signed_q8: Q8_0 codes are the int8 quants themselves (o = 0) instead of q + 128 (o = -128 d).
+void decode_codes(QType t, const u8* row, i64 K, bool signed_q8, u8* code, float* s, float* o) {
+  auto put = [&](i64 b, float sv, float ov) {
+    s[b] = sv;
+    o[b] = ov;
+  };
+  switch (t) {
+    case QType::Q8_0:
+      for (i64 b = 0; b < K / 32; ++b) {
+        const u8* p = row + 34 * b;
+        const float d = load_f16(p);
+        for (int i = 0; i < 32; ++i) code[32 * b + i] = static_cast<u8>(signed_q8 ? p[2 + i] : p[2 + i] ^ 0x80u);
+        put(b, d, signed_q8 ? 0.0f : -128.0f * d);
+      }
+      return;
+    case QType::Q4_0:
+    case QType::Q4_1:
+      for (i64 b = 0; b < K / 32; ++b) {
+        const bool affine = t == QType::Q4_1;
+        const u8* p = row + (affine ? 20 : 18) * b;
+        const u8* qs = p + (affine ? 4 : 2);
+        for (int i = 0; i < 16; ++i) {
+          code[32 * b + i] = qs[i] & 0x0F;
+          code[32 * b + 16 + i] = qs[i] >> 4;
+        }
+        const float d = load_f16(p);
+        put(b, d, affine ? load_f16(p + 2) : -8.0f * d);
+      }
+      return;
+    case QType::Q5_0:
+    case QType::Q5_1:
+      for (i64 b = 0; b < K / 32; ++b) {
+        const bool affine = t == QType::Q5_1;
+        const u8* p = row + (affine ? 24 : 22) * b;
+        const std::uint32_t qh = load_u32(p + (affine ? 4 : 2));
+        const u8* qs = p + (affine ? 8 : 6);
+        for (int i = 0; i < 16; ++i) {
+          code[32 * b + i] = static_cast<u8>((qs[i] & 0x0F) | (((qh >> i) & 1u) << 4));
+          code[32 * b + 16 + i] = static_cast<u8>((qs[i] >> 4) | (((qh >> (i + 16)) & 1u) << 4));
+        }
+        const float d = load_f16(p);
+        put(b, d, affine ? load_f16(p + 2) : -16.0f * d);
+      }
+      return;
+    case QType::Q4_K:
+    case QType::Q5_K:
+      for (i64 b = 0; b < K / 256; ++b) {
+        const bool five = t == QType::Q5_K;
+        const u8* p = row + (five ? 176 : 144) * b;
+        const u8* qs = p + (five ? 48 : 16);
+        const float d = load_f16(p), dmin = load_f16(p + 2);
+        for (int j = 0; j < 8; ++j) {
+          int sc, m;
+          k4_scale_min(p + 4, j, sc, m);
+          put(8 * b + j, d * static_cast<float>(sc), -(dmin * static_cast<float>(m)));
+          for (int l = 0; l < 32; ++l) {
+            int c = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0x0F;
+            if (five) c |= ((p[16 + l] >> j) & 1) << 4;
+            code[256 * b + 32 * j + l] = static_cast<u8>(c);
+          }
+        }
+      }
+      return;
+    case QType::Q6_K:
+      for (i64 b = 0; b < K / 256; ++b) {
+        const u8* p = row + 210 * b;
+        const auto* sc = reinterpret_cast<const std::int8_t*>(p + 192);
+        const float d = load_f16(p + 208);
+        for (int j = 0; j < 16; ++j) {
+          const float ds = d * static_cast<float>(sc[j]);
+          put(16 * b + j, ds, -32.0f * ds);
+        }
+        for (int i = 0; i < 256; ++i) {
+          const int h = i / 128, r = i % 128;
+          const int lo = (p[64 * h + r % 64] >> (4 * (r / 64))) & 0x0F;
+          const int hi = (p[128 + 32 * h + r % 32] >> (2 * (r / 32))) & 0x03;
+          code[256 * b + i] = static_cast<u8>(lo | (hi << 4));
+        }
+      }
+      return;
+    default: return;
+  }
+}
+
+struct Panel {
+  std::vector<u8> wq, code;
+  std::vector<float> ws, wo, s, o, out;
+};
+
+// Columns [n0, n0 + np) of C's panel: W rows n0.. packed (rows past N: codes 0, scales 0).
+void pack_panel(const QGemmQ8Args& a, int np, int sb, bool signed_q8, i64 n0, Panel& p) {
+  const i64 K = a.K, nsb = K / sb;
+  p.wq.assign(static_cast<std::size_t>(K * np), 0);
+  p.ws.assign(static_cast<std::size_t>(nsb * np), 0.0f);
+  p.wo.assign(static_cast<std::size_t>(nsb * np), 0.0f);
+  p.code.resize(static_cast<std::size_t>(K));
+  p.s.resize(static_cast<std::size_t>(nsb));
+  p.o.resize(static_cast<std::size_t>(nsb));
+  for (int j = 0; j < np && n0 + j < a.N; ++j) {
+    decode_codes(a.type, a.W + (n0 + j) * a.row_bytes, K, signed_q8, p.code.data(), p.s.data(), p.o.data());
+    for (i64 q = 0; q < K / 4; ++q) std::memcpy(&p.wq[static_cast<std::size_t>((q * np + j) * 4)], &p.code[4 * q], 4);
+    for (i64 b = 0; b < nsb; ++b) {
+      p.ws[static_cast<std::size_t>(b * np + j)] = p.s[b];
+      p.wo[static_cast<std::size_t>(b * np + j)] = p.o[b];
+    }
+  }
+}
+
+}  // namespace
+
+void quantize_q8(const float* a, i64 K, Q8Act* out) {
+  for (i64 b = 0; b < K / 32; ++b) {
+    const float* x = a + 32 * b;
+    float amax = 0.0f;
+    bool finite = true;
+    for (int i = 0; i < 32; ++i) {
+      finite = finite && std::isfinite(x[i]);
+      amax = std::max(amax, std::fabs(x[i]));
+    }
+    Q8Act& q = out[b];
+    q.sum = 0;
+    if (!finite) {  // a NaN or inf shows as a NaN scale (the block's products are NaN)
+      q.d = std::numeric_limits<float>::quiet_NaN();
+      std::memset(q.q, 0, 32);
+      continue;
+    }
+    q.d = amax / 127.0f;
+    const float id = amax == 0.0f ? 0.0f : 127.0f / amax;
+    for (int i = 0; i < 32; ++i) {
+      // |x * id| <= 127 (one rounding of amax * (127 / amax)); nearbyint rounds half to even.
+      const int v = std::clamp(static_cast<int>(std::nearbyint(x[i] * id)), -127, 127);
+      q.q[i] = static_cast<std::int8_t>(v);
+      q.sum += v;
+    }
+  }
+}
+
+void qgemm_q8_run(const QGemmKernels& ks, const QGemmQ8Args& a, bool accumulate, const GemmEpilogue& e, bool threaded,
+                  int part, int parts) {
+  const int sb = a.type == QType::Q6_K ? 16 : 32;
+  const i64 nsb = a.K / sb, nblk = a.K / 32;
+  const int np = ks.q8_np, mr = ks.q8_mr;
+  // A quantized once (each part of a split call does it for itself): blocks, then the per
+  // scale block pairs (d, d * sum) the kernel reads.
+  std::vector<Q8Act> aq(static_cast<std::size_t>(std::max<i64>(a.M * nblk, 1)));
+  std::vector<float> asc(static_cast<std::size_t>(std::max<i64>(a.M * nsb * 2, 1)));
+  for (i64 m = 0; m < a.M; ++m) {
+    Q8Act* row = aq.data() + m * nblk;
+    quantize_q8(a.A + m * a.lda, a.K, row);
+    for (i64 b = 0; b < nsb; ++b) {
+      const Q8Act& blk = row[b * sb / 32];
+      std::int32_t sum = blk.sum;
+      if (sb == 16) {
+        sum = 0;
+        for (int i = 0; i < 16; ++i) sum += blk.q[(b % 2) * 16 + i];
+      }
+      asc[static_cast<std::size_t>((m * nsb + b) * 2)] = blk.d;
+      asc[static_cast<std::size_t>((m * nsb + b) * 2 + 1)] = blk.d * static_cast<float>(sum);
+    }
+  }
+  const bool signed_codes = ks.q8_signed_q8_0 && a.type == QType::Q8_0;
+  const i64 panels = (a.N + np - 1) / np;
+  auto run = [&](i64 p0, i64 p1) {
+    thread_local Panel pan;
+    pan.out.resize(static_cast<std::size_t>(kQ8MaxRows * np));
+    for (i64 p = p0; p < p1; ++p) {
+      const i64 n0 = p * np, nn = std::min<i64>(np, a.N - n0);
+      pack_panel(a, np, sb, signed_codes, n0, pan);
+      for (i64 m0 = 0; m0 < a.M; m0 += mr) {
+        const int rows = static_cast<int>(std::min<i64>(mr, a.M - m0));
+        ks.q8_tile(rows, nsb, sb, signed_codes, pan.wq.data(), pan.ws.data(), pan.wo.data(), aq.data() + m0 * nblk, nblk,
+                   asc.data() + m0 * nsb * 2, nsb * 2, pan.out.data());
+        for (int m = 0; m < rows; ++m) {
+          float* c = a.C + (m0 + m) * a.ldc + n0;
+          const float* o = pan.out.data() + m * np;
+          for (i64 j = 0; j < nn; ++j) c[j] = accumulate ? c[j] + o[j] : o[j];
+        }
+        if (!e.empty()) apply_gemm_epilogue(e, a.C + m0 * a.ldc + n0, a.ldc, m0, n0, rows, nn);
+      }
+    }
+  };
+  if (part >= 0) {
+    run(panels * part / parts, panels * (part + 1) / parts);
+  } else if (threaded) {
+    const double flops = 2.0 * static_cast<double>(a.M) * static_cast<double>(np) * static_cast<double>(a.K);
+    parallel_for(0, panels, std::max<i64>(1, static_cast<i64>(4.0e6 / std::max(flops, 1.0))), run);
+  } else {
+    run(0, panels);
+  }
+}
+
+}  // namespace qkv::kernels::detail
+
+namespace qkv::kernels {
+
+void quantize_activations_q8(const float* a, std::int64_t K, float* d, std::int8_t* q, std::int32_t* sum) {
+  if (K < 0 || K % 32)
+    throw ValueError("quantize_activations_q8: K must be a non-negative multiple of 32, got " + std::to_string(K));
+  std::vector<detail::Q8Act> blocks(static_cast<std::size_t>(K / 32));
+  detail::quantize_q8(a, K, blocks.data());
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    d[b] = blocks[b].d;
+    sum[b] = blocks[b].sum;
+    std::memcpy(q + 32 * b, blocks[b].q, 32);
+  }
+}
+
+}  // namespace qkv::kernels

@@ -1,0 +1,345 @@
+// LlamaForCausalLM (see llama.h): the cached forward of the Llama family. Config parsing and
+// the Hugging Face / GGUF files are in llama_io.cpp.
+#include "qkv/models/llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "qkv/core/error.h"
+#include "qkv/core/parallel.h"
+#include "qkv/core/storage.h"
+#include "qkv/infer/kv_cache.h"
+#include "qkv/kernels/attention.h"
+#include "qkv/kernels/decode_attention.h"
+#include "qkv/kernels/rms_norm.h"
+#include "qkv/kernels/swiglu.h"
+
+namespace qkv::models {
+namespace {
+
+using i64 = std::int64_t;
+
+// A float buffer of one forward call's workspace: grown on demand, never zeroed, 64-byte aligned.
+class Buf {
+ public:
+  Buf() = default;
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  ~Buf() {
+    if (p_) aligned_free(p_, n_ * sizeof(float));
+  }
+  float* get(i64 n) {
+    const auto want = static_cast<std::size_t>(std::max<i64>(n, 1));
+    if (want > n_) {
+      if (p_) aligned_free(p_, n_ * sizeof(float));
+      p_ = nullptr;
+      p_ = static_cast<float*>(aligned_alloc_bytes(want * sizeof(float), "Llama forward workspace"));
+      n_ = want;
+    }
+    return p_;
+  }
+
+ private:
+  float* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+// The workspace of the calling thread (forward_cached is const and may run on many threads at
+// once, each with its own cache; one call per thread at a time).
+struct Workspace {
+  Buf x, h, q, k, v, att, g, u, cos, sin, qd, od, lse, last;
+};
+Workspace& workspace() {
+  thread_local Workspace ws;
+  return ws;
+}
+
+std::string weight_desc(const kernels::QMatrix& m) {
+  return std::string(kernels::qtype_name(m.type)) + " [" + std::to_string(m.rows) + ", " + std::to_string(m.cols) + "]";
+}
+
+void check_matrix(const kernels::QMatrix& m, i64 rows, i64 cols, const std::string& what) {
+  if (!m.data || m.rows != rows || m.cols != cols)
+    throw FormatError("LlamaForCausalLM: " + what + " is " + (m.data ? weight_desc(m) : std::string("missing")) +
+                      ", the config needs [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+}
+
+}  // namespace
+
+LlamaForCausalLM::LlamaForCausalLM(LlamaConfig config, LlamaWeights weights)
+    : cfg_(std::move(config)), w_(std::move(weights)) {
+  check_llama_config(cfg_);
+  const LlamaConfig& c = cfg_;
+  const i64 C = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
+  const i64 H = c.num_attention_heads, Hkv = c.num_key_value_heads, V = c.vocab_size;
+  check_matrix(w_.embed, V, C, "the token embedding");
+  check_matrix(w_.lm_head, V, C, "the output head");
+  if (!w_.norm) throw FormatError("LlamaForCausalLM: the final norm weight is missing");
+  if (static_cast<i64>(w_.layers.size()) != c.num_hidden_layers)
+    throw FormatError("LlamaForCausalLM: " + std::to_string(w_.layers.size()) + " layers of weights for a config of " +
+                      std::to_string(c.num_hidden_layers));
+  for (std::size_t i = 0; i < w_.layers.size(); ++i) {
+    const LlamaLayer& l = w_.layers[i];
+    const std::string p = "layer " + std::to_string(i) + " ";
+    check_matrix(l.q.w, H * D, C, p + "q_proj");
+    check_matrix(l.k.w, Hkv * D, C, p + "k_proj");
+    check_matrix(l.v.w, Hkv * D, C, p + "v_proj");
+    check_matrix(l.o.w, C, H * D, p + "o_proj");
+    check_matrix(l.gate.w, F, C, p + "gate_proj");
+    check_matrix(l.up.w, F, C, p + "up_proj");
+    check_matrix(l.down.w, C, F, p + "down_proj");
+    if (!l.attn_norm || !l.ffn_norm) throw FormatError("LlamaForCausalLM: " + p + "norm weights are missing");
+    if (c.attention_bias && (!l.q.bias || !l.k.bias || !l.v.bias))
+      throw FormatError("LlamaForCausalLM: " + p + "q/k/v biases are missing (the config has attention_bias)");
+  }
+  inv_freq_ = kernels::rope_inv_freq(c.rope_dim, c.rope_theta, c.rope_scaling);
+  if (!w_.rope_freq_factors.empty()) {
+    if (w_.rope_freq_factors.size() != inv_freq_.size())
+      throw FormatError("LlamaForCausalLM: rope_freqs has " + std::to_string(w_.rope_freq_factors.size()) +
+                        " factors for " + std::to_string(inv_freq_.size()) + " frequencies");
+    for (std::size_t i = 0; i < inv_freq_.size(); ++i) {
+      const float f = w_.rope_freq_factors[i];
+      if (!(f > 0) || !std::isfinite(f))
+        throw FormatError("LlamaForCausalLM: rope_freqs factor " + std::to_string(i) + " is " + std::to_string(f) +
+                          " (must be finite and > 0)");
+      inv_freq_[i] = inv_freq_[i] / f;  // llama.cpp: theta / freq_factor
+    }
+  }
+}
+
+std::int64_t LlamaForCausalLM::weight_bytes() const {
+  auto bytes = [](const kernels::QMatrix& m) { return m.rows * m.row_bytes; };
+  i64 n = bytes(w_.lm_head);
+  for (const LlamaLayer& l : w_.layers)
+    n += bytes(l.q.w) + bytes(l.k.w) + bytes(l.v.w) + bytes(l.o.w) + bytes(l.gate.w) + bytes(l.up.w) + bytes(l.down.w);
+  return n;
+}
+
+infer::KVCacheOptions LlamaForCausalLM::cache_options(i64 batch, i64 max_len) const {
+  return {.num_layers = cfg_.num_hidden_layers,
+          .batch = batch,
+          .num_heads = cfg_.num_attention_heads,
+          .num_kv_heads = cfg_.num_key_value_heads,
+          .max_len = max_len,
+          .head_dim = cfg_.head_dim};
+}
+
+Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64>& n_new, infer::KVCache& cache,
+                                        bool all_logits) const {
+  const LlamaConfig& c = cfg_;
+  const infer::KVCacheOptions& co = cache.options();
+  if (ids.dtype() != DType::I64 || ids.dim() != 2 || ids.shape()[0] != co.batch)
+    throw ShapeError("LlamaForCausalLM::forward_cached: ids must be I64 [" + std::to_string(co.batch) +
+                     ", Tn] for this cache, got " + ids.shape_str() + " " + dtype_name(ids.dtype()));
+  if (co.num_layers != c.num_hidden_layers || co.num_heads != c.num_attention_heads ||
+      co.num_kv_heads != c.num_key_value_heads || co.head_dim != c.head_dim)
+    throw ShapeError("LlamaForCausalLM::forward_cached: the cache is shaped for another model");
+  cache.check_room(n_new);
+  const i64 B = co.batch, Tn = ids.shape()[1], T = co.max_len;
+  const i64 C = c.hidden_size, F = c.intermediate_size, D = c.head_dim, H = c.num_attention_heads;
+  const i64 Hkv = c.num_key_value_heads, V = c.vocab_size, HD = H * D, KD = Hkv * D;
+
+  // The new tokens of every sequence, as rows of one matrix: row r is token row_t[r] of
+  // sequence row_b[r], at position pos[r]. Everything is checked before anything is written.
+  std::vector<i64> row_b, row_t, pos, first(static_cast<std::size_t>(B), -1);
+  const Tensor src = ids.contiguous();
+  const i64* s = src.data<i64>();
+  for (i64 b = 0; b < B; ++b) {
+    const i64 n = n_new[static_cast<std::size_t>(b)], start = cache.length(b);
+    if (n > Tn)
+      throw ShapeError("LlamaForCausalLM::forward_cached: n_new[" + std::to_string(b) + "] = " + std::to_string(n) +
+                       " exceeds the " + std::to_string(Tn) + " ids given");
+    if (start + n > c.max_position_embeddings)
+      throw ValueError("LlamaForCausalLM::forward_cached: sequence " + std::to_string(b) + " would reach position " +
+                       std::to_string(start + n) + ", past max_position_embeddings " +
+                       std::to_string(c.max_position_embeddings));
+    if (n > 0) first[static_cast<std::size_t>(b)] = static_cast<i64>(row_b.size());
+    for (i64 j = 0; j < n; ++j) {
+      const i64 id = s[b * Tn + j];
+      if (id < 0 || id >= V)
+        throw IndexError("LlamaForCausalLM::forward_cached: token id " + std::to_string(id) + " of sequence " +
+                         std::to_string(b) + " out of range [0, " + std::to_string(V) + ")");
+      row_b.push_back(b);
+      row_t.push_back(j);
+      pos.push_back(start + j);
+    }
+  }
+  const i64 R = static_cast<i64>(row_b.size());
+  Tensor out = all_logits ? Tensor::zeros({B, Tn, V}) : Tensor::zeros({B, V});
+  if (R == 0) return out;
+
+  Workspace& ws = workspace();
+  float* x = ws.x.get(R * C);
+  float* h = ws.h.get(R * C);
+  float* q = ws.q.get(R * HD);
+  float* k = ws.k.get(R * KD);
+  float* v = ws.v.get(R * KD);
+  float* att = ws.att.get(R * HD);
+  float* g = ws.g.get(R * F);
+  float* u = ws.u.get(R * F);
+  const i64 half = c.rope_dim / 2;
+  float* cosv = ws.cos.get(R * half);
+  float* sinv = ws.sin.get(R * half);
+  kernels::rope_tables(cosv, sinv, pos.data(), R, inv_freq_.data(), half);
+
+  for (i64 r = 0; r < R; ++r) {
+    const i64 id = s[row_b[static_cast<std::size_t>(r)] * Tn + row_t[static_cast<std::size_t>(r)]];
+    kernels::dequantize_row(w_.embed.type, static_cast<const std::uint8_t*>(w_.embed.data) + id * w_.embed.row_bytes,
+                            x + r * C, C);
+  }
+
+  // Sequences with few new tokens attend through the decode kernel (one call for all of them),
+  // the others through one FlashAttention call each.
+  std::vector<i64> q_len(static_cast<std::size_t>(B), 0), k_len(static_cast<std::size_t>(B), 0);
+  i64 Lq = 0;
+  for (i64 b = 0; b < B; ++b) {
+    const i64 n = n_new[static_cast<std::size_t>(b)];
+    k_len[static_cast<std::size_t>(b)] = cache.length(b) + n;
+    if (n > 0 && n <= infer::kDecodeKernelMaxQueries) {
+      q_len[static_cast<std::size_t>(b)] = n;
+      Lq = std::max(Lq, n);
+    }
+  }
+  float* qd = Lq ? ws.qd.get(B * H * Lq * D) : nullptr;
+  float* od = Lq ? ws.od.get(B * H * Lq * D) : nullptr;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const kernels::QGemmOptions plain{.activations = act_};
+  const kernels::QGemmOptions accumulate{.accumulate = true, .activations = act_};
+  auto with_bias = [&](const float* bias) {
+    kernels::QGemmOptions o = plain;
+    o.epilogue.bias = bias;
+    return o;
+  };
+  // One member's share of a product: its part of the output columns (bitwise the whole
+  // product for any team size, kernels/qgemm.h).
+  auto product = [&](Team& tm, const float* A, i64 lda, const kernels::QMatrix& W, float* out, i64 ldo,
+                     const kernels::QGemmOptions& o) { kernels::qgemm_part(R, A, lda, W, out, ldo, o, tm.rank(), tm.size()); };
+  auto norm = [&](Team& tm, const float* w) {
+    const auto [r0, r1] = tm.part(0, R);
+    kernels::rms_norm_rows_f32(h + r0 * C, C, nullptr, x + r0 * C, C, w, r1 - r0, C, c.rms_norm_eps);
+  };
+  // The steps between two attentions run as one team of threads (a barrier between steps):
+  // a decode step wakes the workers twice per layer, not once per product.
+  //   before(l): the rest of layer l-1 (o_proj and the feed-forward), then layer l's norm, q/k/v
+  //              products, RoPE and cache write; before(L): the rest of the last layer.
+  auto before = [&](Team& tm, i64 l) {
+    if (l > 0) {
+      const LlamaLayer& P = w_.layers[static_cast<std::size_t>(l - 1)];
+      product(tm, att, HD, P.o.w, x, C, accumulate);
+      tm.barrier();
+      norm(tm, P.ffn_norm);
+      tm.barrier();
+      product(tm, h, C, P.gate.w, g, F, plain);
+      product(tm, h, C, P.up.w, u, F, plain);
+      tm.barrier();
+      const auto [e0, e1] = tm.part(0, R * F, 16);
+      kernels::swiglu_forward_f32(g + e0, g + e0, u + e0, e1 - e0);
+      tm.barrier();
+      product(tm, g, F, P.down.w, x, C, accumulate);
+      tm.barrier();
+    }
+    if (l == c.num_hidden_layers) return;
+    const LlamaLayer& L = w_.layers[static_cast<std::size_t>(l)];
+    norm(tm, L.attn_norm);
+    tm.barrier();
+    product(tm, h, C, L.q.w, q, HD, with_bias(L.q.bias));
+    product(tm, h, C, L.k.w, k, KD, with_bias(L.k.bias));
+    product(tm, h, C, L.v.w, v, KD, with_bias(L.v.bias));
+    tm.barrier();
+    // RoPE and the cache write (the new keys and values appended: cache [B, H_kv, T, D]).
+    float* Kc = cache.keys(l).data<float>();
+    float* Vc = cache.values(l).data<float>();
+    const auto [r0, r1] = tm.part(0, R);
+    kernels::rope_apply_f32(q + r0 * HD, r1 - r0, H, D, HD, c.rope_dim, cosv + r0 * half, sinv + r0 * half, c.rope_style);
+    kernels::rope_apply_f32(k + r0 * KD, r1 - r0, Hkv, D, KD, c.rope_dim, cosv + r0 * half, sinv + r0 * half, c.rope_style);
+    for (i64 r = r0; r < r1; ++r) {
+      const i64 b = row_b[static_cast<std::size_t>(r)], p = pos[static_cast<std::size_t>(r)];
+      for (i64 j = 0; j < Hkv; ++j) {
+        const i64 dst = ((b * Hkv + j) * T + p) * D;
+        std::memcpy(Kc + dst, k + r * KD + j * D, static_cast<std::size_t>(D) * sizeof(float));
+        std::memcpy(Vc + dst, v + r * KD + j * D, static_cast<std::size_t>(D) * sizeof(float));
+      }
+      if (q_len[static_cast<std::size_t>(b)]) {  // Q of the decode kernel: [B, H, Lq, D]
+        const i64 t = row_t[static_cast<std::size_t>(r)];
+        for (i64 hh = 0; hh < H; ++hh)
+          std::memcpy(qd + ((b * H + hh) * Lq + t) * D, q + r * HD + hh * D, static_cast<std::size_t>(D) * sizeof(float));
+      }
+    }
+  };
+  // Attention of layer l over the cache (the kernels split their work over the threads).
+  auto attention = [&](i64 l) {
+    const float* Kc = cache.keys(l).data<float>();
+    const float* Vc = cache.values(l).data<float>();
+    if (Lq) {
+      kernels::DecodeParams p;
+      p.B = B, p.H = H, p.H_kv = Hkv, p.Lq = Lq, p.D = D;
+      p.q_sb = H * Lq * D, p.q_sh = Lq * D, p.q_st = D;
+      p.o_sb = p.q_sb, p.o_sh = p.q_sh, p.o_st = p.q_st;
+      p.k_sb = Hkv * T * D, p.k_sh = T * D, p.k_st = D;
+      p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
+      p.q_len = q_len.data();
+      p.k_len = k_len.data();
+      p.scale = scale;
+      p.window = c.sliding_window;
+      kernels::decode_attention_forward(od, qd, Kc, Vc, p);
+      for (i64 r = 0; r < R; ++r) {
+        const i64 b = row_b[static_cast<std::size_t>(r)], t = row_t[static_cast<std::size_t>(r)];
+        if (!q_len[static_cast<std::size_t>(b)]) continue;
+        for (i64 hh = 0; hh < H; ++hh)
+          std::memcpy(att + r * HD + hh * D, od + ((b * H + hh) * Lq + t) * D, static_cast<std::size_t>(D) * sizeof(float));
+      }
+    }
+    for (i64 b = 0; b < B; ++b) {
+      const i64 n = n_new[static_cast<std::size_t>(b)];
+      if (n == 0 || q_len[static_cast<std::size_t>(b)]) continue;
+      const i64 r0 = first[static_cast<std::size_t>(b)];
+      kernels::AttnParams p;
+      p.B = 1, p.H = H, p.H_kv = Hkv, p.Lq = n, p.Lk = k_len[static_cast<std::size_t>(b)], p.D = D, p.Dv = D;
+      p.q_sb = n * HD, p.q_sh = D, p.q_st = HD;
+      p.o_sb = p.q_sb, p.o_sh = p.q_sh, p.o_st = p.q_st;
+      p.k_sb = Hkv * T * D, p.k_sh = T * D, p.k_st = D;
+      p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
+      p.scale = scale;
+      p.causal = true;
+      p.window = c.sliding_window;
+      float* lse = ws.lse.get(H * n);
+      kernels::flash_attention_forward(att + r0 * HD, lse, q + r0 * HD, Kc + b * Hkv * T * D, Vc + b * Hkv * T * D, p);
+    }
+  };
+  for (i64 l = 0; l <= c.num_hidden_layers; ++l) {
+    parallel_team(num_threads(), [&](Team& tm) { before(tm, l); });
+    if (l < c.num_hidden_layers) attention(l);
+  }
+  cache.advance(n_new);
+
+  // The rows whose logits are wanted: every row, or the last new token of each sequence.
+  if (all_logits) {
+    kernels::rms_norm_rows_f32(h, C, nullptr, x, C, w_.norm, R, C, c.rms_norm_eps);
+    float* logits = ws.last.get(R * V);
+    kernels::qgemm(R, h, C, w_.lm_head, logits, V, plain);
+    float* o = out.data<float>();
+    for (i64 r = 0; r < R; ++r)
+      std::memcpy(o + (row_b[static_cast<std::size_t>(r)] * Tn + row_t[static_cast<std::size_t>(r)]) * V, logits + r * V,
+                  static_cast<std::size_t>(V) * sizeof(float));
+    return out;
+  }
+  std::vector<i64> seqs;
+  for (i64 b = 0; b < B; ++b)
+    if (n_new[static_cast<std::size_t>(b)] > 0) {
+      const i64 r = first[static_cast<std::size_t>(b)] + n_new[static_cast<std::size_t>(b)] - 1;
+      kernels::rms_norm_rows_f32(h + static_cast<i64>(seqs.size()) * C, C, nullptr, x + r * C, C, w_.norm, 1, C,
+                                 c.rms_norm_eps);
+      seqs.push_back(b);
+    }
+  const i64 S = static_cast<i64>(seqs.size());
+  float* logits = ws.last.get(S * V);
+  kernels::qgemm(S, h, C, w_.lm_head, logits, V, plain);
+  float* o = out.data<float>();
+  for (i64 i = 0; i < S; ++i)
+    std::memcpy(o + seqs[static_cast<std::size_t>(i)] * V, logits + i * V, static_cast<std::size_t>(V) * sizeof(float));
+  return out;
+}
+
+}  // namespace qkv::models

@@ -1,0 +1,391 @@
+// qgemm (kernels/qgemm.h) against its naive twin qgemm_ref over awkward shapes, every weight type,
+// every ISA (AVX2 forced through set_isa on AVX-512 machines), 1 and 2 threads, padded strides,
+// the epilogue and accumulate; bitwise determinism over thread counts and qgemm_part splits.
+//
+// Tolerance of the default (F32 activation) path, per product (REFERENCES.md R1): with ref_hp the
+// double-accumulated product of the exactly dequantized weights (qgemm_ref) and ref_lp the same
+// product summed sequentially in float32,
+//   max|qgemm - ref_hp| <= 2 * max|ref_lp - ref_hp| + 1e-5 * (1 + max|ref_hp|)
+// and, per element, the forward error bound of a float32 dot product in any order,
+//   |qgemm - ref_hp| <= 1.01 * K * eps * sum_k |a_k w_k| + 1e-30.
+// Worst ratios of this run are printed at the end.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../../src/kernels/quant_internal.h"
+#include "qkv/core/error.h"
+#include "qkv/core/parallel.h"
+#include "qkv/kernels/cpu.h"
+#include "qkv/kernels/qgemm.h"
+#include "qkv/kernels/quant.h"
+#include "testing/guards.h"
+
+namespace qkv::kernels {
+namespace {
+
+using i64 = std::int64_t;
+using u8 = std::uint8_t;
+
+const QType kTypes[] = {QType::F32,  QType::F16,  QType::BF16, QType::Q8_0, QType::Q4_0, QType::Q4_1,
+                        QType::Q5_0, QType::Q5_1, QType::Q4_K, QType::Q5_K, QType::Q6_K};
+
+bool is_float_type(QType t) { return t == QType::F32 || t == QType::F16 || t == QType::BF16; }
+
+// Byte offsets of a block's f16 scale fields (kernels/quant.h).
+std::vector<int> scale_fields(QType t) {
+  switch (t) {
+    case QType::Q4_1:
+    case QType::Q5_1:
+    case QType::Q4_K:
+    case QType::Q5_K: return {0, 2};
+    case QType::Q6_K: return {208};
+    default: return {0};
+  }
+}
+
+void put_half(u8* p, float x) {
+  const std::uint16_t h = detail::f32_to_f16(x);
+  std::memcpy(p, &h, 2);
+}
+
+// N rows of K values of type t, row_bytes = dense + pad (the padding bytes are 0xFF: read, they
+// would show). Block types: random quant bytes, scales set so weights are O(1/sqrt(K)) (d > 0,
+// offsets of either sign); float types: uniform values converted.
+struct Weights {
+  QMatrix W;
+  std::vector<u8> bytes;
+};
+Weights make_weights(QType t, i64 N, i64 K, i64 pad, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const i64 dense = qtype_row_bytes(t, K), rb = dense + pad;
+  Weights w;
+  w.bytes.assign(static_cast<std::size_t>(std::max<i64>(N * rb, 1)), 0xFF);
+  const QTypeTraits tr = qtype_traits(t);
+  const float s = 1.0f / std::sqrt(static_cast<float>(std::max<i64>(K, 1)));
+  for (i64 n = 0; n < N; ++n) {
+    u8* row = w.bytes.data() + n * rb;
+    if (is_float_type(t)) {
+      std::vector<float> x(static_cast<std::size_t>(K));
+      for (float& v : x) v = u(rng) * 2.0f * s;
+      quantize_row(t, x.data(), row, K);
+      continue;
+    }
+    for (i64 i = 0; i < dense; ++i) row[i] = static_cast<u8>(rng());
+    // Per-weight scale of the quants: Q8_0 |q| <= 127, 4/5-bit q <= 31, k-quants sc * q <= 63 * 31.
+    const float unit = t == QType::Q8_0 ? s / 64 : (t == QType::Q4_K || t == QType::Q5_K) ? s / 600
+                       : t == QType::Q6_K ? s / 2000 : s / 8;
+    for (i64 b = 0; b < K / tr.block; ++b) {
+      u8* blk = row + b * tr.block_bytes;
+      const std::vector<int> f = scale_fields(t);
+      put_half(blk + f[0], unit * (0.5f + 0.5f * (u(rng) + 1.0f)));
+      if (f.size() > 1) put_half(blk + f[1], (t == QType::Q4_K || t == QType::Q5_K ? unit * 4 : s) * u(rng));
+    }
+  }
+  w.W = QMatrix{t, w.bytes.data(), N, K, rb};
+  return w;
+}
+
+// A [M, K] with row stride K + pad; padding NaN.
+std::vector<float> make_a(i64 M, i64 K, i64 lda, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> a(static_cast<std::size_t>(std::max<i64>(M * lda, 1)), std::numeric_limits<float>::quiet_NaN());
+  for (i64 m = 0; m < M; ++m)
+    for (i64 k = 0; k < K; ++k) a[m * lda + k] = u(rng);
+  return a;
+}
+
+std::vector<float> dequantized(const QMatrix& W) {
+  std::vector<float> w(static_cast<std::size_t>(std::max<i64>(W.rows * W.cols, 1)));
+  for (i64 n = 0; n < W.rows; ++n)
+    dequantize_row(W.type, static_cast<const u8*>(W.data) + n * W.row_bytes, w.data() + n * W.cols, W.cols);
+  return w;
+}
+
+double g_worst_r1 = 0, g_worst_elem = 0;
+struct PrintWorst : ::testing::Environment {
+  void TearDown() override {
+    std::printf("[ qgemm    ] worst max|err| / (2 max|lp err| + floor): %.3g; worst per-element |err| / bound: %.3g\n",
+                g_worst_r1, g_worst_elem);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const g_print = ::testing::AddGlobalTestEnvironment(new PrintWorst);
+
+struct Case {
+  QType t;
+  i64 M, N, K;
+  i64 pad = 0;  // of lda, ldc and row_bytes
+};
+
+std::string describe(const Case& c) {
+  return std::string(qtype_name(c.t)) + " M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) +
+         " K=" + std::to_string(c.K) + " pad=" + std::to_string(c.pad) + " isa=" + isa_name(active_isa()) +
+         " threads=" + std::to_string(num_threads());
+}
+
+// The references of one case (shared by every ISA and thread count).
+struct Refs {
+  Weights w;
+  std::vector<float> a, hp, absprod;
+  double lp_err = 0, max_hp = 0;
+  i64 lda = 0, ldc = 0;
+};
+
+Refs make_refs(const Case& c, std::uint32_t seed) {
+  Refs r;
+  r.w = make_weights(c.t, c.N, c.K, c.pad, seed);
+  r.lda = c.K + c.pad;
+  r.ldc = c.N + c.pad;
+  r.a = make_a(c.M, c.K, r.lda, seed + 1);
+  r.hp.assign(static_cast<std::size_t>(std::max<i64>(c.M * r.ldc, 1)), 0.0f);
+  qgemm_ref(c.M, r.a.data(), r.lda, r.w.W, r.hp.data(), r.ldc);
+  const std::vector<float> w = dequantized(r.w.W);
+  r.absprod.assign(r.hp.size(), 0.0f);
+  for (i64 m = 0; m < c.M; ++m)
+    for (i64 n = 0; n < c.N; ++n) {
+      float lp = 0;
+      double ap = 0, hp = 0;
+      for (i64 k = 0; k < c.K; ++k) {
+        const float x = r.a[m * r.lda + k], y = w[n * c.K + k];
+        lp = lp + x * y;  // float32, sequential
+        hp += static_cast<double>(x) * y;
+        ap += std::fabs(static_cast<double>(x) * y);
+      }
+      const std::size_t i = static_cast<std::size_t>(m * r.ldc + n);
+      r.lp_err = std::max(r.lp_err, std::fabs(static_cast<double>(lp) - hp));
+      r.max_hp = std::max(r.max_hp, std::fabs(hp));
+      r.absprod[i] = static_cast<float>(ap);
+    }
+  return r;
+}
+
+// Runs qgemm on the case and checks it against the references; returns C (padding included).
+std::vector<float> run_and_check(const Case& c, const Refs& r) {
+  std::vector<float> C(static_cast<std::size_t>(std::max<i64>(c.M * r.ldc, 1)), -7.0f);
+  qgemm(c.M, r.a.data(), r.lda, r.w.W, C.data(), r.ldc);
+  double err = 0;
+  int bad = 0;
+  const double eps = std::numeric_limits<float>::epsilon();
+  for (i64 m = 0; m < c.M; ++m)
+    for (i64 n = 0; n < r.ldc; ++n) {
+      const std::size_t i = static_cast<std::size_t>(m * r.ldc + n);
+      if (n >= c.N) {
+        if (C[i] != -7.0f && bad++ < 3) ADD_FAILURE() << describe(c) << ": padding of C written at " << m << "," << n;
+        continue;
+      }
+      const double d = std::fabs(static_cast<double>(C[i]) - r.hp[i]);
+      const double bound = 1.01 * static_cast<double>(c.K) * eps * r.absprod[i] + 1e-30;
+      g_worst_elem = std::max(g_worst_elem, d / bound);
+      if (!(d <= bound) && bad++ < 3)
+        ADD_FAILURE() << describe(c) << ": C(" << m << "," << n << ") = " << C[i] << ", reference " << r.hp[i]
+                      << ", bound " << bound;
+      err = std::max(err, std::isnan(d) ? HUGE_VAL : d);
+    }
+  const double tol = 2 * r.lp_err + 1e-5 * (1 + r.max_hp);
+  g_worst_r1 = std::max(g_worst_r1, err / tol);
+  EXPECT_LE(err, tol) << describe(c) << " (float32 sequential error " << r.lp_err << ")";
+  return C;
+}
+
+std::vector<i64> k_values(QType t) {
+  if (is_float_type(t)) return {40, 96, 256};
+  if (qtype_traits(t).block == 256) return {256, 512};
+  return {32, 96, 256};
+}
+
+class QGemmIsa : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (static_cast<int>(GetParam()) > static_cast<int>(detected_isa()))
+      GTEST_SKIP() << "this CPU has no " << isa_name(GetParam());
+    set_isa(GetParam());
+    ASSERT_EQ(active_isa(), GetParam());
+  }
+  testing::IsaGuard isa_guard_;
+  testing::ThreadsGuard threads_guard_;
+};
+
+// Every type, M on both sides of the decode / prefill switch, N off every tile size, 1 and 2
+// threads (bitwise equal), padded strides on some shapes.
+TEST_P(QGemmIsa, MatchesReferenceOverShapes) {
+  std::uint32_t seed = 100;
+  for (QType t : kTypes)
+    for (i64 K : k_values(t))
+      for (i64 M : {1, 2, 3, 5, 8, 17, 64, 100})
+        for (i64 N : {1, 7, 37}) {
+          const Case c{t, M, N, K, (M + N) % 3 == 0 ? 3 : 0};
+          const Refs r = make_refs(c, seed++);
+          set_num_threads(1);
+          const std::vector<float> one = run_and_check(c, r);
+          set_num_threads(2);
+          const std::vector<float> two = run_and_check(c, r);
+          ASSERT_EQ(std::memcmp(one.data(), two.data(), one.size() * 4), 0) << describe(c) << ": 1 vs 2 threads";
+        }
+}
+
+// Larger products: several K blocks of the prefill GEMM, more than one decode row group per
+// thread, N not a multiple of the micro-kernel's columns.
+TEST_P(QGemmIsa, MatchesReferenceLarger) {
+  std::uint32_t seed = 900;
+  for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q4_K, QType::Q6_K, QType::F16})
+    for (i64 M : {1, 4, 8, 9, 77}) {
+      const i64 K = t == QType::F16 ? 1000 : qtype_traits(t).block == 256 ? 768 : 576;
+      const Case c{t, M, 131, K, 0};
+      set_num_threads(2);
+      run_and_check(c, make_refs(c, seed++));
+    }
+}
+
+// The epilogue (bias, GELU, residual) and accumulate on both paths: each element as qgemm_ref's
+// (double, one rounding) within the product's bound plus the epilogue's float32 roundings.
+TEST_P(QGemmIsa, EpilogueAndAccumulate) {
+  std::uint32_t seed = 3000;
+  for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q6_K, QType::BF16})
+    for (i64 M : {1, 3, 40}) {
+      const i64 K = qtype_traits(t).block == 256 ? 256 : 96, N = 37, ldc = N + 2;
+      const Weights w = make_weights(t, N, K, 0, seed++);
+      const std::vector<float> a = make_a(M, K, K, seed++);
+      std::vector<float> bias = make_a(1, N, N, seed++), res = make_a(M, N, N + 1, seed++);
+      for (const bool acc : {false, true})
+        for (const GemmAct act : {GemmAct::None, GemmAct::GeluTanh, GemmAct::GeluErf}) {
+          if (acc && act != GemmAct::None) continue;
+          QGemmOptions o;
+          o.accumulate = acc;
+          if (!acc) o.epilogue = GemmEpilogue{bias.data(), act, res.data(), N + 1};
+          std::vector<float> C(static_cast<std::size_t>(M * ldc)), R;
+          for (std::size_t i = 0; i < C.size(); ++i) C[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+          R = C;
+          qgemm(M, a.data(), K, w.W, C.data(), ldc, o);
+          qgemm_ref(M, a.data(), K, w.W, R.data(), ldc, o);
+          const std::vector<float> wd = dequantized(w.W);
+          for (i64 m = 0; m < M; ++m)
+            for (i64 n = 0; n < N; ++n) {
+              double ap = 0;
+              for (i64 k = 0; k < K; ++k) ap += std::fabs(static_cast<double>(a[m * K + k]) * wd[n * K + k]);
+              const float r = R[m * ldc + n];
+              const double tol = 1.01 * K * 1.2e-7 * ap * 1.2 + 4e-7 * (std::fabs(r) + 2);
+              ASSERT_NEAR(C[m * ldc + n], r, tol) << qtype_name(t) << " M=" << M << " acc=" << acc
+                                                  << " act=" << static_cast<int>(act) << " at " << m << "," << n;
+            }
+        }
+    }
+}
+
+// qgemm_part over any number of parts writes bitwise what qgemm writes, on both paths.
+TEST_P(QGemmIsa, PartsTogetherEqualTheWhole) {
+  std::uint32_t seed = 4000;
+  for (QType t : {QType::Q4_1, QType::Q5_K, QType::F16})
+    for (i64 M : {1, 5, 33})
+      for (const QActivations act : {QActivations::F32, QActivations::Q8}) {
+        const i64 K = qtype_traits(t).block == 256 ? 512 : 160, N = 43;
+        const Weights w = make_weights(t, N, K, 0, seed++);
+        const std::vector<float> a = make_a(M, K, K, seed++);
+        QGemmOptions o;
+        o.activations = act;
+        std::vector<float> whole(static_cast<std::size_t>(M * N));
+        set_num_threads(2);
+        qgemm(M, a.data(), K, w.W, whole.data(), N, o);
+        for (int parts : {1, 2, 3, 7}) {
+          std::vector<float> C(whole.size(), std::numeric_limits<float>::quiet_NaN());
+          for (int p = parts - 1; p >= 0; --p) qgemm_part(M, a.data(), K, w.W, C.data(), N, o, p, parts);
+          ASSERT_EQ(std::memcmp(C.data(), whole.data(), C.size() * 4), 0)
+              << qtype_name(t) << " M=" << M << " parts=" << parts << " q8=" << (act == QActivations::Q8);
+        }
+      }
+}
+
+// Q8 activations (prefill rows): against qgemm_ref's Q8 twin (the same quantized activations,
+// exact integer block sums) within float32 summation of the block terms, and against the exact
+// product within the activation quantization's error (|a| / 254 per value at most).
+TEST_P(QGemmIsa, Q8ActivationsMatchTheirTwin) {
+  std::uint32_t seed = 5000;
+  double worst = 0;
+  for (QType t : kTypes)
+    for (i64 M : {qgemm_decode_max_m() + 1, i64{37}, i64{100}}) {
+      const i64 K = qtype_traits(t).block == 256 ? 512 : is_float_type(t) ? 96 : 160, N = 29, ldc = N + 1;
+      const Weights w = make_weights(t, N, K, 0, seed++);
+      const std::vector<float> a = make_a(M, K, K + 3, seed++);
+      QGemmOptions o;
+      o.activations = QActivations::Q8;
+      std::vector<float> C(static_cast<std::size_t>(M * ldc), -7.0f), R(C), X(C);
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        std::vector<float> C2(C.size(), -7.0f);
+        qgemm(M, a.data(), K + 3, w.W, C2.data(), ldc, o);
+        if (threads == 2) ASSERT_EQ(std::memcmp(C.data(), C2.data(), C.size() * 4), 0) << qtype_name(t) << " 1 vs 2 threads";
+        C = C2;
+      }
+      qgemm_ref(M, a.data(), K + 3, w.W, R.data(), ldc, o);
+      qgemm_ref(M, a.data(), K + 3, w.W, X.data(), ldc, {});
+      const std::vector<float> wd = dequantized(w.W);
+      i64 differ = 0;  // elements where the Q8 path is not the exact one (it must be taken)
+      for (i64 m = 0; m < M; ++m)
+        for (i64 n = 0; n < ldc; ++n) {
+          const std::size_t i = static_cast<std::size_t>(m * ldc + n);
+          differ += n < N && std::fabs(C[i] - X[i]) > 1e-4 * (std::fabs(X[i]) + 1e-3);
+          if (n == N) {
+            ASSERT_EQ(C[i], -7.0f) << "padding of C written";
+            continue;
+          }
+          double ap = 0, wsum = 0, amax = 0;
+          for (i64 k = 0; k < K; ++k) {
+            ap += std::fabs(static_cast<double>(a[m * (K + 3) + k]) * wd[n * K + k]);
+            wsum += std::fabs(wd[n * K + k]);
+            amax = std::max(amax, std::fabs(static_cast<double>(a[m * (K + 3) + k])));
+          }
+          // float32 sums of K/32 block terms, each |term| <= sum |w| |d_a q_a|.
+          const double tol = (K / 32.0 + 4) * 1.2e-7 * (ap + wsum * amax / 127) + 1e-7;
+          worst = std::max(worst, std::fabs(C[i] - R[i]) / tol);
+          ASSERT_NEAR(C[i], R[i], tol) << qtype_name(t) << " M=" << M << " at " << m << "," << n;
+          // Against the exact product: each activation is off by at most amax_block / 254.
+          const double qtol = wsum * amax / 254.0 * 1.01 + tol;
+          ASSERT_NEAR(C[i], X[i], qtol) << qtype_name(t) << " M=" << M << " (exact product) at " << m << "," << n;
+        }
+      if (!is_float_type(t)) EXPECT_GT(differ, M * N / 4) << qtype_name(t) << ": the Q8 path was not taken";
+      else EXPECT_EQ(differ, 0) << qtype_name(t) << ": float weights take the exact path";
+    }
+  std::printf("[ qgemm q8 ] worst |q8 - twin| / bound: %.3g\n", worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, QGemmIsa, ::testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512),
+                         [](const ::testing::TestParamInfo<Isa>& i) { return std::string(isa_name(i.param)); });
+
+// Every bad argument is a ValueError naming the argument and the shape.
+TEST(QGemmErrors, BadArgumentsAreNamed) {
+  std::vector<float> a(64, 1.0f), c(64);
+  std::vector<std::uint8_t> w(1024);
+  auto msg = [&](auto f) {
+    try {
+      f();
+    } catch (const ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const QMatrix ok = qmatrix(QType::Q8_0, w.data(), 2, 32);
+  EXPECT_NE(msg([&] { qgemm(1, a.data(), 32, QMatrix{QType::Q8_0, w.data(), 2, 40, 64}, c.data(), 2); }).find("multiple of Q8_0's block of 32"), std::string::npos);
+  EXPECT_NE(msg([&] { qgemm(1, a.data(), 16, ok, c.data(), 2); }).find("lda must be >= K"), std::string::npos);
+  EXPECT_NE(msg([&] { qgemm(1, a.data(), 32, ok, c.data(), 1); }).find("ldc must be >= N"), std::string::npos);
+  EXPECT_NE(msg([&] { qgemm(1, a.data(), 32, QMatrix{QType::Q8_0, w.data(), 2, 32, 8}, c.data(), 2); }).find("row_bytes must be >= 34"), std::string::npos);
+  EXPECT_NE(msg([&] { qgemm(-1, a.data(), 32, ok, c.data(), 2); }).find("sizes must be >= 0"), std::string::npos);
+  EXPECT_NE(msg([&] { qgemm(1, nullptr, 32, ok, c.data(), 2); }).find("must not be null"), std::string::npos);
+  QGemmOptions o;
+  o.accumulate = true;
+  o.epilogue.act = GemmAct::GeluTanh;
+  EXPECT_NE(msg([&] { qgemm(1, a.data(), 32, ok, c.data(), 2, o); }).find("accumulate needs an empty epilogue"), std::string::npos);
+  EXPECT_NE(msg([&] { qgemm_part(1, a.data(), 32, ok, c.data(), 2, {}, 2, 2); }).find("part 2 of 2"), std::string::npos);
+  EXPECT_NE(msg([&] { qmatrix(QType::Q4_K, w.data(), 1, 100); }), "no error");
+}
+
+}  // namespace
+}  // namespace qkv::kernels

@@ -1,0 +1,180 @@
+// dequantize_row / quantize_row (kernels/quant.h) against gguf-py, bit for bit, on the fixtures
+// of tests/reference/make_quant_fixtures.py: random block bytes of every type (scales inf and NaN
+// included) and float rows with edge blocks; plus the type table and the errors.
+//
+// NaN payloads are compared too, with one allowance: where an element is the sum of two NaNs
+// (Q4_1 / Q5_1 blocks whose d and m are both inf or NaN: d*q + m), numpy returns either
+// operand's NaN depending on the length of the array it runs over (its SIMD loop and its
+// remainder loop differ), so there any NaN passes. Every other NaN — one NaN operand, inf*0,
+// inf-inf, the subtraction of the k-quants — must have numpy's exact bits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../../src/kernels/quant_internal.h"
+#include "qkv/core/error.h"
+#include "qkv/io/safetensors.h"
+#include "qkv/kernels/quant.h"
+
+namespace qkv::kernels {
+namespace {
+
+using i64 = std::int64_t;
+
+const io::SafetensorsFile& fixture() {
+  static const io::SafetensorsFile f =
+      io::SafetensorsFile::open(std::string(QKV_FIXTURE_DIR) + "/quant/quant_cases.safetensors");
+  return f;
+}
+
+template <class T>
+std::vector<T> read(const std::string& name) {
+  const io::StTensorInfo& t = fixture().at(name);
+  std::vector<T> v(t.nbytes() / sizeof(T));
+  std::memcpy(v.data(), fixture().data(t), t.nbytes());
+  return v;
+}
+
+std::uint32_t bits(float x) {
+  std::uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+}
+
+bool half_nonfinite(const std::uint8_t* p) { return (detail::load_u16(p) & 0x7C00u) == 0x7C00u; }
+
+const QType kAllTypes[] = {QType::F32,  QType::F16,  QType::BF16, QType::Q8_0, QType::Q4_0, QType::Q4_1,
+                           QType::Q5_0, QType::Q5_1, QType::Q4_K, QType::Q5_K, QType::Q6_K};
+
+TEST(Quant, DequantizeEqualsGgufPyBitwise) {
+  for (QType t : kAllTypes) {
+    const QTypeTraits tr = qtype_traits(t);
+    const std::string name = tr.name;
+    const std::vector<std::uint8_t> raw = read<std::uint8_t>("deq." + name + ".bytes");
+    const std::vector<float> want = read<float>("deq." + name + ".values");
+    const i64 n = static_cast<i64>(want.size());
+    ASSERT_EQ(static_cast<i64>(raw.size()), qtype_row_bytes(t, n)) << name;
+    std::vector<float> got(want.size(), 12345.0f);
+    dequantize_row(t, raw.data(), got.data(), n);
+    const bool two_scale = t == QType::Q4_1 || t == QType::Q5_1;
+    int mismatches = 0, nans = 0, relaxed = 0, payload_differs = 0;
+    for (i64 i = 0; i < n; ++i) {
+      const std::uint8_t* block = raw.data() + (i / tr.block) * tr.block_bytes;
+      if (std::isnan(want[i])) {
+        ++nans;
+        const bool both_nan_add = two_scale && half_nonfinite(block) && half_nonfinite(block + 2);
+        if (both_nan_add && std::isnan(got[i])) {
+          ++relaxed;
+          payload_differs += bits(got[i]) != bits(want[i]);
+          continue;
+        }
+      }
+      if (bits(got[i]) != bits(want[i]) && mismatches++ < 5)
+        ADD_FAILURE() << name << " element " << i << " (block " << i / tr.block << "): got 0x" << std::hex
+                      << bits(got[i]) << ", gguf-py 0x" << bits(want[i]) << std::dec << " (" << got[i] << " vs "
+                      << want[i] << ")";
+    }
+    EXPECT_EQ(mismatches, 0) << name;
+    EXPECT_GT(nans, 0) << name << ": the fixture should hold NaNs (non-finite scales)";
+    std::printf("%-5s %5lld values, %4d NaN (%d under the two-NaN allowance, %d of them another payload)\n",
+                name.c_str(), static_cast<long long>(n), nans, relaxed, payload_differs);
+  }
+}
+
+TEST(Quant, QuantizeEqualsGgufPyBitwise) {
+  for (QType t : {QType::F32, QType::F16, QType::BF16, QType::Q8_0, QType::Q4_0, QType::Q4_1, QType::Q5_0,
+                  QType::Q5_1}) {
+    const std::string name = qtype_name(t);
+    const std::vector<float> x = read<float>("q." + name + ".input");
+    const std::vector<std::uint8_t> want = read<std::uint8_t>("q." + name + ".bytes");
+    const i64 n = static_cast<i64>(x.size());
+    ASSERT_EQ(static_cast<i64>(want.size()), qtype_row_bytes(t, n)) << name;
+    std::vector<std::uint8_t> got(want.size(), 0xAB);
+    quantize_row(t, x.data(), got.data(), n);
+    int mismatches = 0;
+    for (std::size_t i = 0; i < want.size(); ++i)
+      if (got[i] != want[i] && mismatches++ < 5)
+        ADD_FAILURE() << name << " byte " << i << " (block " << i / qtype_traits(t).block_bytes << "): got "
+                      << int(got[i]) << ", gguf-py " << int(want[i]);
+    EXPECT_EQ(mismatches, 0) << name;
+  }
+}
+
+// Every half bit pattern survives half -> float -> half (numpy keeps NaN payloads both ways), and
+// the float value of every non-NaN half is the exact one.
+TEST(Quant, HalfConversionsAreExactForAllPatterns) {
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    const float f = detail::f16_to_f32(static_cast<std::uint16_t>(h));
+    ASSERT_EQ(detail::f32_to_f16(f), h) << std::hex << h;
+    const int e = (h >> 10) & 31, m = h & 1023;
+    if (e == 31) continue;
+    const double v = (e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25)) * ((h & 0x8000) ? -1 : 1);
+    ASSERT_EQ(static_cast<double>(f), v) << std::hex << h;
+  }
+}
+
+// Quantize then dequantize: each weight within its block's rounding error (half a step, a whole
+// step for the clipped end of the symmetric types, plus the half rounding of the scales) — a
+// sanity check of the layout conventions beyond gguf-py's own bytes.
+TEST(Quant, RoundTripWithinAStep) {
+  std::vector<float> x(256);
+  for (int i = 0; i < 256; ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * (1.0f + static_cast<float>(i % 7));
+  for (QType t : {QType::Q8_0, QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1}) {
+    std::vector<std::uint8_t> q(static_cast<std::size_t>(qtype_row_bytes(t, 256)));
+    std::vector<float> y(256);
+    quantize_row(t, x.data(), q.data(), 256);
+    dequantize_row(t, q.data(), y.data(), 256);
+    for (int b = 0; b < 8; ++b) {
+      float lo = x[32 * b], hi = x[32 * b];
+      for (int j = 0; j < 32; ++j) {
+        lo = std::min(lo, x[32 * b + j]);
+        hi = std::max(hi, x[32 * b + j]);
+      }
+      const float amax = std::max(std::fabs(lo), std::fabs(hi));
+      float bound = 0;
+      switch (t) {
+        case QType::Q8_0: bound = 0.6f * amax / 127; break;
+        case QType::Q4_0: bound = 1.05f * amax / 8; break;
+        case QType::Q5_0: bound = 1.05f * amax / 16; break;
+        case QType::Q4_1: bound = 0.6f * (hi - lo) / 15 + 1e-3f * std::fabs(lo); break;
+        default: bound = 0.6f * (hi - lo) / 31 + 1e-3f * std::fabs(lo); break;
+      }
+      for (int j = 0; j < 32; ++j)
+        EXPECT_LE(std::fabs(y[32 * b + j] - x[32 * b + j]), bound) << qtype_name(t) << " block " << b << " j " << j;
+    }
+  }
+}
+
+TEST(Quant, ErrorsNameTheTypeAndSize) {
+  float buf[64] = {};
+  std::uint8_t raw[256] = {};
+  try {
+    dequantize_row(QType::Q4_K, raw, buf, 32);
+    FAIL() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("Q4_K needs a multiple of 256 values, got 32"), std::string::npos)
+        << e.what();
+  }
+  try {
+    quantize_row(QType::Q6_K, buf, raw, 256);
+    FAIL() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("quantize_row: quantization to Q6_K is not supported"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(quantize_row(QType::Q8_0, buf, raw, 33), ValueError);
+  EXPECT_THROW(dequantize_row(QType::F16, raw, buf, -1), ValueError);
+  EXPECT_EQ(qtype_row_bytes(QType::Q4_1, 576), 18 * 20);
+  EXPECT_EQ(qtype_row_bytes(QType::Q6_K, 512), 2 * 210);
+  EXPECT_FALSE(qtype_traits(std::uint32_t{23}).has_value());
+  EXPECT_EQ(ggml_type_name(23), "IQ4_XS");
+  EXPECT_EQ(qtype_from_name("q5_k"), QType::Q5_K);
+}
+
+}  // namespace
+}  // namespace qkv::kernels

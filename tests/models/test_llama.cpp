@@ -1,0 +1,217 @@
+// The Llama family's files and configs: config.json fields (transformers 4 and 5 spellings),
+// every defect a clear error naming the file and the field or tensor, GGUF files of other
+// architectures or with weights that do not fit, forward_cached's bad inputs, and GGUF export
+// read back.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/core/error.h"
+#include "qkv/infer/kv_cache.h"
+#include "qkv/infer/language_model.h"
+#include "qkv/io/gguf.h"
+#include "qkv/io/gguf_writer.h"
+#include "qkv/io/safetensors.h"
+#include "qkv/io/tensors.h"
+#include "qkv/models/gguf_export.h"
+#include "qkv/models/llama.h"
+#include "testing/fixture.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using qkv::Tensor;
+using i64 = std::int64_t;
+
+template <class E, class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+struct TempDir {
+  fs::path p;
+  TempDir() {
+    p = fs::temp_directory_path() / ("qkv_llama_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    fs::create_directories(p);
+  }
+  ~TempDir() { fs::remove_all(p); }
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+  std::string str(const std::string& f = "") const { return (p / f).string(); }
+};
+
+std::string fixture(const std::string& f) { return qkv::testing::fixture_path("llama_family/" + f); }
+
+nlohmann::json config_of(const std::string& kind) {
+  std::ifstream f(fixture(kind + "/config.json"));
+  return nlohmann::json::parse(f);
+}
+
+std::string config_error(nlohmann::json j) {
+  return error_of<qkv::FormatError>([&] { qkv::models::llama_config_from_json(j.dump(), "cfg.json"); });
+}
+
+TEST(LlamaConfig, ReadsTransformersFiveAndFourSpellings) {
+  const auto c5 = qkv::models::llama_config_from_json(config_of("llama").dump(), "llama");
+  EXPECT_EQ(c5.num_key_value_heads, 2);
+  EXPECT_EQ(c5.rope_scaling.type, qkv::kernels::RopeScaling::Type::Llama3);
+  EXPECT_EQ(c5.rope_scaling.original_max_positions, 32);
+  // transformers 4: rope_theta + rope_scaling {"type" or "rope_type"}.
+  nlohmann::json j = config_of("llama");
+  j.erase("rope_parameters");
+  j["rope_theta"] = 500000.0;
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  const auto c4 = qkv::models::llama_config_from_json(j.dump(), "llama");
+  EXPECT_EQ(c4.rope_theta, 500000.0);
+  EXPECT_EQ(c4.rope_scaling.type, qkv::kernels::RopeScaling::Type::Linear);
+  EXPECT_EQ(c4.rope_scaling.factor, 2.0);
+  // Written and read back.
+  const auto back = qkv::models::llama_config_from_json(qkv::models::llama_config_to_json(c5), "back");
+  EXPECT_EQ(back.rope_scaling.factor, c5.rope_scaling.factor);
+  EXPECT_EQ(back.num_key_value_heads, c5.num_key_value_heads);
+  const auto mistral = qkv::models::llama_config_from_json(config_of("mistral").dump(), "mistral");
+  EXPECT_EQ(mistral.sliding_window, 8);
+  EXPECT_TRUE(qkv::models::llama_config_from_json(config_of("qwen2").dump(), "qwen2").attention_bias);
+}
+
+TEST(LlamaConfig, EveryDefectIsNamed) {
+  nlohmann::json j = config_of("llama");
+  auto with = [&](const char* k, nlohmann::json v) {
+    nlohmann::json x = j;
+    x[k] = std::move(v);
+    return config_error(x);
+  };
+  EXPECT_NE(with("model_type", "gpt2").find("model_type \"gpt2\" is not a Llama-family model"), std::string::npos);
+  EXPECT_NE(with("hidden_act", "gelu").find("hidden_act \"gelu\" is not supported"), std::string::npos);
+  EXPECT_NE(with("hidden_size", "32").find("field 'hidden_size' must be an integer"), std::string::npos);
+  EXPECT_NE(with("num_key_value_heads", 3).find("num_attention_heads 4 is not a multiple of num_key_value_heads 3"),
+            std::string::npos);
+  EXPECT_NE(with("mlp_bias", true).find("mlp_bias true is not supported"), std::string::npos);
+  EXPECT_NE(with("rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 1e4}}).find("rope type \"yarn\" is not supported"),
+            std::string::npos);
+  EXPECT_NE(with("rms_norm_eps", -1.0).find("rms_norm_eps"), std::string::npos);
+  nlohmann::json x = j;
+  x.erase("hidden_size");
+  EXPECT_NE(config_error(x).find("field 'hidden_size' is missing"), std::string::npos);
+  EXPECT_NE(config_error(nlohmann::json::array()).find("config must be a JSON object"), std::string::npos);
+  nlohmann::json q = config_of("qwen2");
+  q["use_sliding_window"] = true;
+  EXPECT_NE(config_error(q).find("use_sliding_window true is not supported"), std::string::npos);
+  EXPECT_EQ(config_error(j), "no error");
+}
+
+// A copy of a fixture folder whose safetensors file is rewritten by `edit`.
+void edit_folder(const std::string& kind, const TempDir& d,
+                 const std::function<void(std::vector<std::pair<std::string, Tensor>>&)>& edit) {
+  fs::copy(fixture(kind), d.p, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  auto t = qkv::io::load_safetensors(fixture(kind + "/model.safetensors"));
+  std::vector<std::pair<std::string, Tensor>> v;
+  for (auto& [n, x] : t.tensors) v.emplace_back(n, x.clone());
+  edit(v);
+  qkv::io::save_safetensors(d.str("model.safetensors"), v);
+}
+
+TEST(LlamaFiles, MissingUnexpectedAndWrongTensorsAreListed) {
+  TempDir d;
+  edit_folder("llama", d, [](auto& v) {
+    v.erase(v.begin());                                       // one missing
+    v.emplace_back("model.extra.weight", Tensor::zeros({2}));  // one unexpected
+    for (auto& [n, t] : v)
+      if (n == "model.norm.weight") t = Tensor::zeros({31});   // one wrong shape
+  });
+  const std::string msg = error_of<qkv::FormatError>([&] { qkv::models::load_llama(d.str()); });
+  EXPECT_NE(msg.find("does not match the llama config"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("missing 1 tensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unexpected 1 tensors: model.extra.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.norm.weight is [31], the config needs [32]"), std::string::npos) << msg;
+}
+
+TEST(LlamaFiles, IntegerWeightsAndBadShardIndexesAreNamed) {
+  TempDir d;
+  edit_folder("llama", d, [](auto& v) { v[0].second = Tensor::zeros(v[0].second.shape(), qkv::DType::I64); });
+  EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::models::load_llama(d.str()); }).find("has dtype I64"), std::string::npos);
+  TempDir s;
+  fs::copy(fixture("qwen2"), s.p, fs::copy_options::recursive);
+  std::ofstream(s.str("model.safetensors.index.json")) << R"({"weight_map": {"model.norm.weight": "../../etc/passwd"}})";
+  EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::models::load_llama(s.str()); }).find("is not a file of the folder"),
+            std::string::npos);
+  std::ofstream(s.str("model.safetensors.index.json")) << "{not json";
+  EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::models::load_llama(s.str()); }).find("not valid JSON"), std::string::npos);
+}
+
+TEST(LlamaFiles, GgufOfAnotherArchitectureOrTypeIsNamed) {
+  TempDir d;
+  qkv::io::GGUFMetadata meta = {{"general.architecture", qkv::io::GGUFMeta::string("falcon")}};
+  qkv::io::write_gguf(d.str("f.gguf"), meta, {});
+  EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::models::load_llama(d.str("f.gguf")); })
+                .find("GGUF architecture 'falcon' is not a Llama-family model"),
+            std::string::npos);
+  EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::infer::load_language_model(d.str("f.gguf")); })
+                .find("'falcon' is not one qkv generates with"),
+            std::string::npos);
+  EXPECT_NE(error_of<qkv::IOError>([&] { qkv::models::load_llama(d.str("nothing")); }).find("does not exist"),
+            std::string::npos);
+  std::ofstream(d.str("x.gguf")) << "not a gguf";
+  EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::models::load_llama(d.str("x.gguf")); }).find("not a GGUF file"),
+            std::string::npos);
+}
+
+TEST(LlamaModel, ForwardCachedChecksBeforeWriting) {
+  const auto m = qkv::models::load_llama(fixture("mistral"));
+  qkv::infer::KVCache cache(m->cache_options(1, 8));
+  EXPECT_NE(error_of<qkv::IndexError>([&] {
+              m->forward_cached(Tensor::from_vector(std::vector<i64>{1, 500}, {1, 2}), {2}, cache);
+            }).find("token id 500 of sequence 0 out of range [0, 128)"),
+            std::string::npos);
+  EXPECT_EQ(cache.length(0), 0);
+  EXPECT_NE(error_of<qkv::ValueError>([&] {
+              m->forward_cached(Tensor::from_vector(std::vector<i64>(9, 1), {1, 9}), {9}, cache);
+            }).find("max_len"),
+            std::string::npos);
+  qkv::infer::KVCache other({.num_layers = 2, .batch = 1, .num_heads = 4, .max_len = 8, .head_dim = 8});
+  EXPECT_NE(error_of<qkv::ShapeError>([&] {
+              m->forward_cached(Tensor::from_vector(std::vector<i64>{1}, {1, 1}), {1}, other);
+            }).find("shaped for another model"),
+            std::string::npos);
+}
+
+TEST(LlamaGguf, ExportedFilesLoadBackWithTheSameLogits) {
+  TempDir d;
+  for (const std::string kind : {"llama", "qwen2"}) {
+    const auto m = qkv::models::load_llama(fixture(kind));
+    const std::vector<i64> ids = {5, 9, 17, 33, 2, 80, 101};
+    auto logits = [&](const qkv::models::LlamaForCausalLM& x) {
+      qkv::infer::KVCache c(x.cache_options(1, 7));
+      return x.forward_cached(Tensor::from_vector(ids, {1, 7}), {7}, c, true);
+    };
+    // Kept types (no conversion) read back give the same logits; Q8_0 within its rounding.
+    const std::string same = d.str(kind + ".gguf"), q8 = d.str(kind + "_q8.gguf");
+    qkv::models::save_llama_gguf(*m, same, std::nullopt, {}, kind);
+    qkv::models::save_llama_gguf(*m, q8, qkv::kernels::QType::Q8_0, {}, kind);
+    const auto a = qkv::models::load_llama(same), b = qkv::models::load_llama(q8);
+    EXPECT_EQ(a->config().rope_style,
+              kind == "llama" ? qkv::kernels::RopeStyle::Interleaved : qkv::kernels::RopeStyle::Half);
+    EXPECT_LE(qkv::max_abs_diff(logits(*a), logits(*m)), 1e-4) << kind;
+    EXPECT_LE(qkv::max_abs_diff(logits(*b), logits(*m)), 0.05) << kind;
+    const qkv::io::GGUFFile f = qkv::io::GGUFFile::open(q8);
+    EXPECT_EQ(f.at("blk.0.attn_q.weight").type, qkv::kernels::QType::Q8_0);
+    EXPECT_EQ(f.get_string("general.architecture"), kind);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,161 @@
+// The Llama family against transformers (tests/reference/make_llama_fixtures.py): tiny random
+// Llama (GQA, llama3 rope scaling, float32), Mistral (multi-query, sliding window 8, bfloat16,
+// tied), Qwen2 (q/k/v biases, float16, sharded) folders, the same llama and qwen2 models as GGUF
+// files (llama.cpp's permuted attn_q / attn_k; Q8_0, and a mix of Q4_0 ... BF16), and the real
+// SmolLM2-135M-Instruct Q4_1 GGUF: prompt logits within the R1 rule of the float64 reference,
+// greedy generation token for token (cached and batched with mixed lengths, and uncached),
+// a divergence allowed only where transformers' top-2 margin is below 1e-3.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/infer/generate.h"
+#include "qkv/infer/kv_cache.h"
+#include "qkv/io/tensors.h"
+#include "qkv/kernels/cpu.h"
+#include "qkv/models/llama.h"
+#include "testing/fixture.h"
+
+namespace {
+
+using qkv::Tensor;
+using i64 = std::int64_t;
+
+constexpr double kNearTie = 1e-3;
+
+const nlohmann::json& reference() {
+  static const nlohmann::json j = [] {
+    std::ifstream f(qkv::testing::fixture_path("llama_family/reference.json"));
+    return nlohmann::json::parse(f);
+  }();
+  return j;
+}
+
+const qkv::io::LoadedTensors& logits_ref() {
+  static const qkv::io::LoadedTensors t = qkv::testing::load_fixture("llama_family/logits.safetensors");
+  return t;
+}
+
+std::string smollm2_path() { return std::string(QKV_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf"; }
+
+std::string model_path(const std::string& name) {
+  if (name == "smollm2") return smollm2_path();
+  if (name == "llama_gguf") return qkv::testing::fixture_path("llama_family/llama_q8_0.gguf");
+  if (name == "qwen2_gguf") return qkv::testing::fixture_path("llama_family/qwen2_mixed.gguf");
+  return qkv::testing::fixture_path("llama_family/" + name);
+}
+
+std::vector<std::vector<i64>> prompts_of(const std::string& name) {
+  return reference()[name]["prompts"].get<std::vector<std::vector<i64>>>();
+}
+
+// Logits of every prompt position, the prompt fed in one cached call.
+Tensor prompt_logits(const qkv::models::LlamaForCausalLM& m, const std::vector<i64>& ids) {
+  qkv::infer::KVCache cache(m.cache_options(1, static_cast<i64>(ids.size())));
+  const i64 n = static_cast<i64>(ids.size());
+  return m.forward_cached(Tensor::from_vector(ids, {1, n}), {n}, cache, /*all_logits=*/true).select(0, 0);
+}
+
+// Compares generated tokens with transformers' until the first divergence, which must come at
+// a near-tie of the reference (then the rest depends on that tie and is not compared).
+void expect_same_tokens(const std::vector<i64>& got, const nlohmann::json& want, const nlohmann::json& margins,
+                        const std::string& what) {
+  const auto w = want.get<std::vector<i64>>();
+  const auto m = margins.get<std::vector<double>>();
+  ASSERT_EQ(got.size(), w.size()) << what;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    if (got[i] == w[i]) continue;
+    EXPECT_LT(m[i], kNearTie) << what << ": token " << i << " is " << got[i] << ", transformers gives " << w[i]
+                              << " with a top-2 margin of " << m[i];
+    return;
+  }
+}
+
+class LlamaParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LlamaParity, PromptLogitsWithinR1OfFloat64) {
+  const std::string name = GetParam();
+  const auto model = qkv::models::load_llama(model_path(name));
+  const auto prompts = prompts_of(name);
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const Tensor got = prompt_logits(*model, prompts[i]).to(qkv::DType::F64);
+    const std::string key = name + ".p" + std::to_string(i);
+    const double err = logits_ref().at(key + ".err").item();
+    const i64 n = static_cast<i64>(prompts[i].size());
+    if (name == "smollm2") {
+      // The top 256 logits of the last position.
+      const auto ids = logits_ref().at(key + ".top_ids").to_vector<i64>();
+      const auto want = logits_ref().at(key + ".top_f64").to_vector<double>();
+      double worst = 0;
+      for (std::size_t j = 0; j < ids.size(); ++j)
+        worst = std::max(worst, std::abs(got.at({n - 1, ids[j]}) - want[j]));
+      EXPECT_LE(worst, 2 * err + 1e-5) << key << ": float32 reference spread " << err;
+    } else {
+      const Tensor want = logits_ref().at(key + ".f64");
+      const Tensor last = got.narrow(0, n - 4, 4);
+      const double worst = qkv::max_abs_diff(last, want);
+      // R1 (REFERENCES section 2): c = 2 times transformers' own float32 error, floor 1e-5.
+      EXPECT_LE(worst, 2 * err + 1e-5) << key << ": float32 reference spread " << err;
+    }
+  }
+}
+
+TEST_P(LlamaParity, GreedyGenerationCachedBatchedAndUncached) {
+  const std::string name = GetParam();
+  const auto model = qkv::models::load_llama(model_path(name));
+  const auto prompts = prompts_of(name);
+  const nlohmann::json& r = reference()[name];
+  const i64 n_new = static_cast<i64>(r["generated"][0].size());
+  // All prompts at once: mixed lengths in one cache, each in its own slot.
+  const auto batched = qkv::infer::generate(*model, prompts, {.max_new_tokens = n_new});
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    expect_same_tokens(batched[i].new_ids, r["generated"][i], r["margins"][i], name + " batched prompt " + std::to_string(i));
+  // Alone, and without the cache (recomputing the whole sequence each step) for the first prompt.
+  const auto alone = qkv::infer::generate(*model, {prompts[0]}, {.max_new_tokens = n_new});
+  EXPECT_EQ(alone[0].new_ids, batched[0].new_ids) << name << ": a prompt's tokens depend on its batch";
+  if (name != "smollm2") {
+    const auto uncached = qkv::infer::generate(*model, {prompts[0]}, {.max_new_tokens = n_new, .use_cache = false});
+    expect_same_tokens(uncached[0].new_ids, r["generated"][0], r["margins"][0], name + " uncached");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, LlamaParity,
+                         ::testing::Values("llama", "mistral", "qwen2", "llama_gguf", "qwen2_gguf", "smollm2"));
+
+TEST(LlamaModel, DecodingTokenByTokenGivesThePromptLogits) {
+  // The cache path (decode kernel, one token at a time) against the whole prompt at once
+  // (FlashAttention); with Mistral's window 8 the prompt of 21 tokens crosses it.
+  for (const std::string name : {"llama", "mistral", "qwen2"}) {
+    const auto model = qkv::models::load_llama(model_path(name));
+    const std::vector<i64> ids = prompts_of(name)[2];
+    const i64 n = static_cast<i64>(ids.size());
+    const Tensor whole = prompt_logits(*model, ids);
+    qkv::infer::KVCache cache(model->cache_options(1, n));
+    for (i64 t = 0; t < n; ++t) {
+      const Tensor step = model->forward_cached(Tensor::from_vector(std::vector<i64>{ids[static_cast<std::size_t>(t)]}, {1, 1}),
+                                                {1}, cache);
+      EXPECT_LE(qkv::max_abs_diff(step.select(0, 0), whole.select(0, t)), 1e-4) << name << " position " << t;
+    }
+  }
+}
+
+TEST(LlamaModel, AvxTwoPathGivesTheSameTokens) {
+  const auto model = qkv::models::load_llama(model_path("qwen2_gguf"));
+  const auto prompts = prompts_of("qwen2_gguf");
+  const nlohmann::json& r = reference()["qwen2_gguf"];
+  const qkv::kernels::Isa was = qkv::kernels::active_isa();
+  qkv::kernels::set_isa(qkv::kernels::Isa::Avx2);
+  const auto got = qkv::infer::generate(*model, prompts, {.max_new_tokens = 40});
+  qkv::kernels::set_isa(was);
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    expect_same_tokens(got[i].new_ids, r["generated"][i], r["margins"][i], "AVX2 prompt " + std::to_string(i));
+}
+
+}  // namespace

@@ -1,0 +1,30 @@
+// The sampling flags shared by `qkv generate`, `qkv chat` and `qkv bench generate`: one
+// spelling, one meaning, one check.
+#pragma once
+#include <cstdint>
+#include <optional>
+
+#include <CLI/CLI.hpp>
+
+#include "qkv/infer/sampling.h"
+
+namespace qkv::tool {
+
+struct SamplingFlags {
+  double temperature = 0.0;
+  std::optional<std::int64_t> top_k;
+  double top_p = 1.0;
+  std::uint64_t seed = 0;
+  CLI::Option* top_k_opt = nullptr;
+  CLI::Option* top_p_opt = nullptr;
+  CLI::Option* seed_opt = nullptr;
+  // The options, checked (ValueError naming the flag: --top-k >= 1, --temperature >= 0 and
+  // finite, --top-p in (0, 1]). --top-k / --top-p / --seed given with greedy decoding
+  // (--temperature 0) have no effect: a warning each on stderr.
+  infer::SamplingOptions options() const;
+};
+
+// Adds --temperature, --top-k, --top-p, --seed to `sub`.
+void add_sampling_flags(CLI::App& sub, SamplingFlags& f);
+
+}  // namespace qkv::tool
