@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union, overload
 
@@ -30,15 +31,15 @@ class Generation:
 class _Stops:
     """Per-sequence text and stop strings: a stop string ends the text where it ends (the CLI's rule)."""
 
-    def __init__(self, impl: Any, n: int, stop: Sequence[str], eos: int | None, text: bool) -> None:
+    def __init__(self, impl: Any, n: int, stop: Sequence[str], eos: Sequence[int], text: bool) -> None:
         self.decoders = [_qkv._StreamDecoder(impl) for _ in range(n)] if text else []
         self.texts = [""] * n
         self.stopped = [False] * n
-        self.stop, self.eos = list(stop), eos
+        self.stop, self.eos = list(stop), frozenset(eos)
 
     def push(self, seq: int, token: int) -> str:
-        """The text token adds to sequence seq (empty at eos); records a stop string's end."""
-        if not self.decoders or token == self.eos:
+        """The text token adds to sequence seq (empty at an eos token); records a stop string's end."""
+        if not self.decoders or token in self.eos:
             return ""
         piece = self.decoders[seq].push(token)
         shown = piece
@@ -63,20 +64,24 @@ class _Stops:
 class LLM:
     """A causal language model, loaded once from a local path (nothing is downloaded).
 
-    Today: GPT-2 Hugging Face folders (config.json, model.safetensors, vocab.json, merges.txt).
-    The Llama family and GGUF files come with the library's common loader (see the module's
-    TODO). One LLM may serve calls from several Python threads at once (each call has its own
-    KV cache; the GIL is released while it computes). Ctrl-C interrupts a generation with
-    KeyboardInterrupt.
+    Every causal LM qkv loads, by the loader of ``qkv generate``: a GGUF file (Llama, Mistral,
+    Qwen2; quantized weights used in place) or a Hugging Face folder (GPT-2, Llama, Mistral,
+    Qwen2), with its tokenizer, chat template and end-of-sequence tokens. One LLM may serve calls
+    from several Python threads at once (each call has its own KV cache; the GIL is released
+    while it computes). Ctrl-C interrupts a generation with KeyboardInterrupt.
 
-        llm = qkv.LLM("tests/fixtures/gpt2_tiny")
+        llm = qkv.LLM("models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        print(llm.chat([{"role": "user", "content": "What is the capital of France?"}]))
         print(llm.generate("In the beginning", max_new_tokens=20))
 
     Args:
-        path: the model folder.
+        path: the model: a ``.gguf`` file or a folder.
         threads: qkv's kernel threads (process-wide, as :func:`qkv.set_num_threads`); None keeps them.
         chat_template: a Jinja chat template (transformers' ``apply_chat_template`` subset) for
-            :meth:`chat`, for models whose files carry none.
+            :meth:`chat`, instead of the model's own (or for models whose files carry none).
+
+    Raises OSError when ``path`` does not exist, ValueError (qkv's message) for a file or folder
+    that is not a causal LM qkv reads, or a chat template it cannot parse.
     """
 
     def __init__(self, path: str | os.PathLike[str], threads: int | None = None,
@@ -91,12 +96,30 @@ class LLM:
         return int(self._impl.vocab_size)
 
     @property
-    def eos_token_id(self) -> int | None:
-        return self._impl.eos_id
+    def architecture(self) -> str:
+        """``"gpt2"``, ``"llama"``, ``"mistral"`` or ``"qwen2"``."""
+        return str(self._impl.architecture)
 
-    def tokenize(self, text: str) -> list[int]:
-        """Token ids of ``text`` (special tokens written in the text are matched as tokens)."""
-        return list(self._impl.tokenize(text))
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """The tokens that end a reply (the model's and its tokenizer's); generation stops at any of them."""
+        return list(self._impl.eos_ids)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """The first of :attr:`eos_token_ids`, or None."""
+        ids = self.eos_token_ids
+        return ids[0] if ids else None
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self._impl.bos_id
+
+    def tokenize(self, text: str, add_bos: bool = True) -> list[int]:
+        """Token ids of ``text`` as :meth:`generate` reads a text prompt: the BOS token first when the
+        model wants one (``add_bos=False`` leaves it out), special tokens written in the text matched
+        as tokens. ValueError when the model has no tokenizer."""
+        return list(self._impl.tokenize(text, add_bos))
 
     def detokenize(self, ids: Sequence[int]) -> str:
         """The text of ``ids`` (invalid UTF-8 byte runs become U+FFFD)."""
@@ -133,7 +156,7 @@ class LLM:
             raise ValueError(f"generate: top_k must be >= 1, got {top_k}")
         if stops and not self._impl.has_tokenizer:
             raise ValueError(f"generate: stop strings need the tokenizer: '{self.path}' has none")
-        state = _Stops(self._impl, len(prompts), stops, self.eos_token_id, text and self._impl.has_tokenizer)
+        state = _Stops(self._impl, len(prompts), stops, self._impl.eos_ids, text and self._impl.has_tokenizer)
 
         def on_token(seq: int, token: int) -> bool:
             piece = state.push(seq, token)
@@ -170,7 +193,9 @@ class LLM:
 
         Greedy by default; ``temperature > 0`` samples after ``top_k`` / ``top_p`` filtering
         (transformers' order) from a stream seeded by ``seed`` (a prompt gets the same tokens alone
-        or in a batch). Generation ends at the model's end-of-text token, a ``stop`` string (the
+        or in a batch). A text prompt is read as :meth:`tokenize` reads it (BOS first when the model
+        wants one). Generation ends at any of the model's end-of-sequence tokens
+        (:attr:`eos_token_ids`; kept in the ids, left out of the text), a ``stop`` string (the
         text ends where the stop string ends) or ``max_new_tokens``. ``logprobs=N`` records each new
         token's log-probability and the N most likely alternatives (N <= 20).
 
@@ -195,13 +220,17 @@ class LLM:
         prompts, single, _ = self._prompts(prompt)
         if not single:
             raise TypeError("stream: one prompt at a time (a str or a list of token ids)")
+        return self._stream(prompts[0], max_new_tokens, temperature, top_k, top_p, seed, stop)
+
+    def _stream(self, ids: list[int], max_new_tokens: int, temperature: float, top_k: int | None, top_p: float,
+                seed: int, stop: Sequence[str] | str | None) -> Iterator[str]:
         pieces: queue.Queue[Any] = queue.Queue()
         cancel = threading.Event()
         done = object()
 
         def work() -> None:
             try:
-                self._run(prompts, True, max_new_tokens, temperature, top_k, top_p, seed, stop, None,
+                self._run([ids], True, max_new_tokens, temperature, top_k, top_p, seed, stop, None,
                           on_text=lambda _seq, piece: pieces.put(piece), cancel=cancel)
                 pieces.put(done)
             except BaseException as e:  # noqa: BLE001 (handed to the consumer)
@@ -221,18 +250,38 @@ class LLM:
             cancel.set()
             thread.join()
 
-    def chat(self, messages: Sequence[dict[str, str]], max_new_tokens: int = 256, temperature: float = 0.0,
+    @staticmethod
+    def _messages_json(messages: Sequence[Mapping[str, Any]]) -> str:
+        return json.dumps([dict(m) if isinstance(m, Mapping) else m for m in messages], ensure_ascii=False)
+
+    def render_chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
+        """The text of ``messages`` through the chat template, as transformers'
+        ``apply_chat_template(..., tokenize=False)`` renders it (``bos_token`` / ``eos_token`` set)."""
+        return str(self._impl.render_chat(self._messages_json(messages), add_generation_prompt))
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], max_new_tokens: int = 256, temperature: float = 0.0,
              top_k: int | None = None, top_p: float = 1.0, seed: int = 0, stop: Sequence[str] | str | None = None,
              *, details: bool = False) -> Any:
-        """The assistant's reply to ``messages`` ([{"role": ..., "content": ...}]), through the chat template.
+        """The assistant's reply to ``messages`` ([{"role": ..., "content": ...}, ...]), through the chat template.
 
-        The conversation is rendered as transformers' ``apply_chat_template(add_generation_prompt=True)``
-        renders it, tokenized with special tokens matched, and continued as :meth:`generate` does.
+        The conversation is rendered by the model's chat template (or ``chat_template=``) as
+        transformers' ``apply_chat_template(add_generation_prompt=True)`` renders it, tokenized with
+        special tokens matched (no BOS added unless the template writes it), and continued as
+        :meth:`generate` does, to the first end-of-sequence token: the same tokens as
+        ``qkv generate --chat``. Other keys of a message (``tool_calls``, ...) reach the template.
+        Returns the reply's text, or a :class:`Generation` with ``details=True``. ValueError for a
+        message without a string role or content, or a model without a chat template.
         """
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or "role" not in m or "content" not in m:
-                raise TypeError(f"chat: message {i} must be a dict with 'role' and 'content'")
-        rendered = self._impl.render_chat([(str(m["role"]), str(m["content"])) for m in messages], True)
-        gens, _ = self._run([self.tokenize(rendered)], True, max_new_tokens, temperature, top_k, top_p, seed, stop,
+        gens, _ = self._run([self._chat_ids(messages)], True, max_new_tokens, temperature, top_k, top_p, seed, stop,
                             None)
         return gens[0] if details else gens[0].text
+
+    def stream_chat(self, messages: Sequence[Mapping[str, Any]], max_new_tokens: int = 256, temperature: float = 0.0,
+                    top_k: int | None = None, top_p: float = 1.0, seed: int = 0,
+                    stop: Sequence[str] | str | None = None) -> Iterator[str]:
+        """Yields :meth:`chat`'s reply as it is made (whole characters only), as :meth:`stream` does."""
+        ids = self._chat_ids(messages)  # errors here, not at the first next()
+        return self._stream(ids, max_new_tokens, temperature, top_k, top_p, seed, stop)
+
+    def _chat_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        return list(self._impl.chat_prompt(self._messages_json(messages), True))

@@ -1,12 +1,8 @@
-// qkv.LLM's compiled part: a causal language model loaded once, generation through
-// infer::generate with the GIL released (taken back per token for the callback and Python's
-// signal check: Ctrl-C unwinds the call with KeyboardInterrupt), tokenizer, chat template.
-//
-// TODO(lead): load through infer::load_language_model (include/qkv/infer/language_model.h, the
-// one loader of the CLI, the server and Python) once it is on main: then GGUF files and the
-// Llama family load here too, with the model's own chat template and stop tokens. Until then
-// this loads GPT-2 folders (config.json, model.safetensors, optional vocab.json + merges.txt).
-#include <filesystem>
+// qkv.LLM's compiled part: a causal language model loaded once by infer::load_language_model
+// (the loader of the CLI: GPT-2 and Llama-family folders, GGUF files; the model's tokenizer,
+// chat template and end-of-sequence tokens), generation through infer::generate with the GIL
+// released (taken back per token for the callback and Python's signal check: Ctrl-C unwinds the
+// call with KeyboardInterrupt).
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,23 +18,23 @@
 #include "bindings.h"
 #include "qkv/core/error.h"
 #include "qkv/infer/generate.h"
-#include "qkv/models/gpt2.h"
-#include "qkv/tokenize/bpe.h"
+#include "qkv/infer/language_model.h"
 #include "qkv/tokenize/chat_template.h"
 
 namespace qkv::python {
 namespace {
 
 struct PyLanguageModel {
-  std::string path;
-  std::shared_ptr<const models::GPT2LMHeadModel> model;
-  std::optional<tokenize::ByteLevelBPE> tokenizer;
-  std::optional<tokenize::ChatTemplate> chat_template;
-  std::optional<std::int64_t> eos_id;
+  infer::LanguageModel lm;
 
-  const tokenize::ByteLevelBPE& tok() const {
-    if (!tokenizer) throw ValueError("'" + path + "' has no tokenizer (vocab.json, merges.txt): pass token ids");
-    return *tokenizer;
+  // The conversation (OpenAI-style messages as JSON) through the model's chat template, with the
+  // package's own hint when there is no template (the library's names the CLI flag).
+  std::vector<tokenize::ChatMessage> messages(const std::string& json) const {
+    if (!lm.chat_template)
+      throw ValueError((lm.chat_template_error.empty() ? "'" + lm.path + "' has no chat template"
+                                                       : lm.chat_template_error) +
+                       ": pass chat_template= (a Jinja template) to qkv.LLM");
+    return tokenize::parse_chat_messages_json(json, "messages");
   }
 };
 
@@ -53,52 +49,54 @@ void register_language_model(nb::module_& m) {
   nb::class_<PyLanguageModel>(m, "_LanguageModel")
       .def("__init__",
            [](PyLanguageModel* self, const std::string& path, std::optional<std::string> chat_template) {
-             PyLanguageModel lm{.path = path};
+             infer::LanguageModelOptions o;
+             if (chat_template) {
+               if (chat_template->empty()) throw ValueError("qkv.LLM: chat_template is empty (give a Jinja template)");
+               o.chat_template_text = *chat_template;
+             }
+             std::optional<infer::LanguageModel> lm;
              {
                nb::gil_scoped_release release;
-               lm.model = models::load_gpt2(path);
-               namespace fs = std::filesystem;
-               if (fs::exists(fs::path(path) / "vocab.json") && fs::exists(fs::path(path) / "merges.txt"))
-                 lm.tokenizer = tokenize::ByteLevelBPE::from_folder(path);
-               if (chat_template) lm.chat_template = tokenize::ChatTemplate::parse(*chat_template);
-               lm.eos_id = lm.tokenizer && lm.tokenizer->eos_id() ? lm.tokenizer->eos_id()
-                                                                   : lm.model->config().eos_token_id;
+               lm = infer::load_language_model(path, o);
              }
-             new (self) PyLanguageModel(std::move(lm));
+             new (self) PyLanguageModel{std::move(*lm)};
            },
            nb::arg("path"), nb::arg("chat_template").none())
-      .def_prop_ro("vocab_size", [](const PyLanguageModel& p) { return p.model->vocab_size(); })
-      .def_prop_ro("max_positions", [](const PyLanguageModel& p) { return p.model->max_positions(); })
-      .def_prop_ro("eos_id", [](const PyLanguageModel& p) { return p.eos_id; })
-      .def_prop_ro("has_tokenizer", [](const PyLanguageModel& p) { return p.tokenizer.has_value(); })
-      .def("tokenize", [](const PyLanguageModel& p, const std::string& text) { return p.tok().encode(text); },
-           nb::arg("text"))
-      .def("detokenize", [](const PyLanguageModel& p, const std::vector<std::int64_t>& ids) { return p.tok().decode(ids); },
-           nb::arg("ids"))
-      .def("token_bytes", [](const PyLanguageModel& p, std::int64_t id) { return nb::bytes(p.tok().token_bytes(id).data(), p.tok().token_bytes(id).size()); },
-           nb::arg("id"))
-      .def("render_chat",
-           [](const PyLanguageModel& p, const std::vector<std::pair<std::string, std::string>>& messages,
-              bool add_generation_prompt) {
-             if (!p.chat_template)
-               throw ValueError("'" + p.path + "' has no chat template: pass chat_template= (a Jinja template) to qkv.LLM");
-             std::vector<tokenize::ChatMessage> msgs;
-             for (const auto& [role, content] : messages) msgs.push_back({.role = role, .content = content});
-             tokenize::ChatTemplateOptions o{.add_generation_prompt = add_generation_prompt};
-             if (p.eos_id && p.tokenizer) o.eos_token = p.tokenizer->token_bytes(*p.eos_id);
-             return p.chat_template->render(msgs, o);
+      .def_prop_ro("vocab_size", [](const PyLanguageModel& p) { return p.lm.model->vocab_size(); })
+      .def_prop_ro("max_positions", [](const PyLanguageModel& p) { return p.lm.model->max_positions(); })
+      .def_prop_ro("architecture", [](const PyLanguageModel& p) { return p.lm.architecture; })
+      .def_prop_ro("eos_ids", [](const PyLanguageModel& p) { return p.lm.eos_ids; })
+      .def_prop_ro("bos_id", [](const PyLanguageModel& p) { return p.lm.bos_id; })
+      .def_prop_ro("has_tokenizer", [](const PyLanguageModel& p) { return p.lm.tokenizer.has_value(); })
+      .def("tokenize",
+           [](const PyLanguageModel& p, const std::string& text, bool add_bos) {
+             return add_bos ? p.lm.encode_prompt(text) : p.lm.tok().encode(text);
            },
-           nb::arg("messages"), nb::arg("add_generation_prompt"))
+           nb::arg("text"), nb::arg("add_bos"))
+      .def("detokenize", [](const PyLanguageModel& p, const std::vector<std::int64_t>& ids) { return p.lm.tok().decode(ids); },
+           nb::arg("ids"))
+      .def("render_chat",
+           [](const PyLanguageModel& p, const std::string& messages_json, bool add_generation_prompt) {
+             return p.lm.render_chat(p.messages(messages_json), add_generation_prompt);
+           },
+           nb::arg("messages_json"), nb::arg("add_generation_prompt"))
+      .def("chat_prompt",
+           [](const PyLanguageModel& p, const std::string& messages_json, bool add_generation_prompt) {
+             return p.lm.chat_prompt(p.messages(messages_json), add_generation_prompt);
+           },
+           nb::arg("messages_json"), nb::arg("add_generation_prompt"))
       // prompts (token ids) -> (results, tokens/s over all sequences). on_token(seq, token) -> bool
-      // (False stops that sequence), called in generation order with the GIL held.
+      // (False stops that sequence), called in generation order with the GIL held. Every eos id
+      // of the model ends a sequence (GenerationOptions eos_id and stop_ids).
       .def("generate",
            [](const PyLanguageModel& p, const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t max_new_tokens,
               double temperature, std::int64_t top_k, double top_p, std::uint64_t seed, std::int64_t logprobs,
               nb::object on_token) {
              infer::GenerationOptions o{.max_new_tokens = max_new_tokens,
                                         .sampling = {.temperature = temperature, .top_k = top_k, .top_p = top_p, .seed = seed},
-                                        .eos_id = p.eos_id,
+                                        .eos_id = p.lm.eos_id(),
                                         .logprobs = logprobs};
+             if (!p.lm.eos_ids.empty()) o.stop_ids.assign(p.lm.eos_ids.begin() + 1, p.lm.eos_ids.end());
              infer::TokenCallback cb = [&on_token](std::int64_t seq, std::int64_t token) {
                nb::gil_scoped_acquire gil;
                if (PyErr_CheckSignals() != 0) throw nb::python_error();
@@ -109,8 +107,8 @@ void register_language_model(nb::module_& m) {
              infer::GenerationStats stats;
              {
                nb::gil_scoped_release release;
-               infer::check_generation(*p.model, prompts, o);
-               results = infer::generate(*p.model, prompts, o, cb, &stats);
+               infer::check_generation(*p.lm.model, prompts, o);
+               results = infer::generate(*p.lm.model, prompts, o, cb, &stats);
              }
              std::vector<PyResult> out;
              for (const infer::GenerationResult& r : results) {
@@ -127,8 +125,8 @@ void register_language_model(nb::module_& m) {
   // Text of a token stream, whole UTF-8 characters only (tokenize::StreamDecoder).
   nb::class_<tokenize::StreamDecoder>(m, "_StreamDecoder")
       .def("__init__",
-           [](tokenize::StreamDecoder* self, const PyLanguageModel& p) { new (self) tokenize::StreamDecoder(p.tok()); },
-           nb::arg("model"))
+           [](tokenize::StreamDecoder* self, const PyLanguageModel& p) { new (self) tokenize::StreamDecoder(p.lm.tok()); },
+           nb::arg("model"), nb::keep_alive<1, 2>())
       .def("push", &tokenize::StreamDecoder::push, nb::arg("id"))
       .def("finish", &tokenize::StreamDecoder::finish);
 }

@@ -62,3 +62,9 @@ def models_dir() -> Path:
 @pytest.fixture(scope="session")
 def minilm(models_dir: Path) -> Path:
     return _resource(None, models_dir / "all-MiniLM-L6-v2")
+
+
+@pytest.fixture(scope="session")
+def smollm_gguf(models_dir: Path) -> Path:
+    """SmolLM2-135M-Instruct as a Q4_1 GGUF file (`make models`)."""
+    return _resource(None, models_dir / "SmolLM2-135M-Instruct.Q4_1.gguf")

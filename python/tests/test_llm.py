@@ -1,4 +1,4 @@
-"""qkv.LLM on the repository's tiny GPT-2: equal to `qkv generate` token for token, streaming,
+"""qkv.LLM on the repository's tiny GPT-2 folder: equal to `qkv generate` token for token, streaming,
 stop strings, logprobs, chat, threads, Ctrl-C, bad arguments."""
 
 from __future__ import annotations
@@ -85,12 +85,25 @@ def test_bad_arguments(llm: qkv.LLM, tmp_path: Path) -> None:
         llm.generate(PROMPT, max_new_tokens=0)
     with pytest.raises(ValueError, match="empty stop string"):
         llm.generate(PROMPT, stop="")
-    with pytest.raises(TypeError, match="message 0 must be a dict"):
+    with pytest.raises(ValueError, match="messages: element 0"):
         llm.chat(["hi"])  # type: ignore[list-item]
-    with pytest.raises(ValueError, match="has no chat template"):
+    with pytest.raises(ValueError, match="messages: element 0 has no \"content\""):
+        llm.chat([{"role": "user"}])
+    with pytest.raises(ValueError, match="has no chat template: pass chat_template="):
         qkv.LLM(TINY).chat([{"role": "user", "content": "hi"}])
-    with pytest.raises(OSError):
+    with pytest.raises(ValueError, match="chat_template is empty"):
+        qkv.LLM(TINY, chat_template="")
+    with pytest.raises(ValueError, match="chat template"):
+        qkv.LLM(TINY, chat_template="{% for %}")
+    with pytest.raises(OSError, match="does not exist"):
         qkv.LLM(tmp_path / "nothing-here")
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "config.json").write_text('{"model_type": "bert"}')
+    with pytest.raises(ValueError, match="is a BERT folder; generation needs a causal language model"):
+        qkv.LLM(tmp_path / "bert")
+    (tmp_path / "x.gguf").write_text("not a gguf")
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        qkv.LLM(tmp_path / "x.gguf")
 
 
 def test_threads_share_one_model(llm: qkv.LLM) -> None:
