@@ -8,6 +8,9 @@ set(QKV_SOURCES
   ops/linalg.cpp
   ops/nn_functional.cpp
   ops/attention.cpp
+  ops/multi_head_attention.cpp
+  ops/rms_norm.cpp
+  ops/rotary.cpp
   nn/module.cpp
   nn/layers.cpp
   nn/positional.cpp
@@ -78,5 +81,7 @@ set(QKV_O3_SOURCES
   ops/linalg.cpp
   ops/nn_functional.cpp
   ops/attention.cpp
+  ops/rms_norm.cpp
+  ops/rotary.cpp
   optim/optimizer.cpp
 )

@@ -168,7 +168,11 @@ LanguageModel load_language_model(const std::string& path, const LanguageModelOp
     if (!lm.bos_id) lm.bos_id = lm.tokenizer->bos_id();
     lm.add_bos = lm.tokenizer->add_bos() && lm.bos_id.has_value();
   }
-  if (!o.chat_template_file.empty()) {
+  if (!o.chat_template_text.empty()) {
+    lm.chat_template_error.clear();
+    lm.chat_template =
+        std::make_shared<const tokenize::ChatTemplate>(tokenize::ChatTemplate::parse(o.chat_template_text));
+  } else if (!o.chat_template_file.empty()) {
     lm.chat_template_error.clear();
     lm.chat_template = std::make_shared<const tokenize::ChatTemplate>(tokenize::ChatTemplate::parse(
         io::read_file(o.chat_template_file, "--chat-template"), o.chat_template_file));

@@ -27,6 +27,9 @@ struct LanguageModelOptions {
   // A Jinja chat template file that replaces the model's own (tokenizer.chat_template of a GGUF,
   // chat_template in tokenizer_config.json or chat_template.jinja of a folder).
   std::string chat_template_file;
+  // The same given as the template's text (the Python package's chat_template=); wins over
+  // chat_template_file when both are set.
+  std::string chat_template_text;
   // How activations meet quantized weights in the Llama family (kernels/qgemm.h): F32, exact
   // (the default), or Q8 (activations quantized per 32 values, integer products; faster, less exact).
   kernels::QActivations activations = kernels::QActivations::F32;
