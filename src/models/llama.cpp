@@ -268,10 +268,10 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
       }
     }
   };
-  // Decode attention of layer l, one call per (sequence, key/value head) — B = 1, H_kv = 1 — so a
-  // sequence's result is the same whatever else is in the batch and however the calls are
-  // shared: by the members of a team (`tm`), or one after the other on this thread, each call
-  // then splitting a long context over the threads itself (kernels/decode_attention.h).
+  // Decode attention of layer l for one (sequence, key/value head) unit — B = 1, H_kv = 1 — for the
+  // members of a team to share; bitwise what one call over every unit with `independent` set
+  // gives (kernels/decode_attention.h), so a sequence's result never depends on the batch or
+  // on which path ran.
   const i64 G = H / Hkv;
   auto decode_unit = [&](i64 l, i64 u) {
     const i64 b = u / Hkv, j = u % Hkv;
@@ -304,8 +304,19 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
   auto attention = [&](i64 l) {
     const float* Kc = cache.keys(l).data<float>();
     const float* Vc = cache.values(l).data<float>();
-    if (Lq) {
-      for (i64 u = 0; u < B * Hkv; ++u) decode_unit(l, u);
+    if (Lq) {  // one call for every (sequence, head): the same results as decode_unit's
+      kernels::DecodeParams p;
+      p.B = B, p.H = H, p.H_kv = Hkv, p.Lq = Lq, p.D = D;
+      p.q_sb = H * Lq * D, p.q_sh = Lq * D, p.q_st = D;
+      p.o_sb = p.q_sb, p.o_sh = p.q_sh, p.o_st = p.q_st;
+      p.k_sb = Hkv * T * D, p.k_sh = T * D, p.k_st = D;
+      p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
+      p.q_len = q_len.data();
+      p.k_len = k_len.data();
+      p.scale = scale;
+      p.window = c.sliding_window;
+      p.independent = true;
+      kernels::decode_attention_forward(od, qd, Kc, Vc, p);
       gather_rows(0, R);
     }
     for (i64 b = 0; b < B; ++b) {
