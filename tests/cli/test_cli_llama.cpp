@@ -77,6 +77,18 @@ TEST(CliLlama, ChatPromptThroughTheTemplateAnswers) {
   }
 }
 
+TEST(CliLlama, PromptIdsWithATokenizerPrintTheContinuation) {
+  need_smol();
+  const std::string ids = "1,504,3458,314";
+  const Result r = run("generate --model '" + kSmol + "' --prompt-ids " + ids + " --max-new 4 --ignore-eos");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Result j = run("generate --model '" + kSmol + "' --prompt-ids " + ids + " --max-new 4 --ignore-eos --json");
+  ASSERT_EQ(j.code, 0) << j.err;
+  const auto o = json_lines(j.out).at(0);
+  EXPECT_EQ(o["new_ids"].size(), 4u);
+  EXPECT_EQ(r.out, "[0] " + o["text"].get<std::string>() + "\n");
+}
+
 TEST(CliLlama, ChatKeepsTheConversation) {
   need_smol();
   Scratch s;
