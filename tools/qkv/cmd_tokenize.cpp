@@ -16,8 +16,6 @@
 #include "qkv/core/error.h"
 #include "qkv/infer/language_model.h"
 #include "qkv/io/files.h"
-#include "qkv/io/gguf.h"
-#include "qkv/tokenize/gguf_vocab.h"
 
 namespace qkv::tool {
 namespace {
@@ -52,12 +50,12 @@ int run_tokenize_chat(const TokenizeOptions& o, std::ostream& out) {
   return 0;
 }
 
-// The tokenizer of a GGUF file (its metadata only) or of a folder.
+// The tokenizer of a GGUF file (its header only) or of a folder; a folder without one names the
+// missing file.
 tokenize::ByteLevelBPE model_tokenizer(const std::string& model) {
+  if (auto t = infer::load_model_tokenizer(model)) return std::move(*t);
   std::error_code ec;
-  if (std::filesystem::is_regular_file(model, ec)) return tokenize::bpe_from_gguf(io::GGUFFile::open_header(model));
-  if (std::filesystem::exists(std::filesystem::path(model) / "tokenizer.json", ec))
-    return tokenize::ByteLevelBPE::from_folder(model);
+  if (std::filesystem::is_regular_file(model, ec)) throw FormatError(model + " has no tokenizer (tokenizer.ggml.model)");
   return *load_tokenizer(model, true, "by qkv tokenize");
 }
 

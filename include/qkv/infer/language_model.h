@@ -74,6 +74,19 @@ struct LanguageModel {
 // Qwen2)"). Nothing is initialised at random; weights are mapped, not copied, where they can be.
 LanguageModel load_language_model(const std::string& path, const LanguageModelOptions& options = {});
 
+// A folder's chat template text: tokenizer_config.json's chat_template (a string, or the "default"
+// entry of a list of named templates), else chat_template.jinja; nullopt when it has none.
+// FormatError naming the file for a malformed tokenizer_config.json.
+struct ChatTemplateSource {
+  std::string text;
+  std::string name;  // the file (and key) it came from, for messages
+};
+std::optional<ChatTemplateSource> folder_chat_template_source(const std::string& dir);
+
+// The tokenizer of a model alone (the network is not read): a GGUF file's vocabulary (its header
+// only), or a folder's tokenizer.json / vocab.json + merges.txt; nullopt when it has none.
+std::optional<tokenize::ByteLevelBPE> load_model_tokenizer(const std::string& path);
+
 // What a model folder or file is, from its config.json model_type or GGUF architecture: "gpt2",
 // "llama", "mistral", "qwen2", "bert", ... ; "" when it cannot tell. Reads only small headers.
 std::string model_kind(const std::string& path);
