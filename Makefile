@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup models data configure build demo test bench clean test-tsan test-asan fuzz-smoke
+.PHONY: all setup models data configure build demo test test-python bench clean test-tsan test-asan fuzz-smoke
 
 all: build
 
@@ -29,6 +29,11 @@ demo: models data build
 
 test: models data build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+# The Python package: pip install . into build-venv (made here, filled from PyPI), then
+# pytest (python/tests; parity with $(BUILD)'s qkv CLI), mypy and the example (scripts/test_python.sh).
+test-python: models data build
+	@CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) bash scripts/test_python.sh $(BUILD)
 
 # ThreadSanitizer over the concurrency tests (label `concurrency`: one model serving 8 threads,
 # threaded kernels from 8 user threads, the thread pool's own tests) in $(TSAN_BUILD). Builds

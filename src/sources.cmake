@@ -8,6 +8,9 @@ set(QKV_SOURCES
   ops/linalg.cpp
   ops/nn_functional.cpp
   ops/attention.cpp
+  ops/multi_head_attention.cpp
+  ops/rms_norm.cpp
+  ops/rotary.cpp
   nn/module.cpp
   nn/layers.cpp
   nn/positional.cpp
@@ -54,6 +57,8 @@ set(QKV_SOURCES
   train/lm.cpp
   train/seq2seq.cpp
   train/classify.cpp
+  train/distributed.cpp
+  train/grad_exchange.cpp
   tokenize/bpe_train.cpp
   tokenize/chat_template.cpp
   tokenize/jinja_text.cpp
@@ -78,5 +83,7 @@ set(QKV_O3_SOURCES
   ops/linalg.cpp
   ops/nn_functional.cpp
   ops/attention.cpp
+  ops/rms_norm.cpp
+  ops/rotary.cpp
   optim/optimizer.cpp
 )

@@ -17,7 +17,7 @@ qkv_add_test(test_parallel SOURCES core/test_parallel.cpp core/test_thread_pool.
 qkv_add_test(test_fma_peak SOURCES core/test_fma_peak.cpp LIBS qkv_core)
 qkv_add_test(test_autograd SOURCES autograd/test_autograd.cpp LIBS qkv)
 qkv_add_test(test_gradcheck SOURCES ops/test_gradcheck.cpp nn/test_module_gradcheck.cpp LIBS qkv)
-qkv_add_test(test_attention_ops SOURCES ops/test_attention_ops.cpp ops/test_tutorial.cpp LIBS qkv)
+qkv_add_test(test_attention_ops SOURCES ops/test_attention_ops.cpp ops/test_tutorial.cpp ops/test_functional_ops.cpp LIBS qkv)
 qkv_add_test(test_bad_inputs SOURCES ops/test_bad_inputs.cpp LIBS qkv)
 qkv_add_test(test_nn SOURCES nn/test_nn.cpp optim/test_optim.cpp LIBS qkv)
 

@@ -10,6 +10,7 @@ namespace qkv::autograd {
 
 namespace {
 thread_local bool t_grad_enabled = true;
+thread_local LeafReadyHook* t_leaf_ready = nullptr;
 std::atomic<std::uint64_t> g_seq{0};
 }  // namespace
 
@@ -29,6 +30,11 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
     if (t.defined() && t.requires_grad()) return true;
   return false;
 }
+
+LeafReadyGuard::LeafReadyGuard(LeafReadyHook hook) : hook_(std::move(hook)), prev_(t_leaf_ready) {
+  t_leaf_ready = &hook_;
+}
+LeafReadyGuard::~LeafReadyGuard() { t_leaf_ready = prev_; }
 
 void record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn fn) {
   if (!any_requires_grad(inputs)) return;
@@ -116,19 +122,24 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
                         root.shape_str());
   }
   NoGradGuard no_grad;
+  LeafReadyHook* const leaf_ready = t_leaf_ready;
   if (root.is_leaf()) {
     accumulate_leaf(root.impl(), grad, "backward");
+    if (leaf_ready) (*leaf_ready)(root.impl_ptr());
     return;
   }
 
-  // Collect the graph and count, for each node, how many edges point at it.
+  // Collect the graph and count, for each node, how many edges point at it (and, with a
+  // leaf-ready hook, at each leaf: the leaf is ready once every node with an edge to it is done).
   std::unordered_map<Node*, int> deps;
+  std::unordered_map<TensorImpl*, int> leaf_deps;
   std::vector<Node*> stack{root.grad_fn().get()};
   deps[root.grad_fn().get()] = 0;
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->next) {
+      if (leaf_ready && e.leaf) ++leaf_deps[e.leaf.get()];
       if (!e.node) continue;
       auto it = deps.find(e.node.get());
       if (it == deps.end()) {
@@ -139,6 +150,13 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
       }
     }
   }
+
+  // A node is done (processed, or released without a gradient): its leaf edges count down.
+  auto node_done = [&](const Node& n) {
+    if (!leaf_ready) return;
+    for (const Edge& e : n.next)
+      if (e.leaf && --leaf_deps[e.leaf.get()] == 0) (*leaf_ready)(e.leaf);
+  };
 
   std::unordered_map<Node*, Tensor> pending;
   pending[root.grad_fn().get()] = grad;
@@ -193,6 +211,7 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
                 m->fn = nullptr;
                 m->released = true;
               }
+              node_done(*m);
               for (const Edge& me : m->next)
                 if (me.node && --deps[me.node.get()] == 0) {
                   if (pending.count(me.node.get()) && pending[me.node.get()].defined())
@@ -205,6 +224,7 @@ void run_backward(const Tensor& root, const Tensor& grad_in, bool retain_graph) 
         }
       }
     }
+    node_done(*node);
   }
 }
 

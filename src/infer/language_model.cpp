@@ -31,35 +31,11 @@ std::string folder_model_type(const std::string& dir) {
   return "";
 }
 
-// A folder's chat template: tokenizer_config.json's chat_template (a string, or the "default"
-// entry of a list of named templates), else chat_template.jinja.
+// A folder's chat template as a parsed template (null when it has none).
 std::shared_ptr<const tokenize::ChatTemplate> folder_chat_template(const std::string& dir) {
-  std::error_code ec;
-  const fs::path tc = fs::path(dir) / "tokenizer_config.json";
-  if (fs::is_regular_file(tc, ec)) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(io::read_file(tc.string(), "load_language_model"));
-    } catch (const nlohmann::json::exception& e) {
-      throw FormatError(tc.string() + ": not valid JSON: " + e.what());
-    }
-    if (auto it = j.find("chat_template"); it != j.end() && !it->is_null()) {
-      if (it->is_string())
-        return std::make_shared<const tokenize::ChatTemplate>(
-            tokenize::ChatTemplate::parse(it->get<std::string>(), tc.string() + " chat_template"));
-      if (it->is_array())
-        for (const auto& e : *it)
-          if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
-            return std::make_shared<const tokenize::ChatTemplate>(
-                tokenize::ChatTemplate::parse(e["template"].get<std::string>(), tc.string() + " chat_template"));
-      throw FormatError(tc.string() + ": chat_template must be a string or a list with a \"default\" template");
-    }
-  }
-  const fs::path jinja = fs::path(dir) / "chat_template.jinja";
-  if (fs::is_regular_file(jinja, ec))
-    return std::make_shared<const tokenize::ChatTemplate>(
-        tokenize::ChatTemplate::parse(io::read_file(jinja.string(), "load_language_model"), jinja.string()));
-  return nullptr;
+  const std::optional<ChatTemplateSource> t = folder_chat_template_source(dir);
+  if (!t) return nullptr;
+  return std::make_shared<const tokenize::ChatTemplate>(tokenize::ChatTemplate::parse(t->text, t->name));
 }
 
 void add_eos(std::vector<i64>& eos, std::optional<i64> id) {
@@ -73,6 +49,45 @@ std::string base_name(const std::string& path) {
 }
 
 }  // namespace
+
+std::optional<ChatTemplateSource> folder_chat_template_source(const std::string& dir) {
+  std::error_code ec;
+  const fs::path tc = fs::path(dir) / "tokenizer_config.json";
+  if (fs::is_regular_file(tc, ec)) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(io::read_file(tc.string(), "load_language_model"));
+    } catch (const nlohmann::json::exception& e) {
+      throw FormatError(tc.string() + ": not valid JSON: " + e.what());
+    }
+    if (auto it = j.find("chat_template"); it != j.end() && !it->is_null()) {
+      const std::string name = tc.string() + " chat_template";
+      if (it->is_string()) return ChatTemplateSource{it->get<std::string>(), name};
+      if (it->is_array())
+        for (const auto& e : *it)
+          if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+            return ChatTemplateSource{e["template"].get<std::string>(), name};
+      throw FormatError(tc.string() + ": chat_template must be a string or a list with a \"default\" template");
+    }
+  }
+  const fs::path jinja = fs::path(dir) / "chat_template.jinja";
+  if (fs::is_regular_file(jinja, ec))
+    return ChatTemplateSource{io::read_file(jinja.string(), "load_language_model"), jinja.string()};
+  return std::nullopt;
+}
+
+std::optional<tokenize::ByteLevelBPE> load_model_tokenizer(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) {
+    const io::GGUFFile f = io::GGUFFile::open_header(path);
+    if (!f.find_value("tokenizer.ggml.model")) return std::nullopt;
+    return tokenize::bpe_from_gguf(f);
+  }
+  const bool has_tok = fs::exists(fs::path(path) / "tokenizer.json", ec) ||
+                       (fs::exists(fs::path(path) / "vocab.json", ec) && fs::exists(fs::path(path) / "merges.txt", ec));
+  if (!has_tok) return std::nullopt;
+  return tokenize::ByteLevelBPE::from_folder(path);
+}
 
 std::string model_kind(const std::string& path) {
   std::error_code ec;
@@ -154,9 +169,7 @@ LanguageModel load_language_model(const std::string& path, const LanguageModelOp
       throw FormatError(path + ": model_type \"" + kind +
                         "\" is not one qkv generates with (gpt2, llama, mistral, qwen2)");
     }
-    const bool has_tok = fs::exists(fs::path(path) / "tokenizer.json", ec) ||
-                         (fs::exists(fs::path(path) / "vocab.json", ec) && fs::exists(fs::path(path) / "merges.txt", ec));
-    if (has_tok) lm.tokenizer = tokenize::ByteLevelBPE::from_folder(path);
+    lm.tokenizer = load_model_tokenizer(path);
     try {
       lm.chat_template = folder_chat_template(path);
     } catch (const tokenize::ChatTemplateError& e) {
@@ -168,7 +181,11 @@ LanguageModel load_language_model(const std::string& path, const LanguageModelOp
     if (!lm.bos_id) lm.bos_id = lm.tokenizer->bos_id();
     lm.add_bos = lm.tokenizer->add_bos() && lm.bos_id.has_value();
   }
-  if (!o.chat_template_file.empty()) {
+  if (!o.chat_template_text.empty()) {
+    lm.chat_template_error.clear();
+    lm.chat_template =
+        std::make_shared<const tokenize::ChatTemplate>(tokenize::ChatTemplate::parse(o.chat_template_text));
+  } else if (!o.chat_template_file.empty()) {
     lm.chat_template_error.clear();
     lm.chat_template = std::make_shared<const tokenize::ChatTemplate>(tokenize::ChatTemplate::parse(
         io::read_file(o.chat_template_file, "--chat-template"), o.chat_template_file));

@@ -114,8 +114,15 @@ void save_checkpoint(const std::string& path, const SaveCheckpointArgs& a) {
   save_safetensors(path, tensors, meta);
 }
 
-Checkpoint load_checkpoint(const std::string& path) {
-  LoadedTensors f = load_safetensors(path);
+static Checkpoint checkpoint_from(LoadedTensors f, const std::string& path);
+
+Checkpoint load_checkpoint(const std::string& path) { return checkpoint_from(load_safetensors(path), path); }
+
+Checkpoint load_checkpoint_bytes(std::vector<std::uint8_t> bytes, const std::string& source) {
+  return checkpoint_from(load_safetensors_bytes(std::move(bytes), source), source);
+}
+
+static Checkpoint checkpoint_from(LoadedTensors f, const std::string& path) {
   Checkpoint c;
   c.metadata = f.metadata;
   auto it = f.metadata.find("format");

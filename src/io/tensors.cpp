@@ -122,8 +122,15 @@ bool LoadedTensors::contains(const std::string& name) const {
   return false;
 }
 
-LoadedTensors load_safetensors(const std::string& path) {
-  SafetensorsFile f = SafetensorsFile::open(path);
+static LoadedTensors load_safetensors_from(const SafetensorsFile& f, const std::string& path);
+
+LoadedTensors load_safetensors(const std::string& path) { return load_safetensors_from(SafetensorsFile::open(path), path); }
+
+LoadedTensors load_safetensors_bytes(std::vector<std::uint8_t> bytes, const std::string& source) {
+  return load_safetensors_from(SafetensorsFile::parse(std::move(bytes), source), source);
+}
+
+static LoadedTensors load_safetensors_from(const SafetensorsFile& f, const std::string& path) {
   MemoryEstimate need;  // the loaded tensors (16-bit floats become float32) beside the file's bytes
   for (const auto& info : f.tensors())
     need.add_bytes(info.dtype == StDType::F16 || info.dtype == StDType::BF16 ? 2 * info.nbytes() : info.nbytes());

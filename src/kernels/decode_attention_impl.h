@@ -213,57 +213,67 @@ struct Decode {
   static void forward(float* O, const float* Q, const float* K, const float* Vv, const DecodeParams& p) {
     const i64 B = p.B, Hkv = p.H_kv > 0 ? p.H_kv : p.H, G = p.H / Hkv, Rmax = G * p.Lq, D = p.D;
     if (B <= 0 || p.H <= 0 || p.Lq <= 0) return;
-    // Keys some query of sequence b sees: [first(b), k_len[b]), split into splits[b] chunks of
-    // equal size. splits[b] depends on B, H_kv and the sequence's own keys, not on the other
-    // sequences: a sequence gets the same bits whatever runs beside it (continuous batching).
+    // Keys some query of sequence b sees: [first(b), k_len[b]), split into S(b) chunks of equal
+    // size (S from the sizes alone: the batch's largest, or each sequence's own when independent).
     auto first = [&](i64 b) { return key_lo(p, p.q_len[b], p.k_len[b], 0); };
-    std::vector<std::int64_t>& splits = call_workspace().decode_splits;
-    splits.assign(static_cast<std::size_t>(B), 1);
-    i64 S = 1;  // the most chunks of any sequence: tasks (b, hk, c) with c >= splits[b] do nothing
+    i64 most = 0;
+    for (i64 b = 0; b < B; ++b)
+      if (p.q_len[b] > 0) most = std::max(most, p.k_len[b] - first(b));
+    const i64 S_all = decode_attention_splits(B, Hkv, most);
+    auto splits = [&](i64 b) {
+      return p.independent ? decode_attention_splits(1, 1, p.q_len[b] > 0 ? p.k_len[b] - first(b) : 0) : S_all;
+    };
+    // Tasks of sequence b: [start[b], start[b + 1]) = its Hkv * S(b) (head, chunk) pairs.
+    std::vector<i64> start(static_cast<std::size_t>(B + 1), 0);
+    bool split = false;
     for (i64 b = 0; b < B; ++b) {
-      if (p.q_len[b] > 0) splits[static_cast<std::size_t>(b)] = decode_attention_splits(B, Hkv, p.k_len[b] - first(b));
-      S = std::max(S, splits[static_cast<std::size_t>(b)]);
+      const i64 S = splits(b);
+      split = split || S > 1;
+      start[static_cast<std::size_t>(b + 1)] = start[static_cast<std::size_t>(b)] + Hkv * S;
     }
-    Out whole{O, nullptr, D + 2}, parted = whole;
-    if (S > 1) {  // partials of every (b, hk, chunk, row) of split sequences, each task writing only its own
-      parted.parts = call_workspace().decode_parts.get(static_cast<std::size_t>(B * Hkv * S * Rmax * whole.slot));
+    const i64 tasks = start[static_cast<std::size_t>(B)];
+    Out out{O, nullptr, D + 2};
+    if (split) {  // partials of every (b, hk, chunk, row), each task writing only its own
+      out.parts = call_workspace().decode_parts.get(static_cast<std::size_t>(tasks * Rmax * out.slot));
     }
     // Each task writes only its own rows (or partial slots), whoever runs it: tasks are handed out
     // at run time (a worker that starts late or is slowed down gives its last tasks away).
-    qkv::parallel_claim(0, B * Hkv * S, [&](const qkv::ClaimNext& next) {
+    qkv::parallel_claim(0, tasks, [&](const qkv::ClaimNext& next) {
       for (i64 t; next(t);) {
-        const i64 c = t % S, bh = t / S, b = bh / Hkv, hk = bh % Hkv, Sb = splits[static_cast<std::size_t>(b)];
-        if (c >= Sb) continue;
+        const i64 b = static_cast<i64>(std::upper_bound(start.begin(), start.end(), t) - start.begin()) - 1;
+        const i64 S = splits(b), local = t - start[static_cast<std::size_t>(b)], c = local % S, hk = local / S;
         const i64 lo = first(b), n = p.k_len[b] - lo;
-        task(p, Q, K, Vv, Sb > 1 ? parted : whole, b, hk, lo + c * n / Sb, lo + (c + 1) * n / Sb, t * Rmax);
+        Out o = out;
+        if (S == 1) o.parts = nullptr;  // this sequence's rows go straight to O
+        task(p, Q, K, Vv, o, b, hk, lo + c * n / S, lo + (c + 1) * n / S, t * Rmax);
       }
     });
-    if (S == 1) return;
+    if (!split) return;
     // Merge the chunks of each row in chunk order: O = sum_c 2^(m_c - M) o_c / sum_c 2^(m_c - M) l_c.
     // O(rows * S * D) next to the tasks' O(rows * keys * D): run by the caller, not worth waking
     // the workers a second time.
     {
-      const Out& out = parted;
-      for (i64 bh = 0; bh < B * Hkv; ++bh) {
-        const i64 b = bh / Hkv, hk = bh % Hkv, nq = p.q_len[b], Sb = splits[static_cast<std::size_t>(b)];
-        if (Sb == 1) continue;  // written in place
-        for (i64 r = 0; r < G * nq; ++r) {
-          auto slot = [&](i64 c) { return out.parts + ((bh * S + c) * Rmax + r) * out.slot; };
-          float M = kNegInf;
-          for (i64 c = 0; c < Sb; ++c) M = std::max(M, slot(c)[0]);
-          float* orow = O + b * p.o_sb + (hk * G + r / nq) * p.o_sh + (r % nq) * p.o_st;
-          std::fill(orow, orow + D, 0.f);
-          float L = 0.f;
-          for (i64 c = 0; c < Sb; ++c) {
-            const float* sc = slot(c);
-            if (sc[1] == 0.f) continue;  // the row saw no key of this chunk
-            const float w = fastexp::exp2_scalar(sc[0] - M);
-            L += w * sc[1];
-            for (i64 d = 0; d < D; ++d) orow[d] += w * sc[2 + d];
+      for (i64 b = 0; b < B; ++b) {
+        const i64 S = splits(b), nq = p.q_len[b];
+        if (S == 1) continue;
+        for (i64 hk = 0; hk < Hkv; ++hk)
+          for (i64 r = 0; r < G * nq; ++r) {
+            auto slot = [&](i64 c) { return out.parts + ((start[static_cast<std::size_t>(b)] + hk * S + c) * Rmax + r) * out.slot; };
+            float M = kNegInf;
+            for (i64 c = 0; c < S; ++c) M = std::max(M, slot(c)[0]);
+            float* orow = O + b * p.o_sb + (hk * G + r / nq) * p.o_sh + (r % nq) * p.o_st;
+            std::fill(orow, orow + D, 0.f);
+            float L = 0.f;
+            for (i64 c = 0; c < S; ++c) {
+              const float* sc = slot(c);
+              if (sc[1] == 0.f) continue;  // the row saw no key of this chunk
+              const float w = fastexp::exp2_scalar(sc[0] - M);
+              L += w * sc[1];
+              for (i64 d = 0; d < D; ++d) orow[d] += w * sc[2 + d];
+            }
+            const float inv = L > 0.f ? 1.f / L : 0.f;
+            for (i64 d = 0; d < D; ++d) orow[d] *= inv;
           }
-          const float inv = L > 0.f ? 1.f / L : 0.f;
-          for (i64 d = 0; d < D; ++d) orow[d] *= inv;
-        }
       }
     }
   }

@@ -274,11 +274,43 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
       }
     }
   };
-  // Attention of layer l over the cache (the kernels split their work over the threads).
+  // Decode attention of layer l for one (sequence, key/value head) unit — B = 1, H_kv = 1 — for the
+  // members of a team to share; bitwise what one call over every unit with `independent` set
+  // gives (kernels/decode_attention.h), so a sequence's result never depends on the batch or
+  // on which path ran.
+  const i64 G = H / Hkv;
+  auto decode_unit = [&](i64 l, i64 u) {
+    const i64 b = u / Hkv, j = u % Hkv;
+    if (!q_len[static_cast<std::size_t>(b)]) return;
+    kernels::DecodeParams p;
+    p.B = 1, p.H = G, p.H_kv = 1, p.Lq = Lq, p.D = D;
+    p.q_sb = H * Lq * D, p.q_sh = Lq * D, p.q_st = D;
+    p.o_sb = p.q_sb, p.o_sh = p.q_sh, p.o_st = p.q_st;
+    p.k_sb = Hkv * T * D, p.k_sh = T * D, p.k_st = D;
+    p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
+    p.q_len = q_len.data() + b;
+    p.k_len = k_len.data() + b;
+    p.scale = scale;
+    p.window = c.sliding_window;
+    const i64 qo = (b * H + j * G) * Lq * D, ko = (b * Hkv + j) * T * D;
+    kernels::decode_attention_forward(od + qo, qd + qo, cache.keys(l).data<float>() + ko,
+                                      cache.values(l).data<float>() + ko, p);
+  };
+  // The decode kernel's output rows back into att [R, H*D] (rows r0..r1).
+  auto gather_rows = [&](i64 r0, i64 r1) {
+    for (i64 r = r0; r < r1; ++r) {
+      const i64 b = row_b[static_cast<std::size_t>(r)], t = row_t[static_cast<std::size_t>(r)];
+      if (!q_len[static_cast<std::size_t>(b)]) continue;
+      for (i64 hh = 0; hh < H; ++hh)
+        std::memcpy(att + r * HD + hh * D, od + ((b * H + hh) * Lq + t) * D, static_cast<std::size_t>(D) * sizeof(float));
+    }
+  };
+  // Attention of layer l over the cache, outside a team: decode calls one by one, then one
+  // FlashAttention call per prefilling sequence (the kernels split their work over the threads).
   auto attention = [&](i64 l) {
     const float* Kc = cache.keys(l).data<float>();
     const float* Vc = cache.values(l).data<float>();
-    if (Lq) {
+    if (Lq) {  // one call for every (sequence, head): the same results as decode_unit's
       kernels::DecodeParams p;
       p.B = B, p.H = H, p.H_kv = Hkv, p.Lq = Lq, p.D = D;
       p.q_sb = H * Lq * D, p.q_sh = Lq * D, p.q_st = D;
@@ -289,13 +321,9 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
       p.k_len = k_len.data();
       p.scale = scale;
       p.window = c.sliding_window;
+      p.independent = true;
       kernels::decode_attention_forward(od, qd, Kc, Vc, p);
-      for (i64 r = 0; r < R; ++r) {
-        const i64 b = row_b[static_cast<std::size_t>(r)], t = row_t[static_cast<std::size_t>(r)];
-        if (!q_len[static_cast<std::size_t>(b)]) continue;
-        for (i64 hh = 0; hh < H; ++hh)
-          std::memcpy(att + r * HD + hh * D, od + ((b * H + hh) * Lq + t) * D, static_cast<std::size_t>(D) * sizeof(float));
-      }
+      gather_rows(0, R);
     }
     for (i64 b = 0; b < B; ++b) {
       const i64 n = n_new[static_cast<std::size_t>(b)];
@@ -314,9 +342,35 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
       kernels::flash_attention_forward(att + r0 * HD, lse, q + r0 * HD, Kc + b * Hkv * T * D, Vc + b * Hkv * T * D, p);
     }
   };
-  for (i64 l = 0; l <= c.num_hidden_layers; ++l) {
-    parallel_team(num_threads(), [&](Team& tm) { before(tm, l); });
-    if (l < c.num_hidden_layers) attention(l);
+  // A step where every sequence decodes over a short context (the common generation step) runs
+  // as a single team, attention included: the workers are woken once per step, not twice per
+  // layer (a futex wake-up costs tens of microseconds on a VM, against ~0.3 ms of work per layer).
+  bool one_team = Lq > 0;
+  i64 max_keys = 0;
+  for (i64 b = 0; b < B; ++b) {
+    if (n_new[static_cast<std::size_t>(b)] > 0 && !q_len[static_cast<std::size_t>(b)]) one_team = false;
+    max_keys = std::max(max_keys, k_len[static_cast<std::size_t>(b)]);
+  }
+  if (kernels::decode_attention_splits(1, 1, max_keys) > 1) one_team = false;  // long: split keys over threads
+  if (one_team) {
+    parallel_team(num_threads(), [&](Team& tm) {
+      for (i64 l = 0; l <= c.num_hidden_layers; ++l) {
+        before(tm, l);
+        if (l == c.num_hidden_layers) break;
+        tm.barrier();
+        const auto [u0, u1] = tm.part(0, B * Hkv);
+        for (i64 u = u0; u < u1; ++u) decode_unit(l, u);
+        tm.barrier();
+        const auto [r0, r1] = tm.part(0, R);
+        gather_rows(r0, r1);
+        tm.barrier();
+      }
+    });
+  } else {
+    for (i64 l = 0; l <= c.num_hidden_layers; ++l) {
+      parallel_team(num_threads(), [&](Team& tm) { before(tm, l); });
+      if (l < c.num_hidden_layers) attention(l);
+    }
   }
   cache.advance(n_new);
 

@@ -39,15 +39,9 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionOptions& o) : opt
   w_o = register_module("w_o", lin(o.embed_dim));
 }
 
-Tensor MultiHeadAttention::split_heads(const Tensor& x) const {
-  // [B, L, E] -> view [B, L, H, D] -> transpose(1, 2) -> [B, H, L, D]
-  return x.view({x.shape()[0], x.shape()[1], opt_.num_heads, head_dim()}).transpose(1, 2);
-}
+Tensor MultiHeadAttention::split_heads(const Tensor& x) const { return qkv::split_heads(x, opt_.num_heads); }
 
-Tensor MultiHeadAttention::merge_heads(const Tensor& x) const {
-  // [B, H, L, D] -> transpose(1, 2) -> [B, L, H, D] -> contiguous -> view [B, L, E]
-  return x.transpose(1, 2).contiguous().view({x.shape()[0], x.shape()[2], opt_.embed_dim});
-}
+Tensor MultiHeadAttention::merge_heads(const Tensor& x) const { return qkv::merge_heads(x); }
 
 AttentionOutput MultiHeadAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v, const Mask& mask,
                                            bool need_weights) const {
@@ -75,10 +69,11 @@ AttentionOutput MultiHeadAttention::forward(const Tensor& query, const Tensor& k
     throw ShapeError(std::string(op) + ": batch or key length mismatch: query " + query.shape_str() + ", key " +
                      key.shape_str() + ", value " + value.shape_str() +
                      " (need equal B, and key/value with the same length)");
-  Tensor q = split_heads(w_q->forward(query));
-  Tensor k = split_heads(w_k->forward(key));
-  Tensor v = split_heads(w_v->forward(value));
-  return attend(q, k, v, mask, need_weights);
+  return multi_head_attention(
+      query, key, value,
+      MultiHeadAttentionWeights{.w_q = w_q->weight, .w_k = w_k->weight, .w_v = w_v->weight, .w_o = w_o->weight,
+                                .b_q = w_q->bias, .b_k = w_k->bias, .b_v = w_v->bias, .b_o = w_o->bias},
+      opt_.num_heads, mask, SdpaOptions{.dropout_p = is_training() ? opt_.dropout : 0.0, .need_weights = need_weights});
 }
 
 }  // namespace qkv::nn

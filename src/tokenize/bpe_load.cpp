@@ -17,9 +17,9 @@ bool is_special(const std::string& token) {
   return token.size() >= 4 && token.compare(0, 2, "<|") == 0 && token.compare(token.size() - 2, 2, "|>") == 0;
 }
 
-void read_vocab(ByteLevelBPE::Impl& m, const std::string& path) {
+void read_vocab(ByteLevelBPE::Impl& m, const std::string& text, const std::string& path) {
   const std::string where = "vocab.json '" + path + "': ";
-  const json j = parse_json_strict(read_text_file(path, "vocab.json"), where, "token");
+  const json j = parse_json_strict(text, where, "token");
   if (!j.is_object())
     throw FormatError(where + "the top level must be a JSON object {token: id}, got " + std::string(j.type_name()));
   const std::size_t v = j.size();
@@ -39,8 +39,7 @@ void read_vocab(ByteLevelBPE::Impl& m, const std::string& path) {
   if (const auto it = m.ids.find(std::string_view("<|endoftext|>")); it != m.ids.end()) m.eos = it->second;
 }
 
-void read_merges(ByteLevelBPE::Impl& m, const std::string& path) {
-  const std::string text = read_text_file(path, "merges.txt");
+void read_merges(ByteLevelBPE::Impl& m, const std::string& text, const std::string& path) {
   std::vector<std::size_t> line_of_rank;
   std::size_t pos = 0, line_no = 0;
   while (pos < text.size()) {
@@ -66,9 +65,16 @@ void read_merges(ByteLevelBPE::Impl& m, const std::string& path) {
 }  // namespace
 
 ByteLevelBPE ByteLevelBPE::load(const std::string& vocab_json, const std::string& merges_txt) {
+  const std::string vocab = read_text_file(vocab_json, "vocab.json");
+  const std::string merges = read_text_file(merges_txt, "merges.txt");
+  return parse(vocab, merges, vocab_json, merges_txt);
+}
+
+ByteLevelBPE ByteLevelBPE::parse(const std::string& vocab_json_text, const std::string& merges_txt_text,
+                                 const std::string& vocab_name, const std::string& merges_name) {
   auto m = std::make_shared<Impl>();
-  read_vocab(*m, vocab_json);
-  read_merges(*m, merges_txt);
+  read_vocab(*m, vocab_json_text, vocab_name);
+  read_merges(*m, merges_txt_text, merges_name);
   m->finish();
   return ByteLevelBPE(std::move(m));
 }

@@ -24,25 +24,29 @@ std::string general17(double v) {
 // Full batch: every step's loss is over the whole training set.
 class ClassifyTask : public Task {
  public:
-  ClassifyTask(const models::TinyTextClassifier& m, const models::ClassifyData& train, const models::ClassifyData& val)
-      : m_(m), train_(train), val_(val) {}
-  Tensor loss(std::int64_t, std::int64_t) override {
-    last_ = cross_entropy(m_.forward(train_.tokens), train_.labels);
-    return last_;
+  ClassifyTask(const models::TinyTextClassifier& m, const models::ClassifyData& train, const models::ClassifyData& val,
+               std::int64_t K)
+      : m_(m), train_(train), val_(val), K_(K) {}
+  Tensor loss(std::int64_t, std::int64_t micro) override {
+    if (K_ == 1) return cross_entropy(m_.forward(train_.tokens), train_.labels);
+    const std::int64_t n = train_.tokens.size(0), lo = micro * n / K_, hi = (micro + 1) * n / K_;
+    return cross_entropy(m_.forward(train_.tokens.narrow(0, lo, hi - lo)), train_.labels.narrow(0, lo, hi - lo));
   }
-  std::int64_t items_per_micro() const override { return train_.tokens.size(0); }
+  std::int64_t items_per_micro() const override { return train_.tokens.size(0) / K_; }
+  void on_step_loss(std::int64_t, double loss) override { last_ = loss; }
   Metrics evaluate(std::int64_t) override {
     autograd::NoGradGuard no_grad;
     const double tr = models::accuracy(m_.forward(train_.tokens), train_.labels);
     const double va = models::accuracy(m_.forward(val_.tokens), val_.labels);
-    return {{"loss", last_.defined() ? last_.item() : std::nan("")}, {"train_acc", tr}, {"val_acc", va}};
+    return {{"loss", last_}, {"train_acc", tr}, {"val_acc", va}};
   }
 
  private:
   const models::TinyTextClassifier& m_;
   const models::ClassifyData& train_;
   const models::ClassifyData& val_;
-  Tensor last_;
+  std::int64_t K_;
+  double last_ = std::nan("");  // the last step's loss
 };
 
 MemoryEstimate classify_training_memory(const ClassifyRunOptions& o) {
@@ -63,6 +67,9 @@ ClassifyTrainer::ClassifyTrainer(const ClassifyRunOptions& o) : o_(o) {
   if (o_.model.d_model % o_.model.num_heads != 0)
     throw ValueError("train classify: --d-model " + std::to_string(o_.model.d_model) + " is not divisible by --heads " +
                      std::to_string(o_.model.num_heads));
+  if (o_.grad_accum < 1 || o_.grad_accum > o_.train_size)
+    throw ValueError("train classify: the micro-batches per step (--grad-accum over all ranks) must be in [1, the " +
+                     std::to_string(o_.train_size) + " training sequences], got " + std::to_string(o_.grad_accum));
   if (o_.val_size <= 0) o_.val_size = o_.balanced ? 200 : 50;
   try {
     classify_training_memory(o_).check(
@@ -103,6 +110,11 @@ ClassifyTrainer::ClassifyTrainer(const io::Checkpoint& c, const std::string& f, 
   val_ = {r.tensor("val_tokens", DType::I64, 2), r.tensor("val_labels", DType::I64, 1)};
   o_.train_size = train_.tokens.size(0);
   o_.val_size = val_.tokens.size(0);
+  // Absent in runs saved before it existed: one micro-batch.
+  o_.grad_accum = c.metadata.count("grad_accum") ? static_cast<std::int64_t>(r.meta_u64("grad_accum")) : 1;
+  if (o_.grad_accum < 1 || o_.grad_accum > o_.train_size)
+    throw r.bad("checkpoint metadata 'grad_accum' " + std::to_string(o_.grad_accum) + " is not in [1, " +
+                std::to_string(o_.train_size) + "]");
   const auto done = static_cast<std::int64_t>(r.meta_u64("step"));
   if (done >= epochs)
     throw ValueError("train classify: " + f + " is already at epoch " + std::to_string(done) +
@@ -121,9 +133,10 @@ ClassifyTrainer::ClassifyTrainer(const io::Checkpoint& c, const std::string& f, 
 ClassifyTrainer::~ClassifyTrainer() = default;
 
 void ClassifyTrainer::init_run() {
-  task_ = std::make_unique<ClassifyTask>(*model_, train_, val_);
+  task_ = std::make_unique<ClassifyTask>(*model_, train_, val_, o_.grad_accum);
   loop_ = std::make_unique<Loop>(*model_, *opt_, *task_,
                                  LoopOptions{.total_steps = o_.epochs,
+                                             .grad_accum = o_.grad_accum,
                                              .eval_every = o_.eval_every,
                                              .schedule = {.lr = o_.lr, .decay = false}});
 }
@@ -167,6 +180,7 @@ void ClassifyTrainer::save(const std::string& path) const {
                      {"balanced", o_.balanced ? "true" : "false"},
                      {"train_size", std::to_string(o_.train_size)},
                      {"val_size", std::to_string(o_.val_size)},
+                     {"grad_accum", std::to_string(o_.grad_accum)},
                      {"optimizer", "Adam"},
                      {"lr", general17(o_.lr)}});
   io::save_checkpoint(path, a);

@@ -62,10 +62,23 @@ TokenFile TokenFile::open(const std::string& path) {
   void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   ::close(fd);
   if (m == MAP_FAILED) throw IOError("token file: cannot map '" + path + "': " + std::strerror(errno));
+  return from_mapping(std::shared_ptr<void>(m, [size](void* p) { ::munmap(p, size); }), size, path);
+}
+
+TokenFile TokenFile::from_bytes(std::string bytes, const std::string& name) {
+  auto owned = std::make_shared<std::string>(std::move(bytes));
+  const std::uint64_t size = owned->size();
+  if (size < kHeader)
+    throw FormatError("token file '" + name + "': " + std::to_string(size) + " bytes, shorter than its 64-byte header");
+  void* data = owned->data();
+  return from_mapping(std::shared_ptr<void>(owned, data), size, name);
+}
+
+TokenFile TokenFile::from_mapping(std::shared_ptr<void> map, std::uint64_t size, const std::string& path) {
   TokenFile t;
-  t.map_ = std::shared_ptr<void>(m, [size](void* p) { ::munmap(p, size); });
+  t.map_ = std::move(map);
   t.path_ = path;
-  const auto* h = static_cast<const unsigned char*>(m);
+  const auto* h = static_cast<const unsigned char*>(t.map_.get());
   auto bad = [&](const std::string& what) { return FormatError("token file '" + path + "': " + what); };
   if (std::memcmp(h, kMagic, 8) != 0) throw bad("not a qkv token file (no QKVTOK01 magic)");
   t.key_ = get_u64(h + 8);
@@ -88,8 +101,8 @@ TokenFile TokenFile::open(const std::string& path) {
   return t;
 }
 
-void TokenFile::write(const std::string& path, const std::vector<std::int64_t>& ids, std::uint64_t key,
-                      std::uint64_t text_bytes, std::uint64_t vocab_size) {
+std::string TokenFile::encode(const std::vector<std::int64_t>& ids, std::uint64_t key, std::uint64_t text_bytes,
+                              std::uint64_t vocab_size) {
   const std::uint32_t width = vocab_size <= 65536 ? 2 : 4;
   std::string out(kHeader + ids.size() * width, '\0');
   std::memcpy(out.data(), kMagic, 8);
@@ -103,7 +116,12 @@ void TokenFile::write(const std::string& path, const std::vector<std::int64_t>& 
     if (v >= vocab_size) throw ValueError("token file: id " + std::to_string(ids[i]) + " outside the vocabulary");
     for (std::uint32_t b = 0; b < width; ++b) out[kHeader + i * width + b] = static_cast<char>((v >> (8 * b)) & 0xFF);
   }
-  io::write_file_atomic(path, out, "token file");
+  return out;
+}
+
+void TokenFile::write(const std::string& path, const std::vector<std::int64_t>& ids, std::uint64_t key,
+                      std::uint64_t text_bytes, std::uint64_t vocab_size) {
+  io::write_file_atomic(path, encode(ids, key, text_bytes, vocab_size), "token file");
 }
 
 std::uint64_t corpus_key(const std::vector<std::string>& texts, const tokenize::ByteLevelBPE& bpe) {
@@ -126,7 +144,7 @@ std::uint64_t corpus_key(const std::vector<std::string>& texts, const tokenize::
 }
 
 CorpusTokens tokenize_corpus(const std::vector<std::string>& files, const tokenize::ByteLevelBPE& bpe,
-                             const std::string& cache_path, const std::string& write_path) {
+                             const std::string& cache_path, const std::string& write_path, bool write_cache) {
   if (files.empty()) throw ValueError("train lm: no text files given");
   std::vector<std::string> texts;
   std::uint64_t bytes = 0;
@@ -165,10 +183,15 @@ CorpusTokens tokenize_corpus(const std::vector<std::string>& files, const tokeni
     ids.insert(ids.end(), part.begin(), part.end());
     if (eos) ids.push_back(*eos);
   }
-  const std::string& to = write_path.empty() ? cache_path : write_path;
-  TokenFile::write(to, ids, key, bytes, static_cast<std::uint64_t>(bpe.vocab_size()));
+  const auto vocab = static_cast<std::uint64_t>(bpe.vocab_size());
+  if (write_cache) {
+    const std::string& to = write_path.empty() ? cache_path : write_path;
+    TokenFile::write(to, ids, key, bytes, vocab);
+    out.tokens = TokenFile::open(to);
+  } else {
+    out.tokens = TokenFile::from_bytes(TokenFile::encode(ids, key, bytes, vocab), cache_path + " (in memory)");
+  }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  out.tokens = TokenFile::open(to);
   return out;
 }
 

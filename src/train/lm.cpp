@@ -232,6 +232,22 @@ std::unique_ptr<LMTrainer> LMTrainer::resume(const std::string& dir, const Token
                                              const tokenize::ByteLevelBPE& bpe) {
   const std::string path = dir + "/" + kStateFile;
   const io::Checkpoint c = io::load_checkpoint(path);
+  std::unique_ptr<LMTrainer> t = resume_from(c, path, tokens, bpe);
+  t->restore_folder(dir, c);
+  return t;
+}
+
+void LMTrainer::restore_folder(const std::string& dir, const io::Checkpoint& state) const {
+  // The state file is the commit record of a save: model.safetensors and config.json
+  // are written before it, so a save killed between them leaves model files one save
+  // ahead of the state. The state names the digest of the files it belongs to; if they
+  // differ, the state's own weights are written back over them.
+  const auto want = state.metadata.find("folder_digest");
+  if (want != state.metadata.end() && folder_digest(dir) != want->second) models::save_gpt2(*model_, dir);
+}
+
+std::unique_ptr<LMTrainer> LMTrainer::resume_from(const io::Checkpoint& c, const std::string& path,
+                                                  const TokenFile& tokens, const tokenize::ByteLevelBPE& bpe) {
   const StateReader r(c, path);
   if (c.model_type != kModelType)
     throw r.bad("holds a '" + c.model_type + "' run, not a language-model training run ('" + kModelType + "')");
@@ -264,12 +280,6 @@ std::unique_ptr<LMTrainer> LMTrainer::resume(const std::string& dir, const Token
   } catch (const Error& e) {
     throw r.bad(e.what());
   }
-  // The state file is the commit record of a save: model.safetensors and config.json
-  // are written before it, so a save killed between them leaves model files one save
-  // ahead of the state. The state names the digest of the files it belongs to; if they
-  // differ, the state's own weights are written back over them.
-  const auto want = c.metadata.find("folder_digest");
-  if (want != c.metadata.end() && folder_digest(dir) != want->second) models::save_gpt2(*m, dir);
   std::unique_ptr<LMTrainer> t(new LMTrainer(std::move(m), o, tokens, bpe));
   t->loop_->load_state(r);
   return t;

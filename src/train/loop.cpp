@@ -4,12 +4,16 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numbers>
 
+#include "grad_exchange.h"
+#include "qkv/autograd/autograd.h"
 #include "qkv/core/error.h"
 #include "qkv/core/rng.h"
 #include "qkv/ops/ops.h"
+#include "qkv/train/distributed.h"
 
 namespace qkv::train {
 
@@ -87,60 +91,159 @@ std::string step_of(std::int64_t step, std::int64_t total) {
   return "step " + std::to_string(step) + " of " + std::to_string(total);
 }
 
+// A step that fails or is skipped leaves the optimiser exactly as it was, its lr included.
+struct RestoreLr {
+  optim::Optimizer& opt;
+  double lr;
+  bool keep = false;
+  ~RestoreLr() {
+    if (!keep) opt.set_lr(lr);
+  }
+};
+
+// Puts the default generator back as it was (on = false: does nothing).
+struct KeepGenerator {
+  bool on;
+  Generator saved = default_generator();
+  ~KeepGenerator() {
+    if (on) default_generator() = saved;
+  }
+};
+
+// The dropout stream of micro-batch k of step s when a step has several: a pure function
+// of the default generator's state at the step's start, so any rank can draw it.
+Generator micro_generator(const Generator& base, std::int64_t step, std::int64_t K, std::int64_t k) {
+  const std::uint64_t stream = mix64(base.seed() ^ 0x6d6963726f626174ull) ^ mix64(base.offset());
+  return Generator(random_bits(stream, static_cast<std::uint64_t>(step * K + k)));
+}
+
+// Rank 0's metrics on every rank.
+void share_metrics(Metrics& m, std::int64_t step) {
+  std::string bytes;
+  if (world().root())
+    for (const auto& [name, v] : m) {
+      bytes += name;
+      bytes.push_back('\0');
+      bytes.append(reinterpret_cast<const char*>(&v), sizeof v);
+    }
+  world().broadcast(bytes, "rank 0's evaluation after step " + std::to_string(step));
+  if (world().root()) return;
+  m.clear();
+  for (std::size_t at = 0; at < bytes.size();) {
+    const std::size_t end = bytes.find('\0', at);
+    if (end == std::string::npos || bytes.size() - end - 1 < sizeof(double))
+      throw DistributedError("train: a malformed evaluation from rank 0", false);
+    double v = 0;
+    std::memcpy(&v, bytes.data() + end + 1, sizeof v);
+    m.emplace_back(bytes.substr(at, end - at), v);
+    at = end + 1 + sizeof v;
+  }
+}
+
 }  // namespace
 
 void request_stop() { g_stop.store(true, std::memory_order_relaxed); }
 bool stop_requested() { return g_stop.load(std::memory_order_relaxed); }
 void clear_stop_request() { g_stop.store(false, std::memory_order_relaxed); }
 
+bool stop_requested_by_any_rank(const std::string& where) {
+  World& w = world();
+  if (!w.distributed()) return stop_requested();
+  for (const std::string& r : w.allgather(stop_requested() ? "1" : "0", "the ranks' stop requests " + where))
+    if (r == "1") {
+      request_stop();
+      return true;
+    }
+  return false;
+}
+
 Loop::Loop(nn::Module& model, optim::Optimizer& optimizer, Task& task, const LoopOptions& o)
     : model_(model), opt_(optimizer), task_(task), o_(o), params_(model.parameters()) {
   validate(o_);
+  World& w = world();
+  ranks_ = w.size();
+  rank_ = w.rank();
+  if (o_.grad_accum > 1 || ranks_ > 1)
+    ex_ = std::make_unique<detail::GradExchange>(params_, w.comm(), o_.grad_accum, w.bucket_bytes(),
+                                                 w.options().overlap);
+}
+
+Loop::~Loop() = default;
+
+double Loop::wait_s() const { return ex_ ? ex_->waited_s() : 0.0; }
+std::int64_t Loop::bytes_sent_per_step() const { return ex_ && ranks_ > 1 ? ex_->bytes_sent_per_step() : 0; }
+
+bool Loop::nonfinite(const std::string& what, double value) {
+  opt_.zero_grad();
+  if (o_.on_nonfinite == NonFiniteStep::Error)
+    throw NumericError("train: " + step_of(step_ + 1, o_.total_steps) + ": " + what + " is " + std::to_string(value) +
+                       "; no parameter or optimiser state was changed");
+  return false;
 }
 
 bool Loop::one_step(double* loss) {
-  const std::int64_t K = o_.grad_accum;
-  const std::string where = step_of(step_ + 1, o_.total_steps);
-  // A step that fails or is skipped leaves the optimiser exactly as it was, its lr included.
-  struct RestoreLr {
-    optim::Optimizer& opt;
-    double lr;
-    bool keep = false;
-    ~RestoreLr() {
-      if (!keep) opt.set_lr(lr);
-    }
-  } restore{opt_, opt_.lr()};
+  if (ex_) return fold_step(loss);
+  RestoreLr restore{opt_, opt_.lr()};
   opt_.set_lr(o_.schedule.at(step_, o_.total_steps));
   opt_.zero_grad();
-  double sum = 0;
-  for (std::int64_t k = 0; k < K; ++k) {
-    Tensor l = task_.loss(step_, k);
-    const double lv = l.item();
-    if (!std::isfinite(lv)) {
-      opt_.zero_grad();
-      if (o_.on_nonfinite == NonFiniteStep::Error)
-        throw NumericError("train: " + where + ": the loss is " + std::to_string(lv) +
-                           "; no parameter or optimiser state was changed");
-      return false;
-    }
-    sum += lv;
-    if (K == 1) l.backward();
-    else mul(l, 1.0 / static_cast<double>(K)).backward();
-  }
-  *loss = sum / static_cast<double>(K);
+  Tensor l = task_.loss(step_, 0);
+  const double lv = l.item();
+  if (!std::isfinite(lv)) return nonfinite("the loss", lv);
+  l.backward();
+  *loss = lv;
   // The global gradient norm is always computed: it is the non-finite check (and the clip).
   const double max_norm = o_.clip_norm > 0 ? o_.clip_norm : std::numeric_limits<double>::infinity();
   const double norm = optim::clip_grad_norm(params_, max_norm, optim::NonFinite::Skip);
-  if (!std::isfinite(norm)) {
-    opt_.zero_grad();
-    if (o_.on_nonfinite == NonFiniteStep::Error)
-      throw NumericError("train: " + where + ": the gradient norm is " + std::to_string(norm) +
-                         "; no parameter or optimiser state was changed");
-    return false;
-  }
+  if (!std::isfinite(norm)) return nonfinite("the gradient norm", norm);
   opt_.step();
   restore.keep = true;
   return true;
+}
+
+bool Loop::fold_step(double* loss) {
+  const std::int64_t K = o_.grad_accum, N = ranks_, A = K / N;
+  RestoreLr restore{opt_, opt_.lr()};
+  opt_.set_lr(o_.schedule.at(step_, o_.total_steps));
+  const KeepGenerator keep{true};  // the micro-batches draw from their own streams
+  ex_->begin_step(step_);
+  std::vector<double> mine;
+  for (std::int64_t j = 0; j < A; ++j) {
+    const std::int64_t k = j * N + rank_;
+    default_generator() = micro_generator(keep.saved, step_, K, k);
+    ex_->begin_micro(j);
+    Tensor l = task_.loss(step_, k);
+    const double lv = l.item();
+    mine.push_back(lv);
+    if (std::isfinite(lv)) {
+      const autograd::LeafReadyGuard hook(ex_->hook());
+      mul(l, 1.0 / static_cast<double>(K)).backward();
+    } else if (N == 1) {
+      return nonfinite("the loss", lv);  // alone: no other rank waits for this step's gradients
+    }
+    ex_->end_micro();
+  }
+  const std::vector<double> all = ex_->finish(mine);  // every micro-batch's loss, in order
+  double sum = 0;
+  for (const double lv : all) {
+    if (!std::isfinite(lv)) return nonfinite("the loss", lv);
+    sum += lv;
+  }
+  *loss = sum / static_cast<double>(K);
+  const double max_norm = o_.clip_norm > 0 ? o_.clip_norm : std::numeric_limits<double>::infinity();
+  const double norm = optim::clip_grad_norm(params_, max_norm, optim::NonFinite::Skip);
+  if (!std::isfinite(norm)) return nonfinite("the gradient norm", norm);
+  opt_.step();
+  restore.keep = true;
+  return true;
+}
+
+void Loop::check_ranks_agree() {
+  world().check_same({{"the step", std::to_string(step_)},
+                      {"the number of steps", std::to_string(o_.total_steps)},
+                      {"the micro-batches per step (global --grad-accum)", std::to_string(o_.grad_accum)},
+                      {"the optimiser's step count", std::to_string(opt_.steps())},
+                      {"the weights (digest)", weights_digest(model_)}},
+                     "the training run");
 }
 
 bool Loop::run(const LoopCallbacks& cb, std::int64_t stop_at_step) {
@@ -150,6 +253,12 @@ bool Loop::run(const LoopCallbacks& cb, std::int64_t stop_at_step) {
   auto elapsed = [&] { return before + std::chrono::duration<double>(clock::now() - t0).count(); };
   double report_time = elapsed_s_;
   std::int64_t report_items = 0;
+  double report_wait = wait_s();
+  if (ranks_ > 1 && !checked_) {
+    check_ranks_agree();
+    checked_ = true;
+  }
+  const bool several = ex_ != nullptr;  // several micro-batches: the default generator is the streams' base
   model_.train();
   while (!finished() && !(stop_at_step > 0 && step_ >= stop_at_step)) {
     double lv = 0;
@@ -158,6 +267,7 @@ bool Loop::run(const LoopCallbacks& cb, std::int64_t stop_at_step) {
     if (done) {
       loss_sum_ += lv;
       ++loss_n_;
+      task_.on_step_loss(step_, lv);
     } else {
       ++skipped_;
     }
@@ -175,20 +285,40 @@ bool Loop::run(const LoopCallbacks& cb, std::int64_t stop_at_step) {
       const double span = elapsed_s_ - report_time;
       rep.items_per_s = span > 0 ? static_cast<double>(report_items) / span : 0.0;
       rep.skipped_steps = skipped_;
+      rep.wait_s = wait_s() - report_wait;
       model_.eval();  // for the evaluation and on_report (a sample, a save)
-      rep.metrics = task_.evaluate(step_);
+      {
+        const KeepGenerator keep{several};
+        if (rank_ == 0) {
+          const World::Busy busy(world());  // the other ranks wait meanwhile
+          rep.metrics = task_.evaluate(step_);
+        }
+        if (ranks_ > 1) share_metrics(rep.metrics, step_);
+      }
       rep.elapsed_s = elapsed_s_ = elapsed();
       loss_sum_ = 0;
       loss_n_ = 0;
       stopped_ = task_.stop_after(rep);
       reports_.push_back(rep);
-      if (cb.on_report) cb.on_report(rep);
+      if (cb.on_report) {
+        const KeepGenerator keep{several};
+        const World::Busy busy(world());
+        cb.on_report(rep);
+      }
       model_.train();
       report_time = elapsed();  // the callback's time is not training time of the next span
       report_items = 0;
+      report_wait = wait_s();
     }
-    if (cb.on_step) cb.on_step(step_, o_.total_steps, lv);
-    if (stop_requested()) break;
+    if (cb.on_step) {
+      const KeepGenerator keep{several};
+      const World::Busy busy(world());
+      cb.on_step(step_, o_.total_steps, lv);
+    }
+    // Ctrl-C: every rank stops after this same step (the run's last step needs no vote).
+    if (!finished() && !(stop_at_step > 0 && step_ >= stop_at_step) &&
+        stop_requested_by_any_rank("after step " + std::to_string(step_)))
+      break;
   }
   model_.eval();
   return finished();

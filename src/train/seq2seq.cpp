@@ -30,6 +30,7 @@ std::string Seq2SeqTrainOptions::to_json() const {
       {"task", seq2seq_task_name(data.task)}, {"min_len", data.min_len},         {"max_len", data.max_len},
       {"train_size", data.train_size},         {"test_size", data.test_size},     {"data_seed", data.seed},
       {"epochs", epochs},                      {"steps", steps},                  {"batch", batch},
+      {"grad_accum", grad_accum},
       {"lr", lr},                              {"warmup_steps", warmup_steps},    {"min_lr_ratio", min_lr_ratio},
       {"weight_decay", weight_decay},          {"clip_norm", clip_norm},          {"target_acc", target_acc},
       {"evals_per_epoch", evals_per_epoch},    {"seed", seed}};
@@ -39,7 +40,7 @@ std::string Seq2SeqTrainOptions::to_json() const {
 Seq2SeqTrainOptions Seq2SeqTrainOptions::from_json(const std::string& text) {
   const JsonFields f(text, "seq2seq training config",
                      {"task", "min_len", "max_len", "train_size", "test_size", "data_seed", "epochs", "steps",
-                      "batch", "lr", "warmup_steps", "min_lr_ratio", "weight_decay", "clip_norm", "target_acc",
+                      "batch", "grad_accum", "lr", "warmup_steps", "min_lr_ratio", "weight_decay", "clip_norm", "target_acc",
                       "evals_per_epoch", "seed"});
   Seq2SeqTrainOptions o;
   o.data.task = models::parse_seq2seq_task(f.get_string("task", seq2seq_task_name(o.data.task)));
@@ -51,6 +52,7 @@ Seq2SeqTrainOptions Seq2SeqTrainOptions::from_json(const std::string& text) {
   f.get("epochs", &o.epochs, 0);
   f.get("steps", &o.steps, 0);
   f.get("batch", &o.batch, 1);
+  f.get("grad_accum", &o.grad_accum, 1);  // absent in runs saved before it existed: 1
   f.get("lr", &o.lr);
   f.get("warmup_steps", &o.warmup_steps, 0);
   f.get("min_lr_ratio", &o.min_lr_ratio);
@@ -69,8 +71,22 @@ double seq2seq_lr_at(const Seq2SeqTrainOptions& o, std::int64_t step, std::int64
 
 namespace {
 
+// Optimiser steps per epoch: the shuffled training set in steps of batch x K examples, the
+// last step's examples shared by its K micro-batches; a last step with fewer than K examples
+// is left out of that epoch (a micro-batch is never empty).
+std::int64_t steps_per_epoch(std::int64_t n, std::int64_t batch, std::int64_t K) {
+  const std::int64_t per_step = batch * K;
+  return n / per_step + (n % per_step >= K ? 1 : 0);
+}
+
 void validate_run(const Seq2SeqOptions& mo, const Seq2SeqTrainOptions& o) {
   if (o.batch < 1) throw ValueError("train seq2seq: batch must be >= 1");
+  if (o.grad_accum < 1) throw ValueError("train seq2seq: grad_accum must be >= 1");
+  if (o.batch > std::numeric_limits<std::int64_t>::max() / o.grad_accum)
+    throw ValueError("train seq2seq: batch x grad_accum overflows");
+  if (o.data.train_size < o.grad_accum)
+    throw ValueError("train seq2seq: the training set (" + std::to_string(o.data.train_size) +
+                     " examples) is smaller than the micro-batches of one step (" + std::to_string(o.grad_accum) + ")");
   if (o.epochs < 1 && o.steps < 1) throw ValueError("train seq2seq: need epochs >= 1 or steps >= 1");
   if (!(o.lr > 0) || !std::isfinite(o.lr)) throw ValueError("train seq2seq: lr must be a finite number > 0");
   for (const auto& [name, v] : {std::pair<const char*, double>{"min_lr_ratio", o.min_lr_ratio},
@@ -82,7 +98,7 @@ void validate_run(const Seq2SeqOptions& mo, const Seq2SeqTrainOptions& o) {
                      "the model's max_positions " + std::to_string(mo.max_positions));
   // The counts a run multiplies (from flags or a checkpoint's train_config) must not overflow.
   if (o.data.train_size > 0 && o.steps < 1) {
-    const std::int64_t per_epoch = o.data.train_size / o.batch + (o.data.train_size % o.batch != 0);
+    const std::int64_t per_epoch = steps_per_epoch(o.data.train_size, o.batch, o.grad_accum);
     if (o.epochs > std::numeric_limits<std::int64_t>::max() / per_epoch)
       throw ValueError("train seq2seq: epochs " + std::to_string(o.epochs) + " x " + std::to_string(per_epoch) +
                        " steps per epoch overflows a 64-bit step count");
@@ -149,15 +165,19 @@ class Seq2SeqTask : public Task {
     order_.resize(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) order_[i] = i;
   }
-  Tensor loss(std::int64_t step, std::int64_t) override {
+  // Micro-batch k of K of the step at position pos of its epoch: its share of the step's
+  // examples order[pos*B*K, min(n, (pos+1)*B*K)) (exactly B each but in a short last step).
+  Tensor loss(std::int64_t step, std::int64_t micro) override {
     const auto n = static_cast<std::int64_t>(data_.train.size());
-    const std::int64_t pos = step % per_epoch_;
-    if (pos == 0) {  // Fisher-Yates shuffle at every epoch start
+    const std::int64_t pos = step % per_epoch_, K = o_.grad_accum;
+    if (pos == 0 && step != shuffled_step_) {  // Fisher-Yates shuffle at every epoch start, once
       for (std::int64_t i = 0; i < n; ++i) order_[i] = i;
       for (std::int64_t i = n - 1; i > 0; --i) std::swap(order_[i], order_[gen_.randint(0, i + 1)]);
+      shuffled_step_ = step;
     }
+    const std::int64_t start = pos * o_.batch * K, m = std::min(n, start + o_.batch * K) - start;
     std::vector<Seq2SeqExample> ex;
-    for (std::int64_t i = pos * o_.batch; i < std::min(n, (pos + 1) * o_.batch); ++i) ex.push_back(data_.train[order_[i]]);
+    for (std::int64_t i = start + micro * m / K; i < start + (micro + 1) * m / K; ++i) ex.push_back(data_.train[order_[i]]);
     return m_.loss(models::make_seq2seq_batch(ex));
   }
   std::int64_t items_per_micro() const override { return o_.batch; }
@@ -208,6 +228,7 @@ class Seq2SeqTask : public Task {
   std::int64_t per_epoch_;
   Generator gen_;
   std::vector<std::int64_t> order_;
+  std::int64_t shuffled_step_ = -1;  // the epoch start whose shuffle is done
 };
 
 MemoryEstimate seq2seq_training_memory(const Seq2SeqOptions& mo, const Seq2SeqTrainOptions& o) {
@@ -284,7 +305,10 @@ Seq2SeqTrainer::Seq2SeqTrainer(const io::Checkpoint& c, const std::string& sourc
 
 void Seq2SeqTrainer::init_run() {
   const auto n = static_cast<std::int64_t>(data_.train.size());
-  per_epoch_ = n / opt_.batch + (n % opt_.batch != 0);  // ceil(n / batch), for any batch
+  per_epoch_ = train::steps_per_epoch(n, opt_.batch, opt_.grad_accum);
+  if (per_epoch_ < 1)
+    throw ValueError("train seq2seq: " + std::to_string(n) + " training examples cannot fill the " +
+                     std::to_string(opt_.grad_accum) + " micro-batches of a step");
   total_ = opt_.steps > 0 ? opt_.steps : per_epoch_ * opt_.epochs;
   const std::int64_t eval_every = std::max<std::int64_t>(1, per_epoch_ / std::max<std::int64_t>(1, opt_.evals_per_epoch));
   // A fixed sample of training examples for train_acc, as large as the held-out set.
@@ -296,6 +320,7 @@ void Seq2SeqTrainer::init_run() {
   loop_ = std::make_unique<Loop>(
       *model_, *optim_, *task_,
       LoopOptions{.total_steps = total_,
+                  .grad_accum = opt_.grad_accum,
                   .clip_norm = opt_.clip_norm,
                   .eval_every = eval_every,
                   .schedule = {.lr = opt_.lr, .warmup = opt_.warmup_steps, .min_lr_ratio = opt_.min_lr_ratio}});

@@ -1,6 +1,8 @@
 // Autograd engine: accumulation, shared subgraphs, NoGradGuard, misuse errors.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "qkv/qkv.h"
 
 namespace qkv {
@@ -16,6 +18,39 @@ TEST(Autograd, SimpleChainAndAccumulation) {
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{3, 5, 7}));
   x.zero_grad();
   EXPECT_FALSE(x.grad().defined());
+}
+
+// The leaf-ready hook (data-parallel training starts a gradient's exchange from it): once
+// per reached leaf per backward, after the leaf's last contribution (a leaf used twice gets
+// its second one before); never for a leaf the graph does not reach; only while the guard
+// lives.
+TEST(Autograd, LeafReadyHookFiresOncePerLeafAfterItsLastContribution) {
+  Tensor a = Tensor::from_vector(std::vector<double>{1, 2}, {2}).requires_grad_();
+  Tensor b = Tensor::from_vector(std::vector<double>{3, 4}, {2}).requires_grad_();
+  Tensor c = Tensor::from_vector(std::vector<double>{5, 6}, {2}).requires_grad_();
+  Tensor unused = Tensor::from_vector(std::vector<double>{7}, {1}).requires_grad_();
+  std::vector<std::pair<const TensorImpl*, std::vector<double>>> seen;
+  {
+    const autograd::LeafReadyGuard guard([&](const std::shared_ptr<TensorImpl>& leaf) {
+      const Tensor g = Tensor(leaf).grad();
+      seen.emplace_back(leaf.get(), g.defined() ? g.to_vector<double>() : std::vector<double>{});
+    });
+    // a twice (a*b, then + a); c through a product with 0 (its gradient is zeros).
+    Tensor y = sum(add(mul(a, b), a));
+    y = add(y, mul(sum(c), 0.0));
+    y.backward();
+  }
+  ASSERT_EQ(seen.size(), 3u);
+  std::map<const TensorImpl*, std::vector<double>> by_leaf(seen.begin(), seen.end());
+  EXPECT_EQ(by_leaf.size(), 3u);  // once each
+  EXPECT_EQ(by_leaf.at(a.impl()), (std::vector<double>{4, 5}));  // b + 1: both contributions in
+  EXPECT_EQ(by_leaf.at(b.impl()), (std::vector<double>{1, 2}));
+  EXPECT_EQ(by_leaf.at(c.impl()), (std::vector<double>{0, 0}));
+  EXPECT_FALSE(by_leaf.count(unused.impl()));
+  // Without the guard, nothing is called.
+  a.zero_grad();
+  sum(a).backward();
+  EXPECT_EQ(seen.size(), 3u);
 }
 
 // A leaf's gradient never aliases a tensor someone else holds: the caller's grad_in (leaf

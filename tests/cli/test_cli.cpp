@@ -232,9 +232,14 @@ TEST(Cli, DemoRunsEverySection) {
   ASSERT_TRUE(fs::exists(model + "/model.safetensors")) << model << " is missing: run `make models` first";
   const std::string corpus = std::string(QKV_SOURCE_DIR) + "/data/kjv.txt";
   ASSERT_TRUE(fs::exists(corpus)) << corpus << " is missing: run `make data` first";
+  const std::string chat = std::string(QKV_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  ASSERT_TRUE(fs::exists(chat)) << chat << " is missing: run `make models` first";
   const Result r = run("demo --out '" + out_dir.string() + "' --model '" + model + "' --gpt2 '" +
-                       std::string(QKV_SOURCE_DIR) + "/tests/fixtures/gpt2_tiny' --corpus '" + corpus + "'");
+                       std::string(QKV_SOURCE_DIR) + "/tests/fixtures/gpt2_tiny' --corpus '" + corpus +
+                       "' --chat-model '" + chat + "'");
   ASSERT_EQ(r.code, 0) << r.err;
+  // The chat part: a real instruct model answers through its template (greedy).
+  EXPECT_NE(r.out.find("> What is the capital of France?\nThe capital of France is Paris."), std::string::npos) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(1/\d+  Shape walkthrough)"))) << r.out;
   EXPECT_NE(r.out.find("(1, 5, 64) -> view -> (1, 5, 4, 16) -> transpose(1,2) -> (1, 4, 5, 16)"), std::string::npos)
       << r.out;

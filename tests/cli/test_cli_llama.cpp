@@ -48,6 +48,14 @@ TEST(CliLlama, ChatPromptThroughTheTemplateAnswers) {
       << j["prompt"];
   EXPECT_EQ(j["text"], "The capital of France is Paris.");
   EXPECT_EQ(j["stop_reason"], "eos");
+  // qkv tokenize --chat shows that prompt and its ids; plain texts use the GGUF's vocabulary.
+  const Result t = run("tokenize --model '" + kSmol + "' --chat 'What is the capital of France?' --json");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_EQ(json_lines(t.out).at(0)["ids"], j["prompt_ids"]);
+  EXPECT_EQ(json_lines(t.out).at(0)["text"], j["prompt"]);
+  const Result p = run("tokenize --model '" + kSmol + "' --json 'Hello world'");
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_EQ(json_lines(p.out).at(0)["ids"], (nlohmann::json{19556, 905})) << p.out;
   // --messages: the same conversation as JSON gives the same reply.
   Scratch s;
   const std::string m = s.write("m.json", R"([{"role": "user", "content": "What is the capital of France?"}])");
@@ -67,6 +75,18 @@ TEST(CliLlama, ChatPromptThroughTheTemplateAnswers) {
     EXPECT_LE(t["logprob"].get<double>(), 0.0);
     EXPECT_EQ(t["top"][0]["id"], t["id"]) << "greedy picks the most likely token";
   }
+}
+
+TEST(CliLlama, PromptIdsWithATokenizerPrintTheContinuation) {
+  need_smol();
+  const std::string ids = "1,504,3458,314";
+  const Result r = run("generate --model '" + kSmol + "' --prompt-ids " + ids + " --max-new 4 --ignore-eos");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Result j = run("generate --model '" + kSmol + "' --prompt-ids " + ids + " --max-new 4 --ignore-eos --json");
+  ASSERT_EQ(j.code, 0) << j.err;
+  const auto o = json_lines(j.out).at(0);
+  EXPECT_EQ(o["new_ids"].size(), 4u);
+  EXPECT_EQ(r.out, "[0] " + o["text"].get<std::string>() + "\n");
 }
 
 TEST(CliLlama, ChatKeepsTheConversation) {
@@ -124,6 +144,8 @@ TEST(CliLlama, BadInputsAreOneClearLine) {
   expect(run(M + "--chat hi --chat-template '" + s.write("t.jinja", "{% for m in messages %}{{ m.content }") + "'"), 1,
          "t.jinja");
   expect(run(M + "hi --max-new 9000"), 1, "more than the model's");
+  expect(run("tokenize --model '" + kSmol + "' --chat hi --messages '" + s.write("m.json", "[]") + "'"), 1,
+         "give --chat or --messages, not both");
   expect(run("chat --model '" + kTiny + "' < /dev/null"), 1, "has no tokenizer");
 }
 

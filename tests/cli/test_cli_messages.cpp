@@ -94,7 +94,7 @@ TEST(CliMessages, ADirectoryForAFileAndAFileForAFolderAreNamed) {
       {"search --model '" + kGpt2 + "' --index '" + dir + "' q", 2, dir + " is a directory, expected an index file"},
       {"generate --model '" + kText + "' hi", 2, "--model: " + kText + " is a file but not a GGUF file, expected a GGUF file or a model folder"},
       {"embed --model '" + kText + "' hi", 2, "--model: " + kText + " is a file, expected a model folder"},
-      {"tokenize --model '" + kText + "' hi", 2, kText + " is a file, expected a tokenizer folder"},
+      {"tokenize --model '" + kText + "' hi", 2, kText + " is a file but not a GGUF file, expected a GGUF file or a model folder"},
       {"convert --model '" + kText + "'" + out, 2, kText + " is a file but not a GGUF file, expected a GGUF file or a model folder"},
       {"train lm --text '" + kText + "' --tokenizer '" + kText + "'" + out, 1,
        "--tokenizer " + kText + " is a file, expected a tokenizer folder"},
@@ -124,7 +124,7 @@ TEST(CliMessages, MissingFoldersAndFilesAreNamedAsMissing) {
   const std::string gone = "/nonexistent/qkv-folder";
   expect_error("train lm --text '" + kText + "' --tokenizer " + gone + " --out '" + unique_temp("m").string() + "'", 1,
                "--tokenizer " + gone + ": no such folder (expected a tokenizer folder");
-  expect_error("tokenize --model " + gone + " hi", 2, gone + ": no such folder (expected a tokenizer folder");
+  expect_error("tokenize --model " + gone + " hi", 2, gone + ": no such file or folder (expected a GGUF file or a model folder");
   expect_error("generate --model " + gone + " hi", 2, "--model: " + gone + ": no such file or folder (expected a GGUF file or a model folder)");
   expect_error("train lm --resume --text '" + kText + "' --out " + gone, 1, "--out " + gone + ": no such folder");
   expect_error("embed --model '" + kMiniLM + "' --file /nonexistent/lines.txt", 2,

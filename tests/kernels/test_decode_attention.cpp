@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "qkv/core/parallel.h"
 #include "qkv/kernels/cpu.h"
 #include "qkv/kernels/decode_attention.h"
 #include "testing/guards.h"
@@ -77,11 +78,12 @@ std::vector<T> ref(const Buffers& x, const Case& c) {
   return o;
 }
 
-std::vector<float> fast(const Buffers& x, const Case& c) {
+std::vector<float> fast(const Buffers& x, const Case& c, bool independent = false) {
   std::vector<float> o(x.q.size(), -7.f);  // rows past q_len must stay untouched
   DecodeParams p = x.p;
   p.q_len = c.q_len.data();
   p.k_len = c.k_len.data();
+  p.independent = independent;
   qkv::kernels::decode_attention_forward(o.data(), x.q.data(), x.k.data(), x.v.data(), p);
   return o;
 }
@@ -200,9 +202,10 @@ TEST(DecodeAttention, LongContextSplitAcrossThreadsMatchesAndIsBitwiseStable) {
   }
 }
 
-// A sequence's split depends on its own keys only: its output is bitwise the same whatever the
-// other sequences of the batch hold (what continuous batching needs: a request gets the bits it
-// gets alone), for short (never split) and long (split) sequences beside short and long ones.
+// With `independent`, a sequence's split depends on its own keys only: its output is bitwise the
+// same whatever the other sequences of the batch hold (what continuous batching needs: a request
+// gets the bits it gets alone), for short (never split) and long (split) sequences beside short
+// and long ones. Without it the batch's longest sequence sets every split, which may differ.
 TEST(DecodeAttention, ASequenceGetsTheSameBitsWhateverTheOthersHold) {
   qkv::testing::ThreadsGuard tg;
   qkv::testing::IsaGuard ig;
@@ -213,7 +216,7 @@ TEST(DecodeAttention, ASequenceGetsTheSameBitsWhateverTheOthersHold) {
       std::vector<float> first;
       for (i64 other : {10, 1400, 2}) {
         const Case c{2, 9, 2, 64, 1500, {1, 2}, {own, other}, 3};
-        const std::vector<float> got = fast(make(c, 77), c);
+        const std::vector<float> got = fast(make(c, 77), c, /*independent=*/true);
         const std::vector<float> seq0(got.begin(), got.begin() + 9 * 2 * 64);
         if (first.empty()) first = seq0;
         EXPECT_EQ(0, std::memcmp(first.data(), seq0.data(), seq0.size() * sizeof(float)))
@@ -255,3 +258,57 @@ TEST(DecodeAttention, ZeroNewQueriesWriteNothing) {
 }
 
 }  // namespace
+
+// independent = true: each (sequence, key/value head) splits its keys by its own length, so its
+// output is bitwise that of a call for it alone (B = 1, H_kv = 1), whatever the batch holds;
+// and it stays within R1 of the float64 reference. Lengths on both sides of the split sizes.
+TEST(DecodeAttention, IndependentSequencesEqualTheirCallsAlone) {
+  for (qkv::kernels::Isa isa : isas()) {
+    qkv::testing::IsaGuard guard;
+    qkv::kernels::set_isa(isa);
+    for (int threads : {1, 2}) {
+      qkv::testing::ThreadsGuard tg;
+      qkv::set_num_threads(threads);
+      const i64 T = 2300, H = 6, Hkv = 2, G = H / Hkv, Lq = 2, D = 40;
+      Case c{4, H, Lq, D, T, {1, 2, 1, 2}, {2300, 300, 700, 5}, Hkv};
+      const Buffers x = make(c, 77);
+      DecodeParams p = x.p;
+      p.q_len = c.q_len.data();
+      p.k_len = c.k_len.data();
+      p.independent = true;
+      std::vector<float> all(x.q.size(), -7.f);
+      qkv::kernels::decode_attention_forward(all.data(), x.q.data(), x.k.data(), x.v.data(), p);
+      for (i64 b = 0; b < c.B; ++b)
+        for (i64 j = 0; j < Hkv; ++j) {
+          DecodeParams one = p;
+          one.B = 1, one.H = G, one.H_kv = 1, one.independent = false;
+          one.q_len = c.q_len.data() + b;
+          one.k_len = c.k_len.data() + b;
+          const i64 qo = (b * H + j * G) * Lq * D, ko = (b * Hkv + j) * T * D;
+          std::vector<float> alone(static_cast<std::size_t>(G * Lq * D), -7.f);
+          qkv::kernels::decode_attention_forward(alone.data(), x.q.data() + qo, x.k.data() + ko, x.v.data() + ko, one);
+          for (i64 i = 0; i < G * Lq * D; ++i)
+            ASSERT_EQ(std::memcmp(&alone[static_cast<std::size_t>(i)], &all[static_cast<std::size_t>(qo + i)], 4), 0)
+                << "sequence " << b << " head " << j << " element " << i << " isa " << qkv::kernels::isa_name(isa)
+                << " threads " << threads;
+        }
+      // Against the reference (rows past q_len untouched).
+      const std::vector<double> hp = ref<double>(x, c);
+      const std::vector<float> lp = ref<float>(x, c);
+      double err = 0, err_lp = 0;
+      for (i64 b = 0; b < c.B; ++b)
+        for (i64 h = 0; h < H; ++h)
+          for (i64 i = 0; i < Lq; ++i)
+            for (i64 d = 0; d < D; ++d) {
+              const std::size_t at = static_cast<std::size_t>(((b * H + h) * Lq + i) * D + d);
+              if (i >= c.q_len[b]) {
+                ASSERT_EQ(all[at], -7.f);
+                continue;
+              }
+              err = std::max(err, std::fabs(all[at] - hp[at]));
+              err_lp = std::max(err_lp, std::fabs(lp[at] - hp[at]));
+            }
+      EXPECT_LE(err, 2 * err_lp + 1e-5);
+    }
+  }
+}

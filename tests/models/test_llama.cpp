@@ -173,6 +173,26 @@ TEST(LlamaFiles, GgufOfAnotherArchitectureOrTypeIsNamed) {
             std::string::npos);
 }
 
+TEST(LanguageModel, ChatTemplateGivenAsTextOrFile) {
+  const std::vector<qkv::tokenize::ChatMessage> hi = {{.role = "user", .content = "hi"}};
+  // The tiny folder has no tokenizer and no template: render_chat says so.
+  EXPECT_NE(error_of<qkv::ValueError>([&] { qkv::infer::load_language_model(fixture("llama")).render_chat(hi); })
+                .find("has no chat template"),
+            std::string::npos);
+  TempDir d;
+  std::ofstream(d.str("t.jinja")) << "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}";
+  const auto file = qkv::infer::load_language_model(fixture("llama"), {.chat_template_file = d.str("t.jinja")});
+  EXPECT_EQ(file.render_chat(hi, false), "<user>hi");
+  // The text wins over the file.
+  const auto text = qkv::infer::load_language_model(
+      fixture("llama"), {.chat_template_file = d.str("t.jinja"), .chat_template_text = "[{{ messages[0].content }}]"});
+  EXPECT_EQ(text.render_chat(hi, false), "[hi]");
+  EXPECT_NE(error_of<qkv::tokenize::ChatTemplateError>([&] {
+              qkv::infer::load_language_model(fixture("llama"), {.chat_template_text = "{% for %}"});
+            }).find("chat template"),
+            std::string::npos);
+}
+
 TEST(LlamaModel, ForwardCachedChecksBeforeWriting) {
   const auto m = qkv::models::load_llama(fixture("mistral"));
   qkv::infer::KVCache cache(m->cache_options(1, 8));

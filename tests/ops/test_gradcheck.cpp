@@ -102,6 +102,40 @@ TEST(GradCheck, LayerNorm) {
                         {rand64({2, 3, 4}, 55)}));
 }
 
+TEST(GradCheck, RmsNorm) {
+  EXPECT_TRUE(gradcheck([](const V& x) { return rms_norm(x[0], {5}, x[1], 1e-5); },
+                        {rand64({2, 3, 5}, 66), rand64({5}, 67)}));
+  EXPECT_TRUE(gradcheck([](const V& x) { return rms_norm(x[0], {3, 4}); }, {rand64({2, 3, 4}, 68)}));
+}
+
+TEST(GradCheck, RotaryEmbedding) {
+  const Tensor pos = Tensor::from_vector(std::vector<std::int64_t>{3, 0, 7, 100, 2}, {5});
+  // every pair style, partial rotary (R < D), given and default positions, llama3 scaling
+  EXPECT_TRUE(gradcheck([](const V& x) { return apply_rotary_emb(x[0]); }, {rand64({2, 3, 5, 8}, 69)}));
+  EXPECT_TRUE(gradcheck([pos](const V& x) {
+    return apply_rotary_emb(x[0], pos, {.base = 500.0, .rotary_dim = 4, .style = kernels::RopeStyle::Interleaved});
+  }, {rand64({2, 5, 6}, 70)}));
+  EXPECT_TRUE(gradcheck([pos](const V& x) {
+    return apply_rotary_emb(x[0], pos, {.scaling = {.type = kernels::RopeScaling::Type::Llama3, .factor = 8,
+                                                    .original_max_positions = 16}});
+  }, {rand64({5, 8}, 71)}));
+}
+
+TEST(GradCheck, MultiHeadAttention) {
+  // [B=2, Lq=3, E=4], key/value of other widths (kdim 5, vdim 3), H=2, a causal mask
+  auto f = [](bool bias) {
+    return [bias](const V& x) {
+      MultiHeadAttentionWeights w{.w_q = x[3], .w_k = x[4], .w_v = x[5], .w_o = x[6]};
+      if (bias) w.b_q = w.b_k = w.b_v = w.b_o = x[7];
+      return multi_head_attention(x[0], x[1], x[2], w, 2, Mask::causal()).output;
+    };
+  };
+  const V in = {rand64({2, 3, 4}, 72), rand64({2, 5, 5}, 73), rand64({2, 5, 3}, 74), rand64({4, 4}, 75),
+                rand64({4, 5}, 76), rand64({4, 3}, 77), rand64({4, 4}, 78), rand64({4}, 79)};
+  EXPECT_TRUE(gradcheck(f(true), in));
+  EXPECT_TRUE(gradcheck(f(false), V(in.begin(), in.begin() + 7)));
+}
+
 TEST(GradCheck, Dropout) {
   // The mask is a pure function of (seed, offset): a fresh generator each call gives the same mask.
   EXPECT_TRUE(gradcheck(

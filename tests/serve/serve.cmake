@@ -18,4 +18,14 @@ if(TARGET qkv_tool)
   qkv_add_test(test_serve_gguf SOURCES serve/test_serve_gguf.cpp LIBS qkv_serve PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)
   target_compile_definitions(test_serve_gguf PRIVATE QKV_BIN="$<TARGET_FILE:qkv_tool>")
   add_dependencies(test_serve_gguf qkv_tool)
+  # Two `qkv serve` replicas behind HAProxy (Debian package haproxy, from scripts/setup.sh) with
+  # examples/serving/haproxy.cfg as docs/serving.md shows it: requests reach both and survive one
+  # replica killed. A missing haproxy fails the test (named), never skips it.
+  find_program(QKV_HAPROXY_PROGRAM haproxy PATHS /usr/sbin /sbin)
+  if(NOT QKV_HAPROXY_PROGRAM)
+    set(QKV_HAPROXY_PROGRAM /usr/sbin/haproxy)
+  endif()
+  qkv_add_test(test_serve_replicas SOURCES serve/test_serve_replicas.cpp LIBS qkv_serve PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)
+  target_compile_definitions(test_serve_replicas PRIVATE QKV_BIN="$<TARGET_FILE:qkv_tool>" QKV_HAPROXY="${QKV_HAPROXY_PROGRAM}")
+  add_dependencies(test_serve_replicas qkv_tool)
 endif()

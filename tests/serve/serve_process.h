@@ -1,9 +1,11 @@
 // `qkv serve` as a child process for the end-to-end tests: started on port 0 of 127.0.0.1 (the
-// port read from its first line of output), signalled, waited for, its resident memory read.
+// port read from its first line of output), signalled, waited for, its resident memory read;
+// spawn_child for other programs (the load balancer of the replica test).
 #pragma once
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,29 +18,51 @@
 
 namespace qkv::testing {
 
+// Starts argv[0] with the arguments argv[1..] and this process's environment plus `env`
+// ("NAME=value" each): its standard output to `out_fd` (-1: inherited), its standard error to
+// the file `err_path`. Returns its pid (-1 on failure). The child dies with the test: a test
+// process that crashes, aborts or is killed by CTest's timeout leaves no server behind (it
+// would hold its port, a CPU and every descriptor it inherited, such as the lock file of the
+// run that started the tests), and it inherits no descriptor beyond 0, 1 and 2.
+inline pid_t spawn_child(const std::vector<std::string>& args, const std::vector<std::string>& env, int out_fd,
+                         const std::string& err_path) {
+  // Everything the child needs is made before fork: between fork and exec a child of a
+  // multithreaded process may call only async-signal-safe functions (no allocation).
+  std::vector<std::string> a = args, e = env;
+  std::vector<char*> argv, envp;
+  for (auto& x : a) argv.push_back(x.data());
+  argv.push_back(nullptr);
+  for (char** v = environ; *v; ++v) envp.push_back(*v);
+  for (auto& x : e) envp.push_back(x.data());
+  envp.push_back(nullptr);
+  const char* err = err_path.c_str();
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the parent died before prctl
+    if (out_fd >= 0) ::dup2(out_fd, 1);
+    const int fd = ::open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) ::dup2(fd, 2);
+    ::close_range(3, ~0U, 0);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
 class ServeProcess {
  public:
   // Runs QKV_BIN serve ARGS... --port 0; waits (up to 60 s) for "listening on http://H:P".
   explicit ServeProcess(const std::vector<std::string>& args) {
     err_path_ = "/tmp/qkv_serve_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++) + ".err";
+    std::vector<std::string> all = {QKV_BIN, "serve"};
+    all.insert(all.end(), args.begin(), args.end());
+    all.push_back("--port");
+    all.push_back("0");
     int out[2];
     if (::pipe(out) != 0) return;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      const int fd = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      ::dup2(fd, 2);
-      ::close(out[0]);
-      std::vector<std::string> all = {QKV_BIN, "serve"};
-      all.insert(all.end(), args.begin(), args.end());
-      all.push_back("--port");
-      all.push_back("0");
-      std::vector<char*> argv;
-      for (auto& a : all) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(QKV_BIN, argv.data());
-      ::_exit(127);
-    }
+    pid_ = spawn_child(all, {}, out[1], err_path_);
     ::close(out[1]);
     out_fd_ = out[0];
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);

@@ -37,7 +37,7 @@ class RegressionTask : public train::Task {
   }
   Tensor loss(std::int64_t step, std::int64_t micro) override {
     ++calls;
-    if (step == nan_at_step) return Tensor::scalar(std::nan(""));
+    if (step == nan_at_step && micro == nan_at_micro) return Tensor::scalar(std::nan(""));
     const std::int64_t start = ((step * K_ + micro) * rows_) % 64;
     const Tensor xb = x_.narrow(0, start, rows_), yb = y_.narrow(0, start, rows_);
     Tensor l = mean(mul(sub(add(matmul(xb, m_.w), m_.b), yb), sub(add(matmul(xb, m_.w), m_.b), yb)));
@@ -49,7 +49,7 @@ class RegressionTask : public train::Task {
     evaluated.push_back(step);
     return {{"w0", m_.w.to_vector<float>()[0]}};
   }
-  std::int64_t nan_at_step = -1, inf_grad_at_step = -1, calls = 0;
+  std::int64_t nan_at_step = -1, nan_at_micro = 0, inf_grad_at_step = -1, calls = 0;
   std::vector<std::int64_t> evaluated;
 
  private:
@@ -114,6 +114,64 @@ TEST(TrainLoop, AccumulationEqualsOneLargeBatch) {
   EXPECT_NEAR(la.reports().back().train_loss, lb.reports().back().train_loss, 1e-5);
 }
 
+// With K > 1 the step's gradient is the fold ((G_0 + G_1) + G_2) of each micro-batch's
+// gradient computed alone (what N data-parallel ranks reproduce bitwise), not the running
+// sum of every contribution: w gets two contributions per micro-batch (the loss uses it
+// twice), so the two orders differ in the last bits.
+TEST(TrainLoop, AccumulatedGradientIsTheFoldOfEachMicroBatchsOwnGradient) {
+  constexpr std::int64_t K = 3;
+  Regression m, ref;
+  RegressionTask task(m, 4, K), tref(ref, 4, K);
+  optim::SGD opt(m.named_parameters(), {.lr = 0.0});  // the gradient stays readable after the step
+  Loop loop(m, opt, task, {.total_steps = 1, .grad_accum = K, .schedule = {.lr = 0.0}});
+  loop.run();
+  std::vector<std::vector<float>> fold;
+  for (std::int64_t k = 0; k < K; ++k) {
+    for (const auto& p : ref.parameters()) p.zero_grad();
+    mul(tref.loss(0, k), 1.0 / K).backward();
+    std::size_t i = 0;
+    for (const auto& p : ref.parameters()) {
+      const std::vector<float> g = p.grad().to_vector<float>();
+      if (k == 0) fold.push_back(g);
+      else
+        for (std::size_t e = 0; e < g.size(); ++e) fold[i][e] = fold[i][e] + g[e];
+      ++i;
+    }
+  }
+  std::size_t i = 0;
+  for (const auto& p : m.parameters()) EXPECT_EQ(p.grad().to_vector<float>(), fold[i++]) << i;  // bitwise
+}
+
+// Micro-batch k of step s draws dropout from its own stream (any rank can draw it): the
+// draws differ between micro-batches and steps, repeat in another run, and leave the
+// default generator where it was.
+TEST(TrainLoop, MicroBatchesDrawFromTheirOwnStreamsAndLeaveTheDefaultGenerator) {
+  struct Drawing : RegressionTask {
+    using RegressionTask::RegressionTask;
+    Tensor loss(std::int64_t step, std::int64_t micro) override {
+      draws.push_back(default_generator().uniform());
+      return RegressionTask::loss(step, micro);
+    }
+    std::vector<double> draws;
+  };
+  auto run = [](std::int64_t K) {
+    manual_seed(77);
+    Regression m;
+    Drawing t(m, 4, K);
+    optim::SGD o(m.named_parameters(), {.lr = 0.01});
+    Loop l(m, o, t, {.total_steps = 2, .grad_accum = K, .schedule = {.lr = 0.01}});
+    const std::uint64_t before = default_generator().offset();
+    l.run();
+    EXPECT_EQ(default_generator().offset(), before);
+    return t.draws;
+  };
+  const std::vector<double> a = run(2), b = run(2);
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(a, b);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (std::size_t j = i + 1; j < a.size(); ++j) EXPECT_NE(a[i], a[j]) << i << " " << j;
+}
+
 TEST(TrainLoop, NonFiniteLossStopsNamingTheStepAndChangesNothing) {
   Regression m;
   RegressionTask task(m, 8, 1);
@@ -143,6 +201,25 @@ TEST(TrainLoop, NonFiniteGradientStopsAndChangesNothing) {
   loop.run({}, 2);
   const auto p0 = params_of(m), s0 = state_of(opt);
   EXPECT_THROW(loop.run(), NumericError);
+  EXPECT_EQ(params_of(m), p0);
+  EXPECT_EQ(state_of(opt), s0);
+}
+
+TEST(TrainLoop, NonFiniteLossOfALaterMicroBatchStopsAndChangesNothing) {
+  Regression m;
+  RegressionTask task(m, 4, 3);
+  optim::AdamW opt(m.named_parameters(), {.lr = 0.05});
+  Loop loop(m, opt, task, {.total_steps = 4, .grad_accum = 3, .schedule = {.lr = 0.05}});
+  loop.run({}, 2);
+  const auto p0 = params_of(m), s0 = state_of(opt);
+  task.nan_at_step = 2;
+  task.nan_at_micro = 2;  // the last micro-batch of the step, after two backward passes
+  try {
+    loop.run();
+    FAIL() << "no error";
+  } catch (const NumericError& e) {
+    EXPECT_NE(std::string(e.what()).find("step 3 of 4: the loss is nan"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(params_of(m), p0);
   EXPECT_EQ(state_of(opt), s0);
 }
@@ -216,6 +293,21 @@ TEST(TrainLoop, ResumeRejectsAnotherRunLength) {
     FAIL();
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find("total_steps"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TrainLoop, AccumulatedStepsNeedFloat32Parameters) {
+  struct Wide : nn::Module {
+    Tensor w = register_parameter("w", Tensor::zeros({3}, DType::F64));
+  } m;
+  Regression r;
+  RegressionTask t(r, 4, 1);  // never asked for a loss
+  optim::SGD o(m.named_parameters(), {});
+  try {
+    Loop l(m, o, t, {.total_steps = 3, .grad_accum = 2});
+    FAIL() << "no error";
+  } catch (const TypeError& e) {
+    EXPECT_STREQ(e.what(), "train: data-parallel and accumulated steps need float32 parameters; parameter 0 [3] is float64");
   }
 }
 

@@ -4,13 +4,10 @@
 // model (folder or GGUF) written as a GGUF file llama.cpp and gguf-py load, its weights kept or
 // converted to --type.
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "model_dir.h"
@@ -36,21 +33,10 @@ struct ConvertOptions {
 
 bool ends_with_gguf(const std::string& p) { return p.size() > 5 && p.compare(p.size() - 5, 5, ".gguf") == 0; }
 
-// A folder's chat template text: tokenizer_config.json's chat_template string, else chat_template.jinja.
+// A folder's chat template text ("" when it has none).
 std::string folder_chat_template_text(const std::string& dir) {
-  std::error_code ec;
-  const fs::path tc = fs::path(dir) / "tokenizer_config.json";
-  if (fs::is_regular_file(tc, ec)) {
-    try {
-      const auto j = nlohmann::json::parse(io::read_file(tc.string(), "convert"));
-      if (auto it = j.find("chat_template"); it != j.end() && it->is_string()) return it->get<std::string>();
-    } catch (const nlohmann::json::exception& e) {
-      throw FormatError(tc.string() + ": not valid JSON: " + e.what());
-    }
-  }
-  const fs::path jinja = fs::path(dir) / "chat_template.jinja";
-  if (fs::is_regular_file(jinja, ec)) return io::read_file(jinja.string(), "convert");
-  return "";
+  const auto t = infer::folder_chat_template_source(dir);
+  return t ? t->text : std::string();
 }
 
 int run_gguf(const ConvertOptions& o, std::ostream& os) {

@@ -130,7 +130,9 @@ int run_generate(GenerateOptions o, std::ostream& out) {
   }
   infer::check_generation(*lm.model, prompts, g);
 
-  const bool stream = !o.json && prompts.size() == 1 && tok;
+  // Prompts given as ids have no text: with a tokenizer their continuation is shown as text alone.
+  const bool have_text = !texts.empty();
+  const bool stream = !o.json && prompts.size() == 1 && tok && have_text;
   std::vector<Stream> streams(prompts.size());
   if (tok)
     for (Stream& s : streams) s.dec.emplace(*tok);
@@ -203,7 +205,7 @@ int run_generate(GenerateOptions o, std::ostream& out) {
     }
     if (!stream) {
       if (tok) {
-        out << "[" << b << "] " << texts[b] << streams[b].text << "\n";
+        out << "[" << b << "] " << (have_text ? texts[b] : std::string()) << streams[b].text << "\n";
       } else {
         out << "[" << b << "]";
         for (i64 id : r.new_ids) out << " " << id;

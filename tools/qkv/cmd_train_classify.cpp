@@ -7,6 +7,7 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -25,30 +26,63 @@
 #include "qkv/ops/ops.h"
 #include "qkv/optim/optimizer.h"
 #include "qkv/train/classify.h"
+#include "qkv/train/distributed.h"
 #include "train_tasks.h"
 
 namespace qkv::tool {
 
-int run_train_classify(const TrainClassifyOptions& o, std::ostream& out, std::vector<std::string>* files_written) {
-  if (o.epochs < 1) throw ValueError("train classify: --epochs must be >= 1, got " + std::to_string(o.epochs));
-  if (o.log_every < 1) throw ValueError("train classify: --log-every must be >= 1");
-  if (!o.resume.empty()) check_input_file(o.resume, "train classify: --resume", "a checkpoint file");
-  if (!o.save.empty() && !(!o.resume.empty() && same_file(o.resume, o.save)))
-    check_output_file(o.save, {.cmd = "train classify", .flag = "--save", .overwrite = o.overwrite,
-                               .alternative = "--resume FILE --save FILE to continue the run it holds"});
+int run_train_classify(const TrainClassifyOptions& o, std::ostream& out_all, std::vector<std::string>* files_written) {
+  // Data-parallel (train/distributed.h): rank 0 alone prints and writes.
+  train::World& w = train::world();
+  std::ostream quiet(nullptr);
+  std::ostream& out = w.root() ? out_all : quiet;
+  w.fail_together(
+      [&] {
+        if (o.epochs < 1) throw ValueError("train classify: --epochs must be >= 1, got " + std::to_string(o.epochs));
+        if (o.log_every < 1) throw ValueError("train classify: --log-every must be >= 1");
+        if (!w.root()) return;  // rank 0 alone reads --resume and writes --save
+        if (!o.resume.empty()) check_input_file(o.resume, "train classify: --resume", "a checkpoint file");
+        if (!o.save.empty() && !(!o.resume.empty() && same_file(o.resume, o.save)))
+          check_output_file(o.save, {.cmd = "train classify", .flag = "--save", .overwrite = o.overwrite,
+                                     .alternative = "--resume FILE --save FILE to continue the run it holds"});
+      },
+      "the checks before training");
+  std::optional<io::Checkpoint> ckpt;
+  if (!o.resume.empty()) ckpt = train::shared_checkpoint(o.resume);  // rank 0's, on every rank
   std::unique_ptr<train::ClassifyTrainer> tr;
-  if (o.resume.empty()) {
-    tr = std::make_unique<train::ClassifyTrainer>(train::ClassifyRunOptions{
-        .model = {.d_model = o.d_model, .num_heads = o.heads, .d_ff = o.d_ff, .num_layers = o.layers, .dropout = o.dropout},
-        .epochs = o.epochs,
-        .lr = o.lr,
-        .seed = o.seed,
-        .balanced = o.balanced,
-        .train_size = o.train_size,
-        .val_size = o.val_size,
-        .eval_every = o.log_every});
-  } else {
-    tr = std::make_unique<train::ClassifyTrainer>(io::load_checkpoint(o.resume), o.resume, o.epochs, o.log_every);
+  w.fail_together(
+      [&] {
+        if (o.resume.empty()) {
+          tr = std::make_unique<train::ClassifyTrainer>(train::ClassifyRunOptions{
+              .model = {.d_model = o.d_model, .num_heads = o.heads, .d_ff = o.d_ff, .num_layers = o.layers,
+                        .dropout = o.dropout},
+              .epochs = o.epochs,
+              .lr = o.lr,
+              .seed = o.seed,
+              .balanced = o.balanced,
+              .train_size = o.train_size,
+              .val_size = o.val_size,
+              .eval_every = o.log_every,
+              .grad_accum = o.grad_accum * w.size()});  // --grad-accum is per rank
+        } else {
+          tr = std::make_unique<train::ClassifyTrainer>(*ckpt, o.resume, o.epochs, o.log_every);
+        }
+      },
+      "the ranks to set up the run");
+  ckpt.reset();
+  {
+    const train::ClassifyRunOptions& ro = tr->options();
+    std::uint64_t data = 0;
+    for (const Tensor& t : {tr->train_data().tokens, tr->train_data().labels, tr->val_data().tokens, tr->val_data().labels}) {
+      const Tensor c = t.contiguous();
+      data = io::digest64(c.raw_data(), static_cast<std::size_t>(c.numel()) * dtype_size(c.dtype()), data);
+    }
+    w.check_same({{"the model config", models::classifier_config_to_json(ro.model)},
+                  {"the epochs", std::to_string(ro.epochs)},
+                  {"the learning rate", std::to_string(ro.lr)},
+                  {"the micro-batches per epoch (global --grad-accum)", std::to_string(ro.grad_accum)},
+                  {"the data (digest)", std::to_string(data)}},
+                 "the classifier run");
   }
   const train::ClassifyRunOptions& r = tr->options();
   const models::ClassifyData& train_data = tr->train_data();
@@ -69,13 +103,16 @@ int run_train_classify(const TrainClassifyOptions& o, std::ostream& out, std::ve
         << (r.balanced ? "balanced" : "uniform (the tutorial's)") << "; positives: train "
         << fixed(100 * positives(train_data.labels), 1) << "%, validation "
         << fixed(100 * positives(val_data.labels), 1) << "%\n"
-        << "full-batch Adam, lr " << general(r.lr) << ", seed " << r.seed << ", " << num_threads() << " thread(s)";
+        << "full-batch Adam, lr " << general(r.lr);
+    if (r.grad_accum > 1) out << ", " << r.grad_accum << " micro-batches per epoch";
+    if (w.distributed()) out << " (" << w.size() << " ranks x " << r.grad_accum / w.size() << ")";
+    out << ", seed " << r.seed << ", " << num_threads() << " thread(s)" << (w.distributed() ? " per rank" : "");
     if (!o.resume.empty()) out << ", resumed from " << o.resume << " at epoch " << tr->epoch();
     out << "\nmajority-class baseline (validation): " << fixed(baseline, 3)
         << "  (predicting the most frequent label; accuracy at this level has learned nothing)\n\n";
   }
 
-  ProgressBar bar("train", o.epochs - tr->epoch(), ProgressOptions{.enabled = o.progress});
+  ProgressBar bar("train", o.epochs - tr->epoch(), ProgressOptions{.enabled = o.progress && w.root()});
   double last_loss = 0, last_train = 0, last_val = 0;
   auto on_report = [&](const train::ClassifyReport& rep) {
     last_train = rep.train_acc;
@@ -93,7 +130,8 @@ int run_train_classify(const TrainClassifyOptions& o, std::ostream& out, std::ve
   };
   auto on_epoch = [&](std::int64_t epoch, double loss) {
     last_loss = loss;
-    if (!o.save.empty() && o.save_every > 0 && epoch % o.save_every == 0 && epoch != o.epochs) tr->save(o.save);
+    if (!o.save.empty() && o.save_every > 0 && epoch % o.save_every == 0 && epoch != o.epochs && w.root())
+      tr->save(o.save);
     bar.update(epoch - first_epoch + 1, "loss " + fixed(loss, 4));
   };
   const auto start = std::chrono::steady_clock::now();
@@ -106,13 +144,14 @@ int run_train_classify(const TrainClassifyOptions& o, std::ostream& out, std::ve
       throw NumericError(std::string(e.what()) + "; training stopped, no checkpoint written" +
                          (o.save.empty() ? "" : " (" + o.save + " keeps its previous content)"));
     }
-    if (!o.save.empty()) {
+    if (!o.save.empty() && w.root()) {
+      const train::World::Busy busy(w);  // the other ranks wait meanwhile
       tr->save(o.save);
       if (files_written) files_written->push_back(o.save);
     }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!finished) {
+  if (!finished) {  // Ctrl-C (on any rank: every rank stops after the same epoch)
     bar.stop("loss " + fixed(last_loss, 4));
     out << "\ninterrupted at epoch " << tr->epoch() << " of " << o.epochs << "; "
         << (o.save.empty() ? "nothing was saved (give --save FILE to keep a run)\n"
@@ -173,6 +212,8 @@ QKV_TRAIN_TASK(classify, {
       fixed_by_ckpt.push_back(add_seed_option(sub, opt->seed, "Seed of the data, the initial weights and dropout"));
       fixed_by_ckpt.push_back(sub.add_flag("--balanced", opt->balanced, "Half positive, half negative; 200 train / 200 validation"));
       fixed_by_ckpt.push_back(sub.add_option("--train-size", opt->train_size, "Training sequences")->check(int_range(2, 10000000))->capture_default_str());
+      fixed_by_ckpt.push_back(sub.add_option("--grad-accum", opt->grad_accum, "Micro-batches the training set is cut into per epoch (per rank under mpirun)")
+          ->check(int_range(1, 1000000))->capture_default_str());
       fixed_by_ckpt.push_back(sub.add_option("--val-size", opt->val_size, "Validation sequences (default 50, or 200 with --balanced)")->check(int_range(2, 10000000)));
       auto* save = sub.add_option("--save", opt->save, "Write a checkpoint (safetensors) here at the end (atomically)")
                        ->type_name("FILE");

@@ -17,6 +17,7 @@ struct TrainClassifyOptions {
   bool balanced = false;        // 200 train / 200 validation, half positive
   std::int64_t train_size = 200;
   std::int64_t val_size = 0;    // 0: 50 (tutorial) or 200 (balanced)
+  std::int64_t grad_accum = 1;  // the training set in this many micro-batches per epoch (per rank under mpirun)
   std::string save;             // checkpoint written at the end (and every save_every epochs)
   bool overwrite = false;       // replace an existing --save file (else refused)
   int save_every = 0;

@@ -25,9 +25,11 @@
 #include "qkv/core/error.h"
 #include "qkv/core/parallel.h"
 #include "qkv/infer/generate.h"
+#include "qkv/io/checkpoint.h"
 #include "qkv/io/files.h"
 #include "qkv/io/folder.h"
 #include "qkv/tokenize/bpe_train.h"
+#include "qkv/train/distributed.h"
 #include "train_tasks.h"
 
 namespace qkv::tool {
@@ -112,6 +114,42 @@ std::string resume_command(const TrainLMCliOptions& o, const std::string& dir) {
   return "qkv train lm --resume --out " + shell_quote(dir) + " --text " + shell_join(o.texts);
 }
 
+// The run's tokenizer: `tok` as read before (--tokenizer, --resume), else learnt now on the
+// texts. Data-parallel: rank 0 obtains it and sends the bytes of its files to the other
+// ranks (--out holds nothing before the first save, and they need not see rank 0's disk).
+void obtain_tokenizer(RunTokenizer& tok, const TrainLMCliOptions& o, std::ostream& log, train::World& w) {
+  if (!w.distributed()) {
+    if (!tok.bpe) tok = train_tokenizer(o, log);
+    return;
+  }
+  std::string files;
+  if (w.root()) {
+    const train::World::Busy busy(w);
+    if (!tok.bpe) tok = train_tokenizer(o, log);
+    const std::string& vocab = tok.files.at("vocab.json");
+    files = std::to_string(vocab.size()) + "\n" + vocab + tok.files.at("merges.txt");
+  }
+  w.broadcast(files, "rank 0's tokenizer");
+  if (w.root()) return;
+  const std::size_t nl = files.find('\n');
+  const std::size_t n = nl == std::string::npos ? 0 : std::stoull(files.substr(0, nl));
+  if (nl == std::string::npos || n > files.size() - nl - 1)
+    throw train::DistributedError("train lm: a malformed tokenizer from rank 0", false);
+  tok.bpe = tokenize::ByteLevelBPE::parse(files.substr(nl + 1, n), files.substr(nl + 1 + n), "rank 0's vocab.json",
+                                          "rank 0's merges.txt");
+}
+
+// The corpus's tokens; a new cache is written to `write_path` (renamed to `cache` at the
+// first save). Data-parallel: rank 0 does that; every other rank reuses `cache` when it
+// holds its texts (one machine, or a shared disk), else keeps its tokens in memory and
+// writes nothing. The start-up check compares every rank's corpus key.
+train::CorpusTokens tokenize_texts(const TrainLMCliOptions& o, const tokenize::ByteLevelBPE& bpe,
+                                   const std::string& cache, const std::string& write_path, train::World& w) {
+  const train::World::Busy busy(w);  // the ranks tokenize side by side
+  if (w.root()) return train::tokenize_corpus(o.texts, bpe, cache, write_path);
+  return train::tokenize_corpus(o.texts, bpe, cache, "", /*write_cache=*/false);
+}
+
 std::string sample_text(const models::GPT2LMHeadModel& model, const tokenize::ByteLevelBPE& bpe,
                         const std::vector<i64>& prompt, i64 n) {
   const i64 room = model.config().n_positions - static_cast<i64>(prompt.size());
@@ -124,87 +162,130 @@ std::string sample_text(const models::GPT2LMHeadModel& model, const tokenize::By
 
 }  // namespace
 
-int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
-  // ---- every option, input and size, before anything is trained or written ----
-  if (o.out.empty()) throw ValueError("train lm: --out DIR is required");
-  if (o.texts.empty()) throw ValueError("train lm: --text FILE... is required");
-  if (o.resume && o.overwrite) throw ValueError("train lm: --resume continues the run in --out; --overwrite would replace it (give one)");
+int run_train_lm(const TrainLMCliOptions& o, std::ostream& out_all) {
+  // Data-parallel (train/distributed.h): rank 0 alone prints and writes; a check that fails
+  // on any rank stops every rank at once, rank 0 reporting it (World::fail_together).
+  train::World& w = train::world();
+  std::ostream quiet(nullptr);
+  std::ostream& out = w.root() ? out_all : quiet;
   const std::string dir = strip_slash(o.out);
-  if (!o.resume) {
-    if (o.tokenizer.empty() && o.vocab_size <= 0)
-      throw ValueError("train lm: give --tokenizer DIR (vocab.json + merges.txt) or --vocab-size N");
-    if (o.d_model % o.heads != 0)
-      throw ValueError("train lm: --d-model " + std::to_string(o.d_model) + " is not divisible by --heads " +
-                       std::to_string(o.heads));
-    o.train.validate();
-  }
+
+  // ---- every option, input and size, before anything is trained or written ----
+  const auto check_options = [&] {
+    if (o.out.empty()) throw ValueError("train lm: --out DIR is required");
+    if (o.texts.empty()) throw ValueError("train lm: --text FILE... is required");
+    if (o.resume && o.overwrite) throw ValueError("train lm: --resume continues the run in --out; --overwrite would replace it (give one)");
+    if (!o.resume) {
+      if (o.tokenizer.empty() && o.vocab_size <= 0)
+        throw ValueError("train lm: give --tokenizer DIR (vocab.json + merges.txt) or --vocab-size N");
+      if (o.d_model % o.heads != 0)
+        throw ValueError("train lm: --d-model " + std::to_string(o.d_model) + " is not divisible by --heads " +
+                         std::to_string(o.heads));
+      o.train.validate();
+    }
+  };
+  if (!w.distributed()) check_options();
   // Ctrl-C from here on: before training nothing is written (the command returns 130);
   // during training the step in progress is finished and saved.
   TrainingInterrupt ctrl_c;
-  for (const std::string& t : o.texts) check_input_file(t, "train lm: --text");
-  if (!o.tokenizer.empty()) check_input_folder(o.tokenizer, "train lm: --tokenizer", "a tokenizer folder (vocab.json + merges.txt)");
-  io::remove_stale_temp_files(dir + ".tokens");
-  if (o.resume) {
-    io::recover_folder(dir);
-    check_input_folder(dir, "train lm --resume: --out", "the folder of a training run");
-    if (!fs::exists(fs::path(dir) / train::LMTrainer::kStateFile))
-      throw IOError("train lm --resume: " + dir + " holds no training run (no " +
-                    std::string(train::LMTrainer::kStateFile) + "); start one without --resume");
-  } else {
-    check_output_folder(dir, {.cmd = "train lm", .overwrite = o.overwrite,
-                              .alternative = "--resume to continue the run it holds"});
-  }
   RunTokenizer tok;
-  if (o.resume) tok = read_tokenizer(dir, "to resume the run (train lm --resume)");
-  else if (!o.tokenizer.empty()) tok = read_tokenizer(o.tokenizer, "by train lm --tokenizer");
-  const std::uint64_t corpus_bytes = 4 * text_bytes(o.texts);  // the texts and their ids while tokenizing
-  if (!o.resume) {  // a resumed run checks its own sizes when its state is read
-    models::GPT2Config cfg = new_run_config(o, tok.bpe ? tok.bpe->vocab_size() : o.vocab_size);
-    models::check_gpt2_config(cfg);
-    train::check_lm_training_memory(cfg, o.train, corpus_bytes);
-  }
-  if (!tok.bpe) tok = train_tokenizer(o, out);
+  w.fail_together(
+      [&] {
+        if (w.distributed()) check_options();
+        for (const std::string& t : o.texts) check_input_file(t, "train lm: --text");  // each rank reads its own
+        if (!w.root()) return;  // rank 0 alone reads the tokenizer and the run, and writes DIR
+        if (!o.tokenizer.empty())
+          check_input_folder(o.tokenizer, "train lm: --tokenizer", "a tokenizer folder (vocab.json + merges.txt)");
+        io::remove_stale_temp_files(dir + ".tokens");
+        if (o.resume) {
+          io::recover_folder(dir);
+          check_input_folder(dir, "train lm --resume: --out", "the folder of a training run");
+          if (!fs::exists(fs::path(dir) / train::LMTrainer::kStateFile))
+            throw IOError("train lm --resume: " + dir + " holds no training run (no " +
+                          std::string(train::LMTrainer::kStateFile) + "); start one without --resume");
+        } else {
+          check_output_folder(dir, {.cmd = "train lm", .overwrite = o.overwrite,
+                                    .alternative = "--resume to continue the run it holds"});
+        }
+        if (o.resume) tok = read_tokenizer(dir, "to resume the run (train lm --resume)");
+        else if (!o.tokenizer.empty()) tok = read_tokenizer(o.tokenizer, "by train lm --tokenizer");
+        const std::uint64_t corpus_bytes = 4 * text_bytes(o.texts);  // the texts and their ids while tokenizing
+        if (!o.resume) {  // a resumed run checks its own sizes when its state is read
+          models::GPT2Config cfg = new_run_config(o, tok.bpe ? tok.bpe->vocab_size() : o.vocab_size);
+          models::check_gpt2_config(cfg);
+          train::check_lm_training_memory(cfg, o.train, corpus_bytes);
+        }
+      },
+      "the checks before training");
+  obtain_tokenizer(tok, o, out, w);
   const tokenize::ByteLevelBPE& bpe = *tok.bpe;
 
   // ---- the corpus; a new token cache goes beside --out once the run has a folder ----
   const std::string cache = dir + ".tokens";
-  const std::string cache_tmp = cache + ".tmp." + std::to_string(::getpid()) + ".0";
+  const std::string cache_tmp = w.root() ? cache + ".tmp." + std::to_string(::getpid()) + ".0" : "";
   struct DropTemp {
     std::string path;
-    ~DropTemp() { ::unlink(path.c_str()); }  // a no-op once renamed into place
+    ~DropTemp() {
+      if (!path.empty()) ::unlink(path.c_str());  // a no-op once renamed into place
+    }
   } drop{cache_tmp};
-  const train::CorpusTokens corpus = train::tokenize_corpus(o.texts, bpe, cache, cache_tmp);
+  const train::CorpusTokens corpus = tokenize_texts(o, bpe, cache, cache_tmp, w);
   const train::TokenFile& tokens = corpus.tokens;
 
   std::unique_ptr<train::LMTrainer> tr;
-  if (o.resume) {
-    tr = train::LMTrainer::resume(dir, tokens, bpe);
-    if (tr->loop().finished())
-      throw ValueError("train lm: " + dir + " holds a finished run (step " + std::to_string(tr->loop().step()) +
-                       " of " + std::to_string(tr->loop().total_steps()) + "); there is nothing left to resume");
-  } else {
-    models::GPT2Config cfg = new_run_config(o, bpe.vocab_size());
-    if (const auto eos = bpe.eos_id()) cfg.bos_token_id = cfg.eos_token_id = *eos;
-    tr = std::make_unique<train::LMTrainer>(cfg, o.train, tokens, bpe);
+  std::optional<io::Checkpoint> state;
+  const std::string state_path = dir + "/" + train::LMTrainer::kStateFile;
+  if (o.resume) state = train::shared_checkpoint(state_path);  // rank 0's, on every rank
+  w.fail_together(
+      [&] {
+        if (o.resume) {
+          tr = train::LMTrainer::resume_from(*state, state_path, tokens, bpe);
+          if (tr->loop().finished())
+            throw ValueError("train lm: " + dir + " holds a finished run (step " + std::to_string(tr->loop().step()) +
+                             " of " + std::to_string(tr->loop().total_steps()) + "); there is nothing left to resume");
+        } else {
+          models::GPT2Config cfg = new_run_config(o, bpe.vocab_size());
+          if (const auto eos = bpe.eos_id()) cfg.bos_token_id = cfg.eos_token_id = *eos;
+          train::LMTrainOptions to = o.train;
+          to.grad_accum *= w.size();  // --grad-accum is per rank; the run's step has N times as many micro-batches
+          tr = std::make_unique<train::LMTrainer>(cfg, to, tokens, bpe);
+        }
+        if (o.stop_after > 0 && o.stop_after <= tr->loop().step())
+          throw ValueError("train lm: --stop-after " + std::to_string(o.stop_after) +
+                           ", but the run is already at step " + std::to_string(tr->loop().step()));
+      },
+      "the ranks to set up the run");
+  if (state && w.root()) {
+    const train::World::Busy busy(w);
+    tr->restore_folder(dir, *state);  // DIR's model files a save ahead of its state (a save cut short)
   }
-  if (TrainingInterrupt::requested()) {
+  state.reset();
+  w.check_same({{"the corpus (digest of the texts and tokenizer)", std::to_string(tokens.key())},
+                {"the corpus's token count", std::to_string(tokens.size())},
+                {"the model config", models::gpt2_config_to_json(tr->model().config())},
+                {"the training options", tr->options().to_json()}},
+               "the language-model run");
+  if (train::stop_requested_by_any_rank("before training")) {
     out << "interrupted before training began; nothing was written\n";
     return kInterruptedExit;
   }
   // Settings that cannot do what they say: a warning each (the run goes on).
   const train::LMTrainOptions& run_o = tr->options();
-  if (run_o.warmup >= run_o.steps && !o.resume)
+  if (run_o.warmup >= run_o.steps && !o.resume && w.root())
     warn("--warmup " + std::to_string(run_o.warmup) + " is not shorter than the run (--steps " +
          std::to_string(run_o.steps) + "): the learning rate never reaches --lr " + general(run_o.lr) +
          " and never decays; give a shorter --warmup");
-  if (o.stop_after >= tr->loop().total_steps())
+  if (o.stop_after >= tr->loop().total_steps() && w.root())
     warn("--stop-after " + std::to_string(o.stop_after) + " is not before the end of the run (" +
          std::to_string(tr->loop().total_steps()) + " steps): it has no effect");
   tr->set_folder_files(tok.files);
   // Every save replaces DIR as a whole; the first of an --overwrite run drops what DIR held.
+  // Rank 0 alone saves.
   bool replace_all = !o.resume && o.overwrite;
   std::int64_t saved_step = -1;
   auto save = [&] {
+    if (!w.root()) return;
+    const train::World::Busy busy(w);  // the other ranks wait meanwhile
     tr->save(dir, !replace_all);
     replace_all = false;
     saved_step = tr->loop().step();
@@ -218,9 +299,6 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
       out << "wrote the initial model (step 0) to " << dir << "; train it with: " << resume_command(o, dir) << "\n";
     return 0;
   }
-  if (o.stop_after > 0 && o.stop_after <= tr->loop().step())
-    throw ValueError("train lm: --stop-after " + std::to_string(o.stop_after) + ", but the run is already at step " +
-                     std::to_string(tr->loop().step()));
   const train::LMTrainOptions& to = tr->options();
   const models::GPT2Config& cfg = tr->model().config();
   const i64 first_step = tr->loop().step();
@@ -240,8 +318,10 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
         << tr->task().train_tokens() << " train / " << tr->task().val_tokens() << " held out\n"
         << "AdamW lr " << general(to.lr) << " (warmup " << to.warmup << ", cosine to " << general(to.min_lr) << " over "
         << to.steps << " steps), batch " << to.batch << " x " << to.context << " tokens x " << to.grad_accum
-        << " accumulation, weight decay " << general(to.weight_decay) << ", clip " << general(to.grad_clip) << ", seed "
-        << to.seed << ", " << num_threads() << " thread(s)";
+        << " accumulation";
+    if (w.distributed()) out << " (" << w.size() << " ranks x " << to.grad_accum / w.size() << ")";
+    out << ", weight decay " << general(to.weight_decay) << ", clip " << general(to.grad_clip) << ", seed " << to.seed
+        << ", " << num_threads() << " thread(s)" << (w.distributed() ? " per rank" : "");
     if (o.resume) out << "\nresumed from " << dir << " at step " << first_step;
     out << "\n\n";
   }
@@ -249,10 +329,12 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
   std::unique_ptr<ProgressBar> bar;
   train::LoopCallbacks cb;
   cb.on_step = [&](i64 step, i64 total, double loss) {
+    if (!w.root()) return;
     if (!bar) bar = std::make_unique<ProgressBar>("train", total - first_step, ProgressOptions{.enabled = o.progress && !o.json});
     bar->update(step - first_step, "loss " + fixed(loss, 4));
   };
   cb.on_report = [&](const train::Report& r) {
+    if (!w.root()) return;
     const std::string sample = sample_text(tr->model(), bpe, prompt, o.sample_tokens);
     save();
     if (o.json) {
@@ -267,6 +349,10 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
                                {"elapsed_s", r.elapsed_s},
                                {"skipped_steps", r.skipped_steps},
                                {"sample", sample}};
+      if (w.distributed()) {
+        j["ranks"] = w.size();
+        j["wait_s"] = r.wait_s;  // rank 0 blocked on the others since the previous evaluation
+      }
       out << j.dump() << std::endl;
     } else {
       if (bar && bar->is_tty()) std::cerr << "\r\033[K";
@@ -280,7 +366,7 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
   finished = tr->train(cb, o.stop_after);
   if (saved_step != tr->loop().step()) save();  // stopped between evaluations (--stop-after, Ctrl-C)
   if (bar) finished ? bar->finish() : bar->stop();
-  const bool interrupted = TrainingInterrupt::requested() && !finished;
+  const bool interrupted = TrainingInterrupt::requested() && !finished;  // on every rank alike (Loop::run)
   const train::Report* last = tr->loop().reports().empty() ? nullptr : &tr->loop().reports().back();
   const double secs = tr->loop().elapsed_s();
   if (o.json) {
@@ -293,6 +379,11 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out) {
     }
     j["elapsed_s"] = secs;
     j["threads"] = num_threads();
+    if (w.distributed()) {
+      j["ranks"] = w.size();
+      j["wait_s"] = tr->loop().wait_s();
+      j["bytes_sent_per_step"] = tr->loop().bytes_sent_per_step();
+    }
     j["out"] = dir;
     if (!finished) j["resume"] = resume_command(o, dir);
     if (interrupted) j["interrupted"] = true;

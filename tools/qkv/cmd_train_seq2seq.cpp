@@ -6,6 +6,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -16,7 +17,9 @@
 #include "progress.h"
 #include "qkv/core/parallel.h"
 #include "qkv/io/checkpoint.h"
+#include "qkv/io/files.h"
 #include "qkv/models/seq2seq.h"
+#include "qkv/train/distributed.h"
 #include "qkv/train/seq2seq.h"
 #include "train_tasks.h"
 
@@ -32,55 +35,88 @@ std::string digits_str(const std::vector<std::int64_t>& d) {
   return s.empty() ? "(empty)" : s;
 }
 
+// A digest of the examples (for the data-parallel start-up check).
+std::string data_digest(const models::Seq2SeqData& d) {
+  std::uint64_t h = 0;
+  for (const auto* set : {&d.train, &d.test})
+    for (const models::Seq2SeqExample& e : *set) {
+      h = io::digest64(e.input.data(), e.input.size() * sizeof(std::int64_t), h);
+      h = io::digest64(e.target.data(), e.target.size() * sizeof(std::int64_t), h);
+    }
+  return std::to_string(h);
+}
+
 }  // namespace
 
-int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector<std::string>* files_written) {
-  if (!o.resume.empty()) check_input_file(o.resume, "train seq2seq: --resume", "a checkpoint file");
-  if (!o.save.empty() && !(!o.resume.empty() && same_file(o.resume, o.save)))
-    check_output_file(o.save, {.cmd = "train seq2seq", .flag = "--save", .overwrite = o.overwrite,
-                               .alternative = "--resume FILE --save FILE to continue the run it holds"});
+int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out_all, std::vector<std::string>* files_written) {
+  // Data-parallel (train/distributed.h): rank 0 alone prints and writes; a check that fails
+  // on any rank stops every rank at once, rank 0 reporting it (World::fail_together).
+  train::World& w = train::world();
+  std::ostream quiet(nullptr);
+  std::ostream& out = w.root() ? out_all : quiet;
+  w.fail_together(
+      [&] {
+        if (!w.root()) return;  // rank 0 alone reads --resume and writes --save
+        if (!o.resume.empty()) check_input_file(o.resume, "train seq2seq: --resume", "a checkpoint file");
+        if (!o.save.empty() && !(!o.resume.empty() && same_file(o.resume, o.save)))
+          check_output_file(o.save, {.cmd = "train seq2seq", .flag = "--save", .overwrite = o.overwrite,
+                                     .alternative = "--resume FILE --save FILE to continue the run it holds"});
+      },
+      "the checks before training");
+  std::optional<io::Checkpoint> ckpt;
+  if (!o.resume.empty()) ckpt = train::shared_checkpoint(o.resume);  // rank 0's, on every rank
   std::unique_ptr<train::Seq2SeqTrainer> tr;
-  if (o.resume.empty()) {
-    const models::Seq2SeqTask task = models::parse_seq2seq_task(o.task);
-    if (o.d_model % o.heads != 0)
-      throw ValueError("train seq2seq: --d-model " + std::to_string(o.d_model) + " is not divisible by --heads " +
-                       std::to_string(o.heads));
-    const models::Seq2SeqOptions mo{.d_model = o.d_model,
-                                    .num_heads = o.heads,
-                                    .num_encoder_layers = o.layers,
-                                    .num_decoder_layers = o.layers,
-                                    .d_ff = o.d_ff,
-                                    .dropout = o.dropout,
-                                    .max_positions = std::max<std::int64_t>(32, o.max_len + 1)};
-    const train::Seq2SeqTrainOptions to{
-        .data = {.task = task, .min_len = o.min_len, .max_len = o.max_len, .train_size = o.train_size,
-                 .test_size = o.test_size, .seed = o.seed},
-        .epochs = o.epochs,
-        .steps = o.steps,
-        .batch = o.batch,
-        .lr = o.lr,
-        .warmup_steps = o.warmup,
-        .target_acc = o.target_acc,
-        .seed = o.seed};
-    tr = std::make_unique<train::Seq2SeqTrainer>(mo, to);
-  } else {
-    tr = std::make_unique<train::Seq2SeqTrainer>(io::load_checkpoint(o.resume), o.resume);
-    if (tr->finished())
-      throw ValueError("train seq2seq: " + o.resume + " holds a finished run (step " + std::to_string(tr->step()) +
-                       " of " + std::to_string(tr->total_steps()) + "); there is nothing left to resume");
-  }
-  if (o.stop_after_epoch > 0 && o.stop_after_epoch <= tr->epochs_done())
-    throw ValueError("train seq2seq: --stop-after-epoch " + std::to_string(o.stop_after_epoch) + ", but " + o.resume +
-                     " is already at epoch " + std::to_string(tr->epochs_done()));
-  if (o.resume.empty() && o.warmup >= tr->total_steps())
+  w.fail_together(
+      [&] {
+        if (o.resume.empty()) {
+          const models::Seq2SeqTask task = models::parse_seq2seq_task(o.task);
+          if (o.d_model % o.heads != 0)
+            throw ValueError("train seq2seq: --d-model " + std::to_string(o.d_model) + " is not divisible by --heads " +
+                             std::to_string(o.heads));
+          const models::Seq2SeqOptions mo{.d_model = o.d_model,
+                                          .num_heads = o.heads,
+                                          .num_encoder_layers = o.layers,
+                                          .num_decoder_layers = o.layers,
+                                          .d_ff = o.d_ff,
+                                          .dropout = o.dropout,
+                                          .max_positions = std::max<std::int64_t>(32, o.max_len + 1)};
+          const train::Seq2SeqTrainOptions to{
+              .data = {.task = task, .min_len = o.min_len, .max_len = o.max_len, .train_size = o.train_size,
+                       .test_size = o.test_size, .seed = o.seed},
+              .epochs = o.epochs,
+              .steps = o.steps,
+              .batch = o.batch,
+              .grad_accum = o.grad_accum * w.size(),  // --grad-accum is per rank
+              .lr = o.lr,
+              .warmup_steps = o.warmup,
+              .target_acc = o.target_acc,
+              .seed = o.seed};
+          tr = std::make_unique<train::Seq2SeqTrainer>(mo, to);
+        } else {
+          tr = std::make_unique<train::Seq2SeqTrainer>(*ckpt, o.resume);
+          if (tr->finished())
+            throw ValueError("train seq2seq: " + o.resume + " holds a finished run (step " + std::to_string(tr->step()) +
+                             " of " + std::to_string(tr->total_steps()) + "); there is nothing left to resume");
+        }
+        if (o.stop_after_epoch > 0 && o.stop_after_epoch <= tr->epochs_done())
+          throw ValueError("train seq2seq: --stop-after-epoch " + std::to_string(o.stop_after_epoch) + ", but " +
+                           o.resume + " is already at epoch " + std::to_string(tr->epochs_done()));
+      },
+      "the ranks to set up the run");
+  ckpt.reset();
+  if (o.resume.empty() && o.warmup >= tr->total_steps() && w.root())
     warn("--warmup " + std::to_string(o.warmup) + " is not shorter than the run (" + std::to_string(tr->total_steps()) +
          " steps): the learning rate never reaches --lr and never decays; give a shorter --warmup");
-  if (o.stop_after_epoch > 0 && o.stop_after_epoch >= tr->total_epochs())
+  if (o.stop_after_epoch > 0 && o.stop_after_epoch >= tr->total_epochs() && w.root())
     warn("--stop-after-epoch " + std::to_string(o.stop_after_epoch) + " is not before the end of the run (" +
          std::to_string(tr->total_epochs()) + " epochs): it has no effect");
   const models::Seq2SeqOptions& mo = tr->model_options();
   const train::Seq2SeqTrainOptions& to = tr->options();
   const std::string task = models::seq2seq_task_name(to.data.task);
+  w.check_same({{"the model options", mo.to_json()},
+                {"the training options", to.to_json()},
+                {"the data (digest)", data_digest(tr->data())}},
+               "the seq2seq run");
 
   if (!o.json) {
     out << "Seq2Seq (" << task << "): " << mo.num_encoder_layers << " encoder + " << mo.num_decoder_layers
@@ -88,8 +124,10 @@ int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector
         << ", dropout " << general(mo.dropout) << "\n"
         << "data: " << to.data.train_size << " train / " << to.data.test_size << " held-out digit strings of length "
         << to.data.min_len << ".." << to.data.max_len << " (disjoint); AdamW lr " << general(to.lr) << " (warmup "
-        << to.warmup_steps << ", cosine decay over " << tr->total_steps() << " steps), batch " << to.batch
-        << ", seed " << to.seed << ", " << num_threads() << " thread(s)";
+        << to.warmup_steps << ", cosine decay over " << tr->total_steps() << " steps), batch " << to.batch;
+    if (to.grad_accum > 1) out << " x " << to.grad_accum << " accumulation";
+    if (w.distributed()) out << " (" << w.size() << " ranks x " << to.grad_accum / w.size() << ")";
+    out << ", seed " << to.seed << ", " << num_threads() << " thread(s)" << (w.distributed() ? " per rank" : "");
     if (!o.resume.empty())
       out << "\nresumed from " << o.resume << " at epoch " << tr->epochs_done() << " (step " << tr->step() << " of "
           << tr->total_steps() << ")";
@@ -98,6 +136,8 @@ int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector
 
   // The checkpoint carries the latest held-out accuracy for readers of the file.
   auto save = [&](const std::string& path) {
+    if (!w.root()) return;
+    const train::World::Busy busy(w);  // the other ranks wait meanwhile
     std::map<std::string, std::string> meta;
     if (!tr->reports().empty()) meta["exact_acc"] = general(tr->reports().back().exact_acc, 6);
     tr->save(path, meta);
@@ -106,6 +146,7 @@ int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector
   const std::int64_t first_step = tr->step();
   train::Seq2SeqTrainCallbacks cb;
   cb.on_step = [&](std::int64_t step, std::int64_t total, double loss) {
+    if (!w.root()) return;
     if (!bar) bar = std::make_unique<ProgressBar>("train", total - first_step, ProgressOptions{.enabled = o.progress});
     bar->update(step - first_step, "loss " + fixed(loss, 4));
   };
@@ -133,7 +174,7 @@ int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector
     finished = tr->train(cb, o.stop_after_epoch);
     if (!o.save.empty()) {
       save(o.save);
-      if (files_written) files_written->push_back(o.save);
+      if (files_written && w.root()) files_written->push_back(o.save);
     }
   }
   if (!finished && TrainingInterrupt::requested()) {
@@ -148,6 +189,7 @@ int run_train_seq2seq(const Seq2SeqCliOptions& o, std::ostream& out, std::vector
   if (bar) finished ? bar->finish() : bar->stop();
   if (tr->reports().empty()) throw Error("train seq2seq: the run made no evaluation");  // cannot happen: see train()
   const train::Seq2SeqReport& fin = tr->reports().back();
+  if (!w.root()) return 0;  // the examples and the summary are rank 0's
 
   // A few held-out examples, decoded greedily.
   const auto& test = tr->data().test;
@@ -214,7 +256,10 @@ QKV_TRAIN_TASK(seq2seq, {
       fixed(sub.add_option("--epochs", opt->epochs, "Passes over the training set"))->check(int_range(1, 100000));
       fixed(sub.add_option("--steps", opt->steps, "Total optimiser steps (overrides --epochs; 0: use --epochs)"))
           ->check(int_range(0, 10000000));
-      fixed(sub.add_option("--batch", opt->batch, "Sequences per step"))->check(int_range(1, 65536));
+      fixed(sub.add_option("--batch", opt->batch, "Sequences per micro-batch (per rank under mpirun)"))
+          ->check(int_range(1, 65536));
+      fixed(sub.add_option("--grad-accum", opt->grad_accum, "Micro-batches per optimiser step (per rank under mpirun)"))
+          ->check(int_range(1, 65536));
       fixed(sub.add_option("--lr", opt->lr, "Peak AdamW learning rate"))->check(real_above(0));
       fixed(sub.add_option("--warmup", opt->warmup, "Linear warmup steps (then cosine decay)"))
           ->check(int_range(0, 10000000));

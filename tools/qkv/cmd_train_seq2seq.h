@@ -15,6 +15,7 @@ struct Seq2SeqCliOptions {
   std::int64_t epochs = 3;         // passes over the training set
   std::int64_t steps = 0;          // > 0: total optimiser steps instead of epochs
   std::int64_t batch = 64;
+  std::int64_t grad_accum = 1;     // micro-batches of `batch` per step (per rank under mpirun)
   double lr = 2e-3;                // peak AdamW learning rate
   std::int64_t warmup = 150;       // linear warmup steps, then cosine decay
   double dropout = 0.0;

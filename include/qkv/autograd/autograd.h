@@ -59,6 +59,24 @@ void record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, Ba
 // Runs backward from root (see Tensor::backward).
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
 
+// Called during run_backward, on its thread, once for every leaf the graph reaches, as soon
+// as the last gradient the leaf can get from this backward has been accumulated into it
+// (its grad is then final for this backward; undefined if it got none). Data-parallel
+// training starts exchanging a gradient here, overlapped with the rest of the backward.
+using LeafReadyHook = std::function<void(const std::shared_ptr<TensorImpl>& leaf)>;
+// Installs `hook` for the backward passes this thread runs while the guard lives.
+class LeafReadyGuard {
+ public:
+  explicit LeafReadyGuard(LeafReadyHook hook);
+  ~LeafReadyGuard();
+  LeafReadyGuard(const LeafReadyGuard&) = delete;
+  LeafReadyGuard& operator=(const LeafReadyGuard&) = delete;
+
+ private:
+  LeafReadyHook hook_;
+  LeafReadyHook* prev_;
+};
+
 // Sums `grad` down to `shape` (undoing broadcasting).
 Tensor sum_to(const Tensor& grad, const Shape& shape);
 

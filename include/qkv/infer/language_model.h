@@ -27,6 +27,9 @@ struct LanguageModelOptions {
   // A Jinja chat template file that replaces the model's own (tokenizer.chat_template of a GGUF,
   // chat_template in tokenizer_config.json or chat_template.jinja of a folder).
   std::string chat_template_file;
+  // The same given as the template's text (the Python package's chat_template=); wins over
+  // chat_template_file when both are set.
+  std::string chat_template_text;
   // How activations meet quantized weights in the Llama family (kernels/qgemm.h): F32, exact
   // (the default), or Q8 (activations quantized per 32 values, integer products; faster, less exact).
   kernels::QActivations activations = kernels::QActivations::F32;
@@ -70,6 +73,19 @@ struct LanguageModel {
 // kind ("... is a BERT folder; generation needs a causal language model (GPT-2, Llama, Mistral,
 // Qwen2)"). Nothing is initialised at random; weights are mapped, not copied, where they can be.
 LanguageModel load_language_model(const std::string& path, const LanguageModelOptions& options = {});
+
+// A folder's chat template text: tokenizer_config.json's chat_template (a string, or the "default"
+// entry of a list of named templates), else chat_template.jinja; nullopt when it has none.
+// FormatError naming the file for a malformed tokenizer_config.json.
+struct ChatTemplateSource {
+  std::string text;
+  std::string name;  // the file (and key) it came from, for messages
+};
+std::optional<ChatTemplateSource> folder_chat_template_source(const std::string& dir);
+
+// The tokenizer of a model alone (the network is not read): a GGUF file's vocabulary (its header
+// only), or a folder's tokenizer.json / vocab.json + merges.txt; nullopt when it has none.
+std::optional<tokenize::ByteLevelBPE> load_model_tokenizer(const std::string& path);
 
 // What a model folder or file is, from its config.json model_type or GGUF architecture: "gpt2",
 // "llama", "mistral", "qwen2", "bert", ... ; "" when it cannot tell. Reads only small headers.

@@ -45,6 +45,8 @@ struct SaveCheckpointArgs {
 void save_checkpoint(const std::string& path, const SaveCheckpointArgs& args);
 // FormatError (naming the file) if it is not a qkv checkpoint or is malformed.
 Checkpoint load_checkpoint(const std::string& path);
+// The same from a file's bytes (e.g. received from another process); `source` names it in messages.
+Checkpoint load_checkpoint_bytes(std::vector<std::uint8_t> bytes, const std::string& source);
 
 // A metadata value that must be an unsigned decimal integer (digits only, no sign or
 // spaces); throws FormatError "<what> is not an unsigned integer: '<text>'" otherwise.

@@ -23,6 +23,8 @@ struct LoadedTensors {
 
 // Tensors of a mapped file (view_tensor: float32 ones view the file, copy-on-write).
 LoadedTensors load_safetensors(const std::string& path);
+// The same from a file's bytes (SafetensorsFile::parse); `source` names it in messages.
+LoadedTensors load_safetensors_bytes(std::vector<std::uint8_t> bytes, const std::string& source);
 // Tensors of any layout; written contiguous in the given order. Atomic.
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});

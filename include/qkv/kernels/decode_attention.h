@@ -21,10 +21,11 @@
 // chunks handled by different threads, each chunk keeping its own running max m, sum l and
 // output o per query row, merged afterwards with the log-sum-exp rule
 // (flash-decoding: O = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s, M = max_s m_s).
-// How a sequence's heads are split depends only on B, H_kv and that sequence's own k_len, q_len
-// and window — not on the thread count, nor on the other sequences — so its results are bitwise
-// identical for any number of threads and whatever the other rows of the batch hold (a
-// continuous-batching scheduler's sequences get the bits they get alone).
+// How the heads are split depends only on the sizes (B, H_kv, the lengths and the window), never
+// on the thread count, so results are bitwise identical for any number of threads; with
+// DecodeParams::independent a sequence's split depends on its own lengths alone, so its results
+// are bitwise those it gets alone, whatever the other rows of the batch hold (a
+// continuous-batching scheduler's sequences).
 #pragma once
 #include <cstdint>
 
@@ -40,6 +41,11 @@ struct DecodeParams {
   const std::int64_t* k_len = nullptr;  // [B], q_len[b] <= k_len[b] <= T
   float scale = 0.f;
   std::int64_t window = 0;  // sliding window W >= 1 (query at position t sees keys t - W < j <= t); 0: none
+  // false: every (sequence, key/value head) splits its keys into decode_attention_splits(B, H_kv,
+  // the most keys any sequence sees) chunks. true: sequence b's into decode_attention_splits(1, 1,
+  // its own keys) — bitwise the result of a call for that sequence and head alone, whatever else
+  // is in the batch (a server's batches come and go).
+  bool independent = false;
 };
 
 //   O [B,H,Lq,D] strides o_*; Q [B,H,Lq,D] strides q_*; K, V [B,H_kv,T,D] strides k_*, v_*

@@ -83,4 +83,27 @@ struct AttentionOutput {
 AttentionOutput scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                              const Mask& mask = Mask(), const SdpaOptions& opt = {});
 
+// The projections of multi-head attention in nn.Linear layout, the tutorials' W_q, W_k, W_v and
+// W_o: w_q [E, E], w_k [E, kdim], w_v [E, vdim], w_o [E, E]; each bias [E] or undefined.
+struct MultiHeadAttentionWeights {
+  Tensor w_q, w_k, w_v, w_o;
+  Tensor b_q, b_k, b_v, b_o;
+};
+
+// Multi-head attention as the tutorials compute it: Q = query w_q^T + b_q split into H heads
+// [B, H, Lq, D] (D = E / H), likewise K and V; O = scaled_dot_product_attention(Q, K, V, mask,
+// opt); output = merge_heads(O) w_o^T + b_o.
+//   query [B, Lq, E], key [B, Lk, kdim], value [B, Lk, vdim] -> output [B, Lq, E] and, when
+//   opt.need_weights, the per-head weights [B, H, Lq, Lk].
+// ValueError for num_heads < 1 or E % num_heads != 0; ShapeError naming the tensor for any
+// other shape that does not fit.
+AttentionOutput multi_head_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                     const MultiHeadAttentionWeights& w, std::int64_t num_heads,
+                                     const Mask& mask = Mask(), const SdpaOptions& opt = {});
+
+// x [B, L, H*D] -> [B, H, L, D] (a view: view [B, L, H, D], then transpose(1, 2)).
+Tensor split_heads(const Tensor& x, std::int64_t num_heads);
+// x [B, H, L, D] -> [B, L, H*D] (transpose(1, 2), contiguous, view).
+Tensor merge_heads(const Tensor& x);
+
 }  // namespace qkv

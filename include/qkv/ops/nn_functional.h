@@ -20,6 +20,14 @@ Tensor log_softmax(const Tensor& x, std::int64_t dim);
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps = 1e-5);
 
+// Root-mean-square normalisation over the trailing dims given by normalized_shape
+// (torch.nn.functional.rms_norm; Zhang & Sennrich 2019): y = x / sqrt(mean(x^2) + eps) * weight,
+// the mean of squares accumulated in double (kernels/rms_norm.h). weight may be undefined (1);
+// eps defaults to the dtype's machine epsilon, as in PyTorch (Llama configs pass 1e-5 or 1e-6).
+//   x [..., *normalized_shape], weight [*normalized_shape] -> [...same...]
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                std::optional<double> eps = std::nullopt);
+
 // Inverted dropout: in training zeroes each element with probability p and
 // scales the rest by 1/(1-p); identity when !training or p == 0.
 // p must be in [0, 1). The mask is a pure function of (gen seed, offset).

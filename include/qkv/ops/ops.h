@@ -5,4 +5,5 @@
 #include "qkv/ops/linalg.h"
 #include "qkv/ops/nn_functional.h"
 #include "qkv/ops/reduce.h"
+#include "qkv/ops/rotary.h"
 #include "qkv/ops/shape_ops.h"

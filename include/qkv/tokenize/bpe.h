@@ -39,6 +39,10 @@ class ByteLevelBPE {
   // read; FormatError naming the file and the token (vocab.json) or the line
   // (merges.txt) for malformed contents.
   static ByteLevelBPE load(const std::string& vocab_json, const std::string& merges_txt);
+  // The same from the files' contents (e.g. received from another process); the names
+  // stand for the files in messages.
+  static ByteLevelBPE parse(const std::string& vocab_json_text, const std::string& merges_txt_text,
+                            const std::string& vocab_name, const std::string& merges_name);
   // A model folder: tokenizer.json (with tokenizer_config.json when present) if the folder
   // has one, else load(dir + "/vocab.json", dir + "/merges.txt").
   static ByteLevelBPE from_folder(const std::string& dir);

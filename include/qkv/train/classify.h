@@ -5,7 +5,10 @@
 // Checkpoint (io checkpoint, model_type "classifier", so `qkv heatmap` reads it):
 //   extra.{train,val}_{tokens,labels}   the data (not redrawn on resume)
 //   metadata task "classify", epoch, seed, data_seed, balanced, train_size, val_size,
-//            optimizer "Adam", lr, plus the loop's own (train/loop.h)
+//            grad_accum, optimizer "Adam", lr, plus the loop's own (train/loop.h)
+// Every step is one epoch over the whole training set: K = 1 one micro-batch; K > 1 the rows
+// cut into K consecutive parts [k n / K, (k+1) n / K), summed in order (data-parallel ranks
+// compute their parts; train/loop.h).
 // The learning rate is constant, so a resumed run may be extended: --epochs is the total.
 #pragma once
 #include <cstdint>
@@ -30,6 +33,7 @@ struct ClassifyRunOptions {
   std::int64_t train_size = 200;
   std::int64_t val_size = 0;      // 0: 50, or 200 when balanced
   std::int64_t eval_every = 10;   // accuracies every N epochs and at the last
+  std::int64_t grad_accum = 1;    // K: the training set is cut into K micro-batches per step (over all ranks)
 };
 
 struct ClassifyReport {

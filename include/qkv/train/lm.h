@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "qkv/core/memory.h"
+#include "qkv/io/checkpoint.h"
 #include "qkv/models/gpt2.h"
 #include "qkv/tokenize/bpe.h"
 #include "qkv/train/loop.h"
@@ -43,6 +44,11 @@ class TokenFile {
   // Writes ids atomically (width 2 when vocab_size <= 65536, else 4).
   static void write(const std::string& path, const std::vector<std::int64_t>& ids, std::uint64_t key,
                     std::uint64_t text_bytes, std::uint64_t vocab_size);
+  // The bytes write() puts in the file, and a token file held in memory from such bytes
+  // (checked as open() checks a file; `name` stands for it in messages).
+  static std::string encode(const std::vector<std::int64_t>& ids, std::uint64_t key, std::uint64_t text_bytes,
+                            std::uint64_t vocab_size);
+  static TokenFile from_bytes(std::string bytes, const std::string& name);
 
   std::int64_t size() const { return count_; }
   std::int64_t operator[](std::int64_t i) const {
@@ -54,7 +60,8 @@ class TokenFile {
   const std::string& path() const { return path_; }
 
  private:
-  std::shared_ptr<void> map_;  // the whole mapping (munmap on release)
+  static TokenFile from_mapping(std::shared_ptr<void> map, std::uint64_t size, const std::string& path);
+  std::shared_ptr<void> map_;  // the whole mapping or buffer (released with the last copy)
   const void* data_ = nullptr;
   std::int64_t count_ = 0;
   int width_ = 2;
@@ -76,14 +83,17 @@ struct CorpusTokens {
 // the top, and caches the ids in `cache_path`; a cache with the same key is reused.
 // A new cache is written to `write_path` when given (the caller renames it to
 // cache_path once its run has a folder: qkv train lm writes nothing before its first save).
+// write_cache = false (a data-parallel rank other than 0, which writes nothing): a
+// matching cache is still reused, else the ids are kept in memory only.
 CorpusTokens tokenize_corpus(const std::vector<std::string>& files, const tokenize::ByteLevelBPE& bpe,
-                             const std::string& cache_path, const std::string& write_path = "");
+                             const std::string& cache_path, const std::string& write_path = "",
+                             bool write_cache = true);
 
 struct LMTrainOptions {
   std::int64_t steps = 1000;      // optimiser steps
   std::int64_t batch = 16;        // B: windows per micro-batch
   std::int64_t context = 256;     // T
-  std::int64_t grad_accum = 1;    // K
+  std::int64_t grad_accum = 1;    // K: micro-batches per step, over all data-parallel ranks
   double lr = 1e-3;               // peak (AdamW, betas 0.9 / 0.95, eps 1e-8)
   std::int64_t warmup = 100;
   double min_lr = 1e-4;           // cosine floor
@@ -168,6 +178,13 @@ class LMTrainer {
   // inconsistent, including a corpus whose key differs from the saved one.
   static std::unique_ptr<LMTrainer> resume(const std::string& dir, const TokenFile& tokens,
                                            const tokenize::ByteLevelBPE& bpe);
+  // The same from a state file already read (`source` names it; e.g. received from rank 0
+  // of a data-parallel job); writes nothing.
+  static std::unique_ptr<LMTrainer> resume_from(const io::Checkpoint& state, const std::string& source,
+                                                const TokenFile& tokens, const tokenize::ByteLevelBPE& bpe);
+  // After resume_from(state) of DIR's state file: rewrites DIR's model files from the
+  // state's weights if a save cut short left them a save ahead (resume() does this).
+  void restore_folder(const std::string& dir, const io::Checkpoint& state) const;
 
   bool train(const LoopCallbacks& cb = {}, std::int64_t stop_at_step = 0) { return loop_->run(cb, stop_at_step); }
   // Writes the folder described above as a whole (io::StagedFolder): DIR is replaced at

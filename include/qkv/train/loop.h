@@ -11,10 +11,20 @@
 //     loss = mean_k l_k; non-finite loss or gradient -> NumericError naming the step, or the step skipped
 //     clip the global gradient norm to clip_norm (if > 0); optimiser step
 //     after every eval_every-th step and after the last: task.evaluate -> Report
+//
+// K > 1, or N > 1 data-parallel ranks (train/distributed.h): each micro-batch's gradient
+// G_k is computed alone (gradients cleared before its backward) and the step's gradient is
+// the fold ((G_0 + G_1) + ...) + G_{K-1} in micro-batch order (grad_exchange.h). Micro-batch
+// k runs on rank k mod N, so N ranks with K / N micro-batches each give bitwise the result
+// of one process with K (same --threads per process); K must be a multiple of N. Dropout
+// then draws micro-batch k's masks from its own stream (seeded from the default generator,
+// the step and k), which the step leaves unchanged. Rank 0 alone evaluates; the other
+// ranks receive its metrics, so every rank makes the same Report and stop decision.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,6 +61,7 @@ struct Report {
   double elapsed_s = 0;         // training time of the run so far (including before a resume)
   double items_per_s = 0;       // task items (tokens, examples) per second since the previous report
   std::int64_t skipped_steps = 0;  // non-finite steps skipped so far (NonFinite::Skip)
+  double wait_s = 0;            // time blocked on other ranks since the previous report (data-parallel)
   Metrics metrics;              // task.evaluate()
 };
 
@@ -83,12 +94,18 @@ class StateReader {
 class Task {
  public:
   virtual ~Task() = default;
-  // Loss (rank 0, autograd on) of micro-batch `micro` of optimiser step `step`.
-  // Called in increasing (step, micro) order, once each, model in train mode.
+  // Loss (rank 0, autograd on) of micro-batch `micro` of optimiser step `step` (micro in
+  // 0..grad_accum-1, grad_accum being the global count). Called in increasing (step, micro)
+  // order, once each, model in train mode; rank r of N data-parallel ranks is asked only for
+  // its micro-batches, micro = r, r + N, ...
   virtual Tensor loss(std::int64_t step, std::int64_t micro) = 0;
   // Items (tokens, examples) in one micro-batch, for the throughput; 0 if not counted.
   virtual std::int64_t items_per_micro() const { return 0; }
-  // Evaluation after `step` steps (the loop puts the model in eval mode around it).
+  // After every step that was not skipped: the step's mean loss over all micro-batches
+  // (of every rank), before the evaluation of that step.
+  virtual void on_step_loss(std::int64_t /*step*/, double /*loss*/) {}
+  // Evaluation after `step` steps (the loop puts the model in eval mode around it); with
+  // data-parallel ranks, called on rank 0 only.
   virtual Metrics evaluate(std::int64_t step) = 0;
   // True to end the run after this report (a target reached).
   virtual bool stop_after(const Report&) { return false; }
@@ -119,17 +136,29 @@ struct LoopCallbacks {
 
 // Ctrl-C: a process-wide request to stop (async-signal-safe to make: one lock-free atomic
 // store) that Loop::run honours once the step it is in is complete, after its on_step:
-// run() returns with finished() false and the state complete for a save.
+// run() returns with finished() false and the state complete for a save. In a data-parallel
+// job the ranks decide together (a signal may reach only some of them): every rank stops
+// after the same step if any rank was asked to.
 void request_stop();
 bool stop_requested();
 void clear_stop_request();
+// stop_requested() on any rank of world() (train/distributed.h), which then becomes this
+// rank's request too. A collective: every rank calls it at the same point (`where` names it
+// in a timeout's message). With one process: stop_requested().
+bool stop_requested_by_any_rank(const std::string& where);
 
 // Drives `task` over `model` with `optimizer`; keeps references to all three.
 // Uses the process-wide default generator (dropout), whose state it saves and
 // restores: one loop at a time per process.
+namespace detail {
+class GradExchange;
+}
+
 class Loop {
  public:
+  // Joins the data-parallel ranks of world() (train/distributed.h) if there are several.
   Loop(nn::Module& model, optim::Optimizer& optimizer, Task& task, const LoopOptions& o);
+  ~Loop();
 
   // Trains until finished(), a stop request (request_stop) or, if stop_at_step > 0, until
   // that many steps are done.
@@ -153,14 +182,25 @@ class Loop {
   std::int64_t skipped_steps() const { return skipped_; }
   const LoopOptions& options() const { return o_; }
   const std::vector<Report>& reports() const { return reports_; }  // made by this object's run() calls
+  // Data-parallel ranks taking part (1: this process alone), the time this rank has been
+  // blocked on the others, and the gradient bytes it sends per step (0 with one rank).
+  std::int64_t ranks() const { return ranks_; }
+  double wait_s() const;
+  std::int64_t bytes_sent_per_step() const;
 
  private:
   bool one_step(double* loss);  // false: skipped (non-finite)
+  bool fold_step(double* loss);  // one_step with K > 1 or several ranks
+  bool nonfinite(const std::string& what, double value);  // false (Skip) or NumericError
+  void check_ranks_agree();
   nn::Module& model_;
   optim::Optimizer& opt_;
   Task& task_;
   LoopOptions o_;
   std::vector<Tensor> params_;
+  std::int64_t ranks_ = 1, rank_ = 0;
+  std::unique_ptr<detail::GradExchange> ex_;  // K > 1 or several ranks
+  bool checked_ = false;
   std::int64_t step_ = 0, loss_n_ = 0, skipped_ = 0, items_ = 0;
   double loss_sum_ = 0, elapsed_s_ = 0;
   bool stopped_ = false;

@@ -24,7 +24,8 @@ struct Seq2SeqTrainOptions {
   models::Seq2SeqDataOptions data;
   std::int64_t epochs = 3;         // passes over data.train
   std::int64_t steps = 0;          // > 0: stop after this many optimiser steps (epochs extended as needed)
-  std::int64_t batch = 64;
+  std::int64_t batch = 64;         // examples per micro-batch
+  std::int64_t grad_accum = 1;     // K: micro-batches per optimiser step, over all data-parallel ranks
   double lr = 2e-3;                // peak learning rate (AdamW)
   std::int64_t warmup_steps = 150; // linear warmup, then cosine decay to lr * min_lr_ratio
   double min_lr_ratio = 0.05;

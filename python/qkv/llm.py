@@ -1,0 +1,287 @@
+"""Text generation and chat with a causal language model: :class:`LLM`."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union, overload
+
+from . import _qkv
+from ._qkv import set_num_threads
+
+Prompt = Union[str, Sequence[int]]
+
+
+@dataclass
+class Generation:
+    """One prompt's continuation (``LLM.generate(..., details=True)``)."""
+
+    text: str
+    ids: list[int]
+    finish_reason: str  # "length" | "eos" | "stop"
+    tokens_per_s: float
+    #: per new token, with ``logprobs=N``: (token id, log-probability, [(id, logprob) of the N most likely])
+    logprobs: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
+
+
+class _Stops:
+    """Per-sequence text and stop strings: a stop string ends the text where it ends (the CLI's rule)."""
+
+    def __init__(self, impl: Any, n: int, stop: Sequence[str], eos: Sequence[int], text: bool) -> None:
+        self.decoders = [_qkv._StreamDecoder(impl) for _ in range(n)] if text else []
+        self.texts = [""] * n
+        self.stopped = [False] * n
+        self.stop, self.eos = list(stop), frozenset(eos)
+
+    def push(self, seq: int, token: int) -> str:
+        """The text token adds to sequence seq (empty at an eos token); records a stop string's end."""
+        if not self.decoders or token in self.eos:
+            return ""
+        piece = self.decoders[seq].push(token)
+        shown = piece
+        before = self.texts[seq]
+        for s in self.stop:
+            at = (before + piece).find(s, max(len(before) - len(s) + 1, 0))
+            if at >= 0:
+                shown = (before + piece)[len(before) : at + len(s)]
+                self.stopped[seq] = True
+                break
+        self.texts[seq] += shown
+        return shown
+
+    def finish(self, seq: int) -> str:
+        if not self.decoders or self.stopped[seq]:
+            return ""
+        rest: str = self.decoders[seq].finish()
+        self.texts[seq] += rest
+        return rest
+
+
+class LLM:
+    """A causal language model, loaded once from a local path (nothing is downloaded).
+
+    Every causal LM qkv loads, by the loader of ``qkv generate``: a GGUF file (Llama, Mistral,
+    Qwen2; quantized weights used in place) or a Hugging Face folder (GPT-2, Llama, Mistral,
+    Qwen2), with its tokenizer, chat template and end-of-sequence tokens. One LLM may serve calls
+    from several Python threads at once (each call has its own KV cache; the GIL is released
+    while it computes). Ctrl-C interrupts a generation with KeyboardInterrupt.
+
+        llm = qkv.LLM("models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        print(llm.chat([{"role": "user", "content": "What is the capital of France?"}]))
+        print(llm.generate("In the beginning", max_new_tokens=20))
+
+    Args:
+        path: the model: a ``.gguf`` file or a folder.
+        threads: qkv's kernel threads (process-wide, as :func:`qkv.set_num_threads`); None keeps them.
+        chat_template: a Jinja chat template (transformers' ``apply_chat_template`` subset) for
+            :meth:`chat`, instead of the model's own (or for models whose files carry none).
+
+    Raises OSError when ``path`` does not exist, ValueError (qkv's message) for a file or folder
+    that is not a causal LM qkv reads, or a chat template it cannot parse.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], threads: int | None = None,
+                 chat_template: str | None = None) -> None:
+        if threads is not None:
+            set_num_threads(threads)
+        self.path = os.fspath(path)
+        self._impl = _qkv._LanguageModel(self.path, chat_template)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._impl.vocab_size)
+
+    @property
+    def architecture(self) -> str:
+        """``"gpt2"``, ``"llama"``, ``"mistral"`` or ``"qwen2"``."""
+        return str(self._impl.architecture)
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """The tokens that end a reply (the model's and its tokenizer's); generation stops at any of them."""
+        return list(self._impl.eos_ids)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """The first of :attr:`eos_token_ids`, or None."""
+        ids = self.eos_token_ids
+        return ids[0] if ids else None
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self._impl.bos_id
+
+    def tokenize(self, text: str, add_bos: bool = True) -> list[int]:
+        """Token ids of ``text`` as :meth:`generate` reads a text prompt: the BOS token first when the
+        model wants one (``add_bos=False`` leaves it out), special tokens written in the text matched
+        as tokens. ValueError when the model has no tokenizer."""
+        return list(self._impl.tokenize(text, add_bos))
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """The text of ``ids`` (invalid UTF-8 byte runs become U+FFFD)."""
+        return str(self._impl.detokenize(list(ids)))
+
+    # ---- generation ----------------------------------------------------------------------
+
+    def _prompts(self, prompt: Prompt | Sequence[Prompt]) -> tuple[list[list[int]], bool, bool]:
+        """(prompts as ids, one prompt given, prompts given as text)."""
+        if isinstance(prompt, str):
+            return [self.tokenize(prompt)], True, True
+        items = list(prompt)
+        if items and all(isinstance(x, int) for x in items):
+            return [[x for x in items if isinstance(x, int)]], True, False
+        ids: list[list[int]] = []
+        texts = all(isinstance(x, str) for x in items)
+        for i, p in enumerate(items):
+            if isinstance(p, str):
+                ids.append(self.tokenize(p))
+            elif isinstance(p, Sequence) and all(isinstance(x, int) for x in p):
+                ids.append([int(x) for x in p])
+            else:
+                raise TypeError(f"generate: prompt {i} must be a str or a sequence of token ids")
+        return ids, False, texts
+
+    def _run(self, prompts: list[list[int]], text: bool, max_new_tokens: int, temperature: float,
+             top_k: int | None, top_p: float, seed: int, stop: Sequence[str] | str | None,
+             logprobs: int | None, on_text: Any = None, cancel: threading.Event | None = None
+             ) -> tuple[list[Generation], list[str]]:
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        if any(not s for s in stops):
+            raise ValueError("generate: an empty stop string would stop at once")
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"generate: top_k must be >= 1, got {top_k}")
+        if stops and not self._impl.has_tokenizer:
+            raise ValueError(f"generate: stop strings need the tokenizer: '{self.path}' has none")
+        state = _Stops(self._impl, len(prompts), stops, self._impl.eos_ids, text and self._impl.has_tokenizer)
+
+        def on_token(seq: int, token: int) -> bool:
+            piece = state.push(seq, token)
+            if on_text is not None and piece:
+                on_text(seq, piece)
+            return not state.stopped[seq] and not (cancel is not None and cancel.is_set())
+
+        results, tps = self._impl.generate(prompts, max_new_tokens, temperature, top_k or 0, top_p, seed,
+                                           -1 if logprobs is None else logprobs, on_token)
+        out = []
+        for b, (ids, reason, lps) in enumerate(results):
+            rest = state.finish(b)
+            if on_text is not None and rest:
+                on_text(b, rest)
+            reason = "stop" if state.stopped[b] else reason
+            out.append(Generation(text=state.texts[b], ids=list(ids), finish_reason=reason, tokens_per_s=tps,
+                                  logprobs=[(i, lp, list(top)) for i, lp, top in lps]))
+        return out, state.texts
+
+    @overload
+    def generate(self, prompt: str, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float = 1.0, seed: int = 0, stop: Sequence[str] | str | None = None,
+                 logprobs: int | None = None, *, details: bool = False) -> Any: ...
+    @overload
+    def generate(self, prompt: Sequence[Prompt] | Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,
+                 top_k: int | None = None, top_p: float = 1.0, seed: int = 0,
+                 stop: Sequence[str] | str | None = None, logprobs: int | None = None, *,
+                 details: bool = False) -> Any: ...
+    def generate(self, prompt: Prompt | Sequence[Prompt], max_new_tokens: int = 32, temperature: float = 0.0,
+                 top_k: int | None = None, top_p: float = 1.0, seed: int = 0,
+                 stop: Sequence[str] | str | None = None, logprobs: int | None = None, *,
+                 details: bool = False) -> Any:
+        """Continues ``prompt``: a string, a list of token ids, or a list of either (one batch).
+
+        Greedy by default; ``temperature > 0`` samples after ``top_k`` / ``top_p`` filtering
+        (transformers' order) from a stream seeded by ``seed`` (a prompt gets the same tokens alone
+        or in a batch). A text prompt is read as :meth:`tokenize` reads it (BOS first when the model
+        wants one). Generation ends at any of the model's end-of-sequence tokens
+        (:attr:`eos_token_ids`; kept in the ids, left out of the text), a ``stop`` string (the
+        text ends where the stop string ends) or ``max_new_tokens``. ``logprobs=N`` records each new
+        token's log-probability and the N most likely alternatives (N <= 20).
+
+        Returns the continuation's text for a text prompt (a list for a list of prompts), its new
+        token ids for an ids prompt, or :class:`Generation` objects with ``details=True``.
+        Raises ValueError / IndexError (qkv's messages) for bad options or token ids, before any work.
+        """
+        prompts, single, text = self._prompts(prompt)
+        gens, _ = self._run(prompts, text or bool(stop), max_new_tokens, temperature, top_k, top_p, seed, stop,
+                            logprobs)
+        if details:
+            return gens[0] if single else gens
+        values: list[Any] = [g.text if text else g.ids for g in gens]
+        return values[0] if single else values
+
+    def stream(self, prompt: Prompt, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
+               top_p: float = 1.0, seed: int = 0, stop: Sequence[str] | str | None = None) -> Iterator[str]:
+        """Yields the continuation's text as it is made (whole characters only; same options as generate).
+
+        The generation runs in a background thread; closing the iterator early (``break``) stops it.
+        """
+        prompts, single, _ = self._prompts(prompt)
+        if not single:
+            raise TypeError("stream: one prompt at a time (a str or a list of token ids)")
+        return self._stream(prompts[0], max_new_tokens, temperature, top_k, top_p, seed, stop)
+
+    def _stream(self, ids: list[int], max_new_tokens: int, temperature: float, top_k: int | None, top_p: float,
+                seed: int, stop: Sequence[str] | str | None) -> Iterator[str]:
+        pieces: queue.Queue[Any] = queue.Queue()
+        cancel = threading.Event()
+        done = object()
+
+        def work() -> None:
+            try:
+                self._run([ids], True, max_new_tokens, temperature, top_k, top_p, seed, stop, None,
+                          on_text=lambda _seq, piece: pieces.put(piece), cancel=cancel)
+                pieces.put(done)
+            except BaseException as e:  # noqa: BLE001 (handed to the consumer)
+                pieces.put(e)
+
+        thread = threading.Thread(target=work, daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = pieces.get()
+                if item is done:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            cancel.set()
+            thread.join()
+
+    @staticmethod
+    def _messages_json(messages: Sequence[Mapping[str, Any]]) -> str:
+        return json.dumps([dict(m) if isinstance(m, Mapping) else m for m in messages], ensure_ascii=False)
+
+    def render_chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
+        """The text of ``messages`` through the chat template, as transformers'
+        ``apply_chat_template(..., tokenize=False)`` renders it (``bos_token`` / ``eos_token`` set)."""
+        return str(self._impl.render_chat(self._messages_json(messages), add_generation_prompt))
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], max_new_tokens: int = 256, temperature: float = 0.0,
+             top_k: int | None = None, top_p: float = 1.0, seed: int = 0, stop: Sequence[str] | str | None = None,
+             *, details: bool = False) -> Any:
+        """The assistant's reply to ``messages`` ([{"role": ..., "content": ...}, ...]), through the chat template.
+
+        The conversation is rendered by the model's chat template (or ``chat_template=``) as
+        transformers' ``apply_chat_template(add_generation_prompt=True)`` renders it, tokenized with
+        special tokens matched (no BOS added unless the template writes it), and continued as
+        :meth:`generate` does, to the first end-of-sequence token: the same tokens as
+        ``qkv generate --chat``. Other keys of a message (``tool_calls``, ...) reach the template.
+        Returns the reply's text, or a :class:`Generation` with ``details=True``. ValueError for a
+        message without a string role or content, or a model without a chat template.
+        """
+        gens, _ = self._run([self._chat_ids(messages)], True, max_new_tokens, temperature, top_k, top_p, seed, stop,
+                            None)
+        return gens[0] if details else gens[0].text
+
+    def stream_chat(self, messages: Sequence[Mapping[str, Any]], max_new_tokens: int = 256, temperature: float = 0.0,
+                    top_k: int | None = None, top_p: float = 1.0, seed: int = 0,
+                    stop: Sequence[str] | str | None = None) -> Iterator[str]:
+        """Yields :meth:`chat`'s reply as it is made (whole characters only), as :meth:`stream` does."""
+        ids = self._chat_ids(messages)  # errors here, not at the first next()
+        return self._stream(ids, max_new_tokens, temperature, top_k, top_p, seed, stop)
+
+    def _chat_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        return list(self._impl.chat_prompt(self._messages_json(messages), True))

@@ -1,0 +1,134 @@
+// qkv.LLM's compiled part: a causal language model loaded once by infer::load_language_model
+// (the loader of the CLI: GPT-2 and Llama-family folders, GGUF files; the model's tokenizer,
+// chat template and end-of-sequence tokens), generation through infer::generate with the GIL
+// released (taken back per token for the callback and Python's signal check: Ctrl-C unwinds the
+// call with KeyboardInterrupt).
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "qkv/core/error.h"
+#include "qkv/infer/generate.h"
+#include "qkv/infer/language_model.h"
+#include "qkv/tokenize/chat_template.h"
+
+namespace qkv::python {
+namespace {
+
+struct PyLanguageModel {
+  infer::LanguageModel lm;
+
+  // The conversation (OpenAI-style messages as JSON) through the model's chat template, with the
+  // package's own hint when there is no template (the library's names the CLI flag).
+  std::vector<tokenize::ChatMessage> messages(const std::string& json) const {
+    if (!lm.chat_template)
+      throw ValueError((lm.chat_template_error.empty() ? "'" + lm.path + "' has no chat template"
+                                                       : lm.chat_template_error) +
+                       ": pass chat_template= (a Jinja template) to qkv.LLM");
+    return tokenize::parse_chat_messages_json(json, "messages");
+  }
+};
+
+// One generated sequence as Python receives it: (new ids, stop reason, logprobs as
+// [(id, logprob, [(id, logprob), ...])]).
+using LogprobRow = std::tuple<std::int64_t, double, std::vector<std::pair<std::int64_t, double>>>;
+using PyResult = std::tuple<std::vector<std::int64_t>, std::string, std::vector<LogprobRow>>;
+
+}  // namespace
+
+void register_language_model(nb::module_& m) {
+  nb::class_<PyLanguageModel>(m, "_LanguageModel")
+      .def("__init__",
+           [](PyLanguageModel* self, const std::string& path, std::optional<std::string> chat_template) {
+             infer::LanguageModelOptions o;
+             if (chat_template) {
+               if (chat_template->empty()) throw ValueError("qkv.LLM: chat_template is empty (give a Jinja template)");
+               o.chat_template_text = *chat_template;
+             }
+             std::optional<infer::LanguageModel> lm;
+             {
+               nb::gil_scoped_release release;
+               lm = infer::load_language_model(path, o);
+             }
+             new (self) PyLanguageModel{std::move(*lm)};
+           },
+           nb::arg("path"), nb::arg("chat_template").none())
+      .def_prop_ro("vocab_size", [](const PyLanguageModel& p) { return p.lm.model->vocab_size(); })
+      .def_prop_ro("max_positions", [](const PyLanguageModel& p) { return p.lm.model->max_positions(); })
+      .def_prop_ro("architecture", [](const PyLanguageModel& p) { return p.lm.architecture; })
+      .def_prop_ro("eos_ids", [](const PyLanguageModel& p) { return p.lm.eos_ids; })
+      .def_prop_ro("bos_id", [](const PyLanguageModel& p) { return p.lm.bos_id; })
+      .def_prop_ro("has_tokenizer", [](const PyLanguageModel& p) { return p.lm.tokenizer.has_value(); })
+      .def("tokenize",
+           [](const PyLanguageModel& p, const std::string& text, bool add_bos) {
+             return add_bos ? p.lm.encode_prompt(text) : p.lm.tok().encode(text);
+           },
+           nb::arg("text"), nb::arg("add_bos"))
+      .def("detokenize", [](const PyLanguageModel& p, const std::vector<std::int64_t>& ids) { return p.lm.tok().decode(ids); },
+           nb::arg("ids"))
+      .def("render_chat",
+           [](const PyLanguageModel& p, const std::string& messages_json, bool add_generation_prompt) {
+             return p.lm.render_chat(p.messages(messages_json), add_generation_prompt);
+           },
+           nb::arg("messages_json"), nb::arg("add_generation_prompt"))
+      .def("chat_prompt",
+           [](const PyLanguageModel& p, const std::string& messages_json, bool add_generation_prompt) {
+             return p.lm.chat_prompt(p.messages(messages_json), add_generation_prompt);
+           },
+           nb::arg("messages_json"), nb::arg("add_generation_prompt"))
+      // prompts (token ids) -> (results, tokens/s over all sequences). on_token(seq, token) -> bool
+      // (False stops that sequence), called in generation order with the GIL held. Every eos id
+      // of the model ends a sequence (GenerationOptions eos_id and stop_ids).
+      .def("generate",
+           [](const PyLanguageModel& p, const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t max_new_tokens,
+              double temperature, std::int64_t top_k, double top_p, std::uint64_t seed, std::int64_t logprobs,
+              nb::object on_token) {
+             infer::GenerationOptions o{.max_new_tokens = max_new_tokens,
+                                        .sampling = {.temperature = temperature, .top_k = top_k, .top_p = top_p, .seed = seed},
+                                        .eos_id = p.lm.eos_id(),
+                                        .logprobs = logprobs};
+             if (!p.lm.eos_ids.empty()) o.stop_ids.assign(p.lm.eos_ids.begin() + 1, p.lm.eos_ids.end());
+             infer::TokenCallback cb = [&on_token](std::int64_t seq, std::int64_t token) {
+               nb::gil_scoped_acquire gil;
+               if (PyErr_CheckSignals() != 0) throw nb::python_error();
+               if (on_token.is_none()) return true;
+               return nb::cast<bool>(on_token(seq, token));
+             };
+             std::vector<infer::GenerationResult> results;
+             infer::GenerationStats stats;
+             {
+               nb::gil_scoped_release release;
+               infer::check_generation(*p.lm.model, prompts, o);
+               results = infer::generate(*p.lm.model, prompts, o, cb, &stats);
+             }
+             std::vector<PyResult> out;
+             for (const infer::GenerationResult& r : results) {
+               std::vector<LogprobRow> lps;
+               for (const infer::TokenLogprob& t : r.logprobs) lps.emplace_back(t.id, t.logprob, t.top);
+               out.emplace_back(r.new_ids, infer::stop_reason_name(r.reason), std::move(lps));
+             }
+             const double seconds = stats.prefill_seconds + stats.decode_seconds;
+             return std::make_pair(out, static_cast<double>(stats.new_tokens) / std::max(seconds, 1e-9));
+           },
+           nb::arg("prompts"), nb::arg("max_new_tokens"), nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"),
+           nb::arg("seed"), nb::arg("logprobs"), nb::arg("on_token").none());
+
+  // Text of a token stream, whole UTF-8 characters only (tokenize::StreamDecoder).
+  nb::class_<tokenize::StreamDecoder>(m, "_StreamDecoder")
+      .def("__init__",
+           [](tokenize::StreamDecoder* self, const PyLanguageModel& p) { new (self) tokenize::StreamDecoder(p.lm.tok()); },
+           nb::arg("model"), nb::keep_alive<1, 2>())
+      .def("push", &tokenize::StreamDecoder::push, nb::arg("id"))
+      .def("finish", &tokenize::StreamDecoder::finish);
+}
+
+}  // namespace qkv::python
