@@ -30,6 +30,7 @@ set(QKV_SOURCES
   models/gguf_export.cpp
   infer/sampling.cpp
   infer/generate.cpp
+  infer/text_stream.cpp     # generated tokens -> text with stop strings (CLI, Python, serve)
   infer/session.cpp
   models/attention_maps.cpp
   models/text_attention.cpp

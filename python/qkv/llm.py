@@ -29,36 +29,25 @@ class Generation:
 
 
 class _Stops:
-    """Per-sequence text and stop strings: a stop string ends the text where it ends (the CLI's rule)."""
+    """Per-sequence text with stop strings: qkv's TextStream (the CLI's rule: a stop string ends the
+    text where it ends; the end-of-sequence tokens show no text unless ignore_eos)."""
 
-    def __init__(self, impl: Any, n: int, stop: Sequence[str], eos: Sequence[int], text: bool) -> None:
-        self.decoders = [_qkv._StreamDecoder(impl) for _ in range(n)] if text else []
-        self.texts = [""] * n
-        self.stopped = [False] * n
-        self.stop, self.eos = list(stop), frozenset(eos)
+    def __init__(self, impl: Any, n: int, stop: Sequence[str], text: bool, ignore_eos: bool) -> None:
+        self.streams = [_qkv._TextStream(impl, list(stop), ignore_eos) for _ in range(n)] if text else []
+        self.finished = [""] * n
+
+    def stopped(self, seq: int) -> bool:
+        return bool(self.streams) and bool(self.streams[seq].stopped)
 
     def push(self, seq: int, token: int) -> str:
-        """The text token adds to sequence seq (empty at an eos token); records a stop string's end."""
-        if not self.decoders or token in self.eos:
-            return ""
-        piece = self.decoders[seq].push(token)
-        shown = piece
-        before = self.texts[seq]
-        for s in self.stop:
-            at = (before + piece).find(s, max(len(before) - len(s) + 1, 0))
-            if at >= 0:
-                shown = (before + piece)[len(before) : at + len(s)]
-                self.stopped[seq] = True
-                break
-        self.texts[seq] += shown
-        return shown
+        """The text token adds to sequence seq."""
+        return str(self.streams[seq].push(token)) if self.streams else ""
 
     def finish(self, seq: int) -> str:
-        if not self.decoders or self.stopped[seq]:
-            return ""
-        rest: str = self.decoders[seq].finish()
-        self.texts[seq] += rest
-        return rest
+        return str(self.streams[seq].finish()) if self.streams else ""
+
+    def text(self, seq: int) -> str:
+        return str(self.streams[seq].text) if self.streams else ""
 
 
 class LLM:
@@ -79,17 +68,20 @@ class LLM:
         threads: qkv's kernel threads (process-wide, as :func:`qkv.set_num_threads`); None keeps them.
         chat_template: a Jinja chat template (transformers' ``apply_chat_template`` subset) for
             :meth:`chat`, instead of the model's own (or for models whose files carry none).
+        activations: ``"f32"`` (exact, the default) or ``"q8"``: products with quantized weights
+            take the prompt's activations quantized to 8 bits per 32 values (faster prefill, as
+            ``qkv generate --activations q8``; decoding is unchanged).
 
     Raises OSError when ``path`` does not exist, ValueError (qkv's message) for a file or folder
     that is not a causal LM qkv reads, or a chat template it cannot parse.
     """
 
     def __init__(self, path: str | os.PathLike[str], threads: int | None = None,
-                 chat_template: str | None = None) -> None:
+                 chat_template: str | None = None, activations: str = "f32") -> None:
         if threads is not None:
             set_num_threads(threads)
         self.path = os.fspath(path)
-        self._impl = _qkv._LanguageModel(self.path, chat_template)
+        self._impl = _qkv._LanguageModel(self.path, chat_template, activations)
 
     @property
     def vocab_size(self) -> int:
@@ -147,8 +139,8 @@ class LLM:
 
     def _run(self, prompts: list[list[int]], text: bool, max_new_tokens: int, temperature: float,
              top_k: int | None, top_p: float, seed: int, stop: Sequence[str] | str | None,
-             logprobs: int | None, on_text: Any = None, cancel: threading.Event | None = None
-             ) -> tuple[list[Generation], list[str]]:
+             logprobs: int | None, ignore_eos: bool = False, on_text: Any = None,
+             cancel: threading.Event | None = None) -> tuple[list[Generation], list[str]]:
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         if any(not s for s in stops):
             raise ValueError("generate: an empty stop string would stop at once")
@@ -156,39 +148,39 @@ class LLM:
             raise ValueError(f"generate: top_k must be >= 1, got {top_k}")
         if stops and not self._impl.has_tokenizer:
             raise ValueError(f"generate: stop strings need the tokenizer: '{self.path}' has none")
-        state = _Stops(self._impl, len(prompts), stops, self._impl.eos_ids, text and self._impl.has_tokenizer)
+        state = _Stops(self._impl, len(prompts), stops, text and self._impl.has_tokenizer, ignore_eos)
 
         def on_token(seq: int, token: int) -> bool:
             piece = state.push(seq, token)
             if on_text is not None and piece:
                 on_text(seq, piece)
-            return not state.stopped[seq] and not (cancel is not None and cancel.is_set())
+            return not state.stopped(seq) and not (cancel is not None and cancel.is_set())
 
         results, tps = self._impl.generate(prompts, max_new_tokens, temperature, top_k or 0, top_p, seed,
-                                           -1 if logprobs is None else logprobs, on_token)
+                                           -1 if logprobs is None else logprobs, ignore_eos, on_token)
         out = []
         for b, (ids, reason, lps) in enumerate(results):
             rest = state.finish(b)
             if on_text is not None and rest:
                 on_text(b, rest)
-            reason = "stop" if state.stopped[b] else reason
-            out.append(Generation(text=state.texts[b], ids=list(ids), finish_reason=reason, tokens_per_s=tps,
+            reason = "stop" if state.stopped(b) else reason
+            out.append(Generation(text=state.text(b), ids=list(ids), finish_reason=reason, tokens_per_s=tps,
                                   logprobs=[(i, lp, list(top)) for i, lp, top in lps]))
-        return out, state.texts
+        return out, [g.text for g in out]
 
     @overload
     def generate(self, prompt: str, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float = 1.0, seed: int = 0, stop: Sequence[str] | str | None = None,
-                 logprobs: int | None = None, *, details: bool = False) -> Any: ...
+                 logprobs: int | None = None, *, details: bool = False, ignore_eos: bool = False) -> Any: ...
     @overload
     def generate(self, prompt: Sequence[Prompt] | Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float = 1.0, seed: int = 0,
                  stop: Sequence[str] | str | None = None, logprobs: int | None = None, *,
-                 details: bool = False) -> Any: ...
+                 details: bool = False, ignore_eos: bool = False) -> Any: ...
     def generate(self, prompt: Prompt | Sequence[Prompt], max_new_tokens: int = 32, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float = 1.0, seed: int = 0,
                  stop: Sequence[str] | str | None = None, logprobs: int | None = None, *,
-                 details: bool = False) -> Any:
+                 details: bool = False, ignore_eos: bool = False) -> Any:
         """Continues ``prompt``: a string, a list of token ids, or a list of either (one batch).
 
         Greedy by default; ``temperature > 0`` samples after ``top_k`` / ``top_p`` filtering
@@ -196,7 +188,8 @@ class LLM:
         or in a batch). A text prompt is read as :meth:`tokenize` reads it (BOS first when the model
         wants one). Generation ends at any of the model's end-of-sequence tokens
         (:attr:`eos_token_ids`; kept in the ids, left out of the text), a ``stop`` string (the
-        text ends where the stop string ends) or ``max_new_tokens``. ``logprobs=N`` records each new
+        text ends where the stop string ends) or ``max_new_tokens``; with ``ignore_eos=True`` the
+        end-of-sequence tokens end nothing (and show as text). ``logprobs=N`` records each new
         token's log-probability and the N most likely alternatives (N <= 20).
 
         Returns the continuation's text for a text prompt (a list for a list of prompts), its new
@@ -205,14 +198,15 @@ class LLM:
         """
         prompts, single, text = self._prompts(prompt)
         gens, _ = self._run(prompts, text or bool(stop), max_new_tokens, temperature, top_k, top_p, seed, stop,
-                            logprobs)
+                            logprobs, ignore_eos)
         if details:
             return gens[0] if single else gens
         values: list[Any] = [g.text if text else g.ids for g in gens]
         return values[0] if single else values
 
     def stream(self, prompt: Prompt, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
-               top_p: float = 1.0, seed: int = 0, stop: Sequence[str] | str | None = None) -> Iterator[str]:
+               top_p: float = 1.0, seed: int = 0, stop: Sequence[str] | str | None = None, *,
+               ignore_eos: bool = False) -> Iterator[str]:
         """Yields the continuation's text as it is made (whole characters only; same options as generate).
 
         The generation runs in a background thread; closing the iterator early (``break``) stops it.
@@ -220,17 +214,17 @@ class LLM:
         prompts, single, _ = self._prompts(prompt)
         if not single:
             raise TypeError("stream: one prompt at a time (a str or a list of token ids)")
-        return self._stream(prompts[0], max_new_tokens, temperature, top_k, top_p, seed, stop)
+        return self._stream(prompts[0], max_new_tokens, temperature, top_k, top_p, seed, stop, ignore_eos)
 
     def _stream(self, ids: list[int], max_new_tokens: int, temperature: float, top_k: int | None, top_p: float,
-                seed: int, stop: Sequence[str] | str | None) -> Iterator[str]:
+                seed: int, stop: Sequence[str] | str | None, ignore_eos: bool) -> Iterator[str]:
         pieces: queue.Queue[Any] = queue.Queue()
         cancel = threading.Event()
         done = object()
 
         def work() -> None:
             try:
-                self._run([ids], True, max_new_tokens, temperature, top_k, top_p, seed, stop, None,
+                self._run([ids], True, max_new_tokens, temperature, top_k, top_p, seed, stop, None, ignore_eos,
                           on_text=lambda _seq, piece: pieces.put(piece), cancel=cancel)
                 pieces.put(done)
             except BaseException as e:  # noqa: BLE001 (handed to the consumer)
@@ -261,7 +255,7 @@ class LLM:
 
     def chat(self, messages: Sequence[Mapping[str, Any]], max_new_tokens: int = 256, temperature: float = 0.0,
              top_k: int | None = None, top_p: float = 1.0, seed: int = 0, stop: Sequence[str] | str | None = None,
-             *, details: bool = False) -> Any:
+             *, details: bool = False, ignore_eos: bool = False) -> Any:
         """The assistant's reply to ``messages`` ([{"role": ..., "content": ...}, ...]), through the chat template.
 
         The conversation is rendered by the model's chat template (or ``chat_template=``) as
@@ -273,15 +267,15 @@ class LLM:
         message without a string role or content, or a model without a chat template.
         """
         gens, _ = self._run([self._chat_ids(messages)], True, max_new_tokens, temperature, top_k, top_p, seed, stop,
-                            None)
+                            None, ignore_eos)
         return gens[0] if details else gens[0].text
 
     def stream_chat(self, messages: Sequence[Mapping[str, Any]], max_new_tokens: int = 256, temperature: float = 0.0,
                     top_k: int | None = None, top_p: float = 1.0, seed: int = 0,
-                    stop: Sequence[str] | str | None = None) -> Iterator[str]:
+                    stop: Sequence[str] | str | None = None, *, ignore_eos: bool = False) -> Iterator[str]:
         """Yields :meth:`chat`'s reply as it is made (whole characters only), as :meth:`stream` does."""
         ids = self._chat_ids(messages)  # errors here, not at the first next()
-        return self._stream(ids, max_new_tokens, temperature, top_k, top_p, seed, stop)
+        return self._stream(ids, max_new_tokens, temperature, top_k, top_p, seed, stop, ignore_eos)
 
     def _chat_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         return list(self._impl.chat_prompt(self._messages_json(messages), True))

@@ -19,6 +19,7 @@
 #include "qkv/core/error.h"
 #include "qkv/infer/generate.h"
 #include "qkv/infer/language_model.h"
+#include "qkv/infer/text_stream.h"
 #include "qkv/tokenize/chat_template.h"
 
 namespace qkv::python {
@@ -48,8 +49,12 @@ using PyResult = std::tuple<std::vector<std::int64_t>, std::string, std::vector<
 void register_language_model(nb::module_& m) {
   nb::class_<PyLanguageModel>(m, "_LanguageModel")
       .def("__init__",
-           [](PyLanguageModel* self, const std::string& path, std::optional<std::string> chat_template) {
+           [](PyLanguageModel* self, const std::string& path, std::optional<std::string> chat_template,
+              const std::string& activations) {
              infer::LanguageModelOptions o;
+             if (activations != "f32" && activations != "q8")
+               throw ValueError("qkv.LLM: activations must be 'f32' or 'q8', got '" + activations + "'");
+             o.activations = activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32;
              if (chat_template) {
                if (chat_template->empty()) throw ValueError("qkv.LLM: chat_template is empty (give a Jinja template)");
                o.chat_template_text = *chat_template;
@@ -61,7 +66,7 @@ void register_language_model(nb::module_& m) {
              }
              new (self) PyLanguageModel{std::move(*lm)};
            },
-           nb::arg("path"), nb::arg("chat_template").none())
+           nb::arg("path"), nb::arg("chat_template").none(), nb::arg("activations"))
       .def_prop_ro("vocab_size", [](const PyLanguageModel& p) { return p.lm.model->vocab_size(); })
       .def_prop_ro("max_positions", [](const PyLanguageModel& p) { return p.lm.model->max_positions(); })
       .def_prop_ro("architecture", [](const PyLanguageModel& p) { return p.lm.architecture; })
@@ -87,16 +92,16 @@ void register_language_model(nb::module_& m) {
            nb::arg("messages_json"), nb::arg("add_generation_prompt"))
       // prompts (token ids) -> (results, tokens/s over all sequences). on_token(seq, token) -> bool
       // (False stops that sequence), called in generation order with the GIL held. Every eos id
-      // of the model ends a sequence (GenerationOptions eos_id and stop_ids).
+      // of the model ends a sequence (GenerationOptions eos_id and stop_ids) unless ignore_eos.
       .def("generate",
            [](const PyLanguageModel& p, const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t max_new_tokens,
               double temperature, std::int64_t top_k, double top_p, std::uint64_t seed, std::int64_t logprobs,
-              nb::object on_token) {
+              bool ignore_eos, nb::object on_token) {
              infer::GenerationOptions o{.max_new_tokens = max_new_tokens,
                                         .sampling = {.temperature = temperature, .top_k = top_k, .top_p = top_p, .seed = seed},
-                                        .eos_id = p.lm.eos_id(),
+                                        .eos_id = ignore_eos ? std::nullopt : p.lm.eos_id(),
                                         .logprobs = logprobs};
-             if (!p.lm.eos_ids.empty()) o.stop_ids.assign(p.lm.eos_ids.begin() + 1, p.lm.eos_ids.end());
+             if (!ignore_eos && !p.lm.eos_ids.empty()) o.stop_ids.assign(p.lm.eos_ids.begin() + 1, p.lm.eos_ids.end());
              infer::TokenCallback cb = [&on_token](std::int64_t seq, std::int64_t token) {
                nb::gil_scoped_acquire gil;
                if (PyErr_CheckSignals() != 0) throw nb::python_error();
@@ -120,15 +125,22 @@ void register_language_model(nb::module_& m) {
              return std::make_pair(out, static_cast<double>(stats.new_tokens) / std::max(seconds, 1e-9));
            },
            nb::arg("prompts"), nb::arg("max_new_tokens"), nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"),
-           nb::arg("seed"), nb::arg("logprobs"), nb::arg("on_token").none());
+           nb::arg("seed"), nb::arg("logprobs"), nb::arg("ignore_eos"), nb::arg("on_token").none());
 
-  // Text of a token stream, whole UTF-8 characters only (tokenize::StreamDecoder).
-  nb::class_<tokenize::StreamDecoder>(m, "_StreamDecoder")
+  // A sequence's text, whole UTF-8 characters only, ended where a stop string ends: the CLI's
+  // infer::TextStream (StopMode::Keep); the eos tokens show no text unless ignore_eos.
+  nb::class_<infer::TextStream>(m, "_TextStream")
       .def("__init__",
-           [](tokenize::StreamDecoder* self, const PyLanguageModel& p) { new (self) tokenize::StreamDecoder(p.lm.tok()); },
-           nb::arg("model"), nb::keep_alive<1, 2>())
-      .def("push", &tokenize::StreamDecoder::push, nb::arg("id"))
-      .def("finish", &tokenize::StreamDecoder::finish);
+           [](infer::TextStream* self, const PyLanguageModel& p, const std::vector<std::string>& stops, bool ignore_eos) {
+             new (self) infer::TextStream(p.lm.tok(), {.stops = stops,
+                                                       .skip = ignore_eos ? std::vector<std::int64_t>{} : p.lm.eos_ids,
+                                                       .mode = infer::StopMode::Keep});
+           },
+           nb::arg("model"), nb::arg("stops"), nb::arg("ignore_eos"), nb::keep_alive<1, 2>())
+      .def("push", &infer::TextStream::push, nb::arg("id"))
+      .def("finish", &infer::TextStream::finish)
+      .def_prop_ro("stopped", &infer::TextStream::stopped)
+      .def_prop_ro("text", &infer::TextStream::text);
 }
 
 }  // namespace qkv::python

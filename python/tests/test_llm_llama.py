@@ -63,6 +63,24 @@ def test_gguf_generate_stream_and_tokenize_equal_the_cli(smollm: qkv.LLM, smollm
     assert smollm.architecture == "llama" and smollm.vocab_size == 49152
 
 
+def test_gguf_ignore_eos_and_q8_activations_equal_the_cli(smollm: qkv.LLM, smollm_gguf: Path, qkv_cli: Path) -> None:
+    messages = [{"role": "user", "content": QUESTION}]
+    # ignore_eos: the reply runs past the end-of-sequence token to max_new_tokens, as --ignore-eos.
+    cli = cli_generate(qkv_cli, smollm_gguf, "--chat", QUESTION, "--max-new", "40", "--ignore-eos")
+    g = smollm.chat(messages, max_new_tokens=40, ignore_eos=True, details=True)
+    assert g.ids == cli["new_ids"] and g.text == cli["text"]
+    assert g.finish_reason == cli["stop_reason"] == "length" and len(g.ids) == 40
+    assert any(i in smollm.eos_token_ids for i in g.ids)  # an eos token it went past (shown as text)
+    assert "".join(smollm.stream_chat(messages, max_new_tokens=40, ignore_eos=True)) == g.text
+    # activations="q8": the prompt's quantized products take 8-bit activations, as --activations q8.
+    q8 = qkv.LLM(smollm_gguf, activations="q8")
+    cli = cli_generate(qkv_cli, smollm_gguf, "--chat", QUESTION, "--max-new", "24", "--activations", "q8")
+    g = q8.chat(messages, max_new_tokens=24, details=True)
+    assert g.ids == cli["new_ids"] and g.text == cli["text"]
+    with pytest.raises(ValueError, match="activations must be 'f32' or 'q8', got 'int4'"):
+        qkv.LLM(smollm_gguf, activations="int4")
+
+
 def test_gguf_chat_template_argument_replaces_the_files(smollm_gguf: Path) -> None:
     llm = qkv.LLM(smollm_gguf, chat_template="{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
                                              "{% if add_generation_prompt %}assistant:{% endif %}")

@@ -2,7 +2,7 @@
 // response, or server-sent events as the tokens come (see server.h).
 #include <nlohmann/json.hpp>
 
-#include "qkv/serve/text_stream.h"
+#include "qkv/infer/text_stream.h"
 #include "server_impl.h"
 
 namespace qkv::serve {
@@ -104,7 +104,7 @@ class Generation {
  public:
   Generation(Server::Impl& s, Prepared p, std::shared_ptr<infer::Sequence> seq)
       : s_(s), p_(std::move(p)), m_(*p_.model), seq_(std::move(seq)),
-        text_(m_.lm->tok(), p_.params.stop, m_.lm->eos_ids), id_(new_id(chat() ? "chatcmpl-" : "cmpl-")),
+        text_(m_.lm->tok(), {.stops = p_.params.stop, .skip = m_.lm->eos_ids, .mode = infer::StopMode::Drop}), id_(new_id(chat() ? "chatcmpl-" : "cmpl-")),
         created_(std::time(nullptr)), start_(detail::request_start()) {}
 
   bool chat() const { return p_.params.kind == ApiKind::Chat; }
@@ -293,7 +293,7 @@ class Generation {
   Prepared p_;
   const TextModel& m_;
   std::shared_ptr<infer::Sequence> seq_;
-  TextStream text_;
+  infer::TextStream text_;
   std::string id_;
   std::time_t created_;
   Clock::time_point start_, last_;

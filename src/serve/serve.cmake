@@ -5,6 +5,5 @@ set(QKV_SERVE_SOURCES
   serve/generation.cpp
   serve/embeddings.cpp
   serve/openai_request.cpp
-  serve/text_stream.cpp
   serve/metrics.cpp
 )

@@ -6,7 +6,6 @@
 
 #include "qkv/serve/metrics.h"
 #include "qkv/serve/openai.h"
-#include "qkv/serve/text_stream.h"
 #include "qkv/tokenize/bpe.h"
 
 namespace {
@@ -131,60 +130,6 @@ TEST(ServeParse, ErrorJsonShape) {
   const json n = json::parse(error_json(ApiError(404, "x")));
   EXPECT_TRUE(n["error"]["param"].is_null());
   EXPECT_TRUE(n["error"]["code"].is_null());
-}
-
-qkv::tokenize::ByteLevelBPE tiny_tokenizer() {
-  return qkv::tokenize::ByteLevelBPE::from_folder(std::string(QKV_FIXTURE_DIR) + "/gpt2_tiny");
-}
-
-// The ids of text, one byte per token (so every split point is exercised).
-std::vector<i64> byte_ids(const qkv::tokenize::ByteLevelBPE& tok, const std::string& text) {
-  std::vector<i64> ids;
-  for (const char c : text) {
-    // Each byte's byte-level token (the one whose bytes are exactly it).
-    for (i64 id = 0; id < tok.vocab_size(); ++id)
-      if (tok.token_bytes(id) == std::string(1, c)) {
-        ids.push_back(id);
-        break;
-      }
-  }
-  return ids;
-}
-
-TEST(ServeTextStream, StopStringsAcrossTokensAndUtf8NeverSplit) {
-  const auto tok = tiny_tokenizer();
-  const std::string text = "caf\xc3\xa9 and na\xc3\xafve END more text";
-  const auto ids = byte_ids(tok, text);
-  ASSERT_EQ(tok.decode(ids), text);
-  // No stop: every piece is whole characters, and the pieces make the text.
-  {
-    TextStream ts(tok, {});
-    std::string all;
-    for (i64 id : ids) {
-      const std::string piece = ts.push(id);
-      EXPECT_FALSE(!piece.empty() && (static_cast<unsigned char>(piece[0]) & 0xC0) == 0x80) << "split character";
-      all += piece;
-    }
-    all += ts.finish();
-    EXPECT_EQ(all, text);
-    EXPECT_FALSE(ts.stopped());
-  }
-  // A stop string that arrives a byte at a time; held-back text that turns out not to be one.
-  for (const std::string stop : {"END", " m", "\xc3\xaf", "na\xc3\xafve END more text"}) {
-    TextStream ts(tok, {"ENX", stop});
-    std::string all;
-    for (i64 id : ids) {
-      all += ts.push(id);
-      if (ts.stopped()) break;
-    }
-    all += ts.finish();
-    EXPECT_TRUE(ts.stopped()) << stop;
-    EXPECT_EQ(all, text.substr(0, text.find(stop))) << stop;
-  }
-  // The skipped ids (eos) show no text.
-  TextStream ts(tok, {}, {ids[0]});
-  EXPECT_EQ(ts.push(ids[0]), "");
-  EXPECT_EQ(ts.push(ids[1]), "a");
 }
 
 TEST(ServeMetrics, PrometheusTextFormat) {

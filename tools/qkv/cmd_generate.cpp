@@ -18,6 +18,7 @@
 #include "qkv/infer/embed.h"
 #include "qkv/infer/generate.h"
 #include "qkv/infer/language_model.h"
+#include "qkv/infer/text_stream.h"
 #include "qkv/io/files.h"
 #include "sampling_flags.h"
 
@@ -38,13 +39,6 @@ struct GenerateOptions {
   std::vector<std::string> positional;  // PROMPT given without --prompt
   i64 logprobs = -1;
   bool no_cache = false, json = false, chat = false, ignore_eos = false;
-};
-
-// Per prompt: text generated so far (complete characters only) and whether a stop string ended it.
-struct Stream {
-  std::optional<tokenize::StreamDecoder> dec;
-  std::string text;
-  bool stopped = false;
 };
 
 const char* kNeeds = "a causal language model: a GGUF file, or a GPT-2 / Llama / Mistral / Qwen2 folder";
@@ -133,41 +127,29 @@ int run_generate(GenerateOptions o, std::ostream& out) {
   // Prompts given as ids have no text: with a tokenizer their continuation is shown as text alone.
   const bool have_text = !texts.empty();
   const bool stream = !o.json && prompts.size() == 1 && tok && have_text;
-  std::vector<Stream> streams(prompts.size());
+  // Per prompt: its text so far (whole characters; a --stop string ends it where it ends).
+  std::vector<std::optional<infer::TextStream>> streams(prompts.size());
   if (tok)
-    for (Stream& s : streams) s.dec.emplace(*tok);
+    for (auto& s : streams)
+      s.emplace(*tok, infer::TextStreamOptions{.stops = o.stop,
+                                               .skip = o.ignore_eos ? std::vector<i64>{} : lm.eos_ids,
+                                               .mode = infer::StopMode::Keep});
   if (stream) out << texts[0] << std::flush;
   auto on_token = [&](i64 b, i64 id) {
-    Stream& s = streams[static_cast<std::size_t>(b)];
-    if (!s.dec) return true;
-    const bool special = !o.ignore_eos && lm.is_eos(id);
-    const std::string piece = special ? std::string() : s.dec->push(id);
-    std::string shown = piece;
-    for (const std::string& stop : o.stop) {
-      // A stop string ends the text where it ends, even in the middle of a token's bytes.
-      const std::size_t from = s.text.size() >= stop.size() ? s.text.size() - stop.size() + 1 : 0;
-      const std::size_t at = (s.text + piece).find(stop, from);
-      if (at != std::string::npos) {
-        shown = (s.text + piece).substr(s.text.size(), at + stop.size() - s.text.size());
-        s.stopped = true;
-        break;
-      }
-    }
-    s.text += shown;
-    if (stream) out << shown << std::flush;
-    return !s.stopped;
+    auto& s = streams[static_cast<std::size_t>(b)];
+    if (!s) return true;
+    const std::string piece = s->push(id);
+    if (stream) out << piece << std::flush;
+    return !s->stopped();
   };
   infer::GenerationStats st;
   const auto results = infer::generate(*lm.model, prompts, g, on_token, &st);
   const double seconds = st.prefill_seconds + st.decode_seconds;
-  for (std::size_t b = 0; b < results.size(); ++b) {
-    Stream& s = streams[b];
-    if (s.dec && !s.stopped) {
-      const std::string rest = s.dec->finish();
-      s.text += rest;
+  for (auto& s : streams)
+    if (s) {
+      const std::string rest = s->finish();
       if (stream) out << rest;
     }
-  }
   auto token_text = [&](i64 id) { return tok ? tok->decode({id}) : std::to_string(id); };
   if (stream && o.logprobs < 0) {
     out << "\n";
@@ -176,7 +158,7 @@ int run_generate(GenerateOptions o, std::ostream& out) {
     std::cerr << r.new_ids.size() << " tokens in " << seconds << " s (prompt " << prompts[0].size() << " tokens in "
               << st.prefill_seconds << " s; " << decode_tps << " tokens/s decoding, "
               << (g.use_cache ? "KV cache" : "no cache") << ", stop: "
-              << (streams[0].stopped ? "stop" : infer::stop_reason_name(r.reason)) << ")\n";
+              << (streams[0] && streams[0]->stopped() ? "stop" : infer::stop_reason_name(r.reason)) << ")\n";
     return 0;
   }
   if (stream) out << "\n";
@@ -188,9 +170,9 @@ int run_generate(GenerateOptions o, std::ostream& out) {
       if (!texts.empty()) j["prompt"] = texts[b];
       j["prompt_ids"] = prompts[b];
       j["new_ids"] = r.new_ids;
-      if (tok) j["text"] = streams[b].text;
+      if (tok) j["text"] = streams[b]->text();
       j["tokens_per_s"] = tps;
-      j["stop_reason"] = streams[b].stopped ? "stop" : infer::stop_reason_name(r.reason);
+      j["stop_reason"] = streams[b] && streams[b]->stopped() ? "stop" : infer::stop_reason_name(r.reason);
       if (o.logprobs >= 0) {
         auto& lp = j["logprobs"] = nlohmann::ordered_json::array();
         for (const infer::TokenLogprob& t : r.logprobs) {
@@ -205,7 +187,7 @@ int run_generate(GenerateOptions o, std::ostream& out) {
     }
     if (!stream) {
       if (tok) {
-        out << "[" << b << "] " << (have_text ? texts[b] : std::string()) << streams[b].text << "\n";
+        out << "[" << b << "] " << (have_text ? texts[b] : std::string()) << streams[b]->text() << "\n";
       } else {
         out << "[" << b << "]";
         for (i64 id : r.new_ids) out << " " << id;
