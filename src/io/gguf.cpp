@@ -313,7 +313,14 @@ class GGUFParser {
       if (x->nbytes != y->nbytes) return x->nbytes < y->nbytes;
       return x->name < y->name;
     });
-    const std::uint64_t data_len = size_ > f.data_offset_ ? size_ - f.data_offset_ : 0;
+    // Even a tensor of no bytes sits in the data section: with tensors, the file must reach it
+    // (an empty tensor at data offset 0 of a file cut right after the infos would point past its end).
+    if (!order.empty() && f.data_offset_ > size_)
+      throw bad("the data section begins at byte " + std::to_string(f.data_offset_) + " (the tensor infos end at byte " +
+                std::to_string(infos_end) + ", padded to the alignment " + std::to_string(a) +
+                ") but the file ends at byte " + std::to_string(size_) + ", before the data of tensor " +
+                msg_quote(order.front()->name) + " (file truncated?)");
+    const std::uint64_t data_len = size_ - std::min(size_, f.data_offset_);
     std::uint64_t end = 0;  // end of the previous tensor, in the data section
     const GGUFTensorInfo* prev = nullptr;
     for (const GGUFTensorInfo* t : order) {

@@ -17,6 +17,7 @@
 #include "qkv/infer/embed.h"
 #include "qkv/io/checkpoint.h"
 #include "qkv/io/files.h"
+#include "qkv/io/gguf.h"
 #include "qkv/io/tensors.h"
 #include "qkv/models/classifier.h"
 #include "qkv/models/gpt2.h"
@@ -224,6 +225,21 @@ TEST(FuzzRegression, OptimizerStateWithAnImpossibleStepIsAValueError) {
   opt.load_state({{"step", Tensor::scalar(7.0, DType::F64)}, {"lr", Tensor::scalar(0.25, DType::F64)}});
   EXPECT_EQ(opt.steps(), 7);
   EXPECT_EQ(opt.lr(), 0.25);
+}
+
+// Found by fuzz_gguf in CI (fuzz/regressions/gguf/empty_tensor_past_the_end): one tensor of no
+// elements at data offset 0 in a file that ends right after its tensor infos, before the padding
+// to the data section. The reader accepted it, and the tensor's data pointer lay past the end of
+// the file. A file with tensors must now reach its data section.
+TEST(FuzzRegression, AnEmptyTensorInAFileCutBeforeItsDataSectionIsAFormatError) {
+  const fs::path p = fs::path(QKV_SOURCE_DIR) / "fuzz/regressions/gguf/empty_tensor_past_the_end";
+  std::ifstream in(p, std::ios::binary);
+  ASSERT_TRUE(in) << p;
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string msg = error_of<FormatError>([&] { io::GGUFFile::parse(bytes, "cut.gguf"); });
+  EXPECT_NE(msg.find("cut.gguf"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the data section begins at byte"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("but the file ends at byte " + std::to_string(bytes.size())), std::string::npos) << msg;
 }
 
 }  // namespace

@@ -197,6 +197,13 @@ TEST(GgufReject, OffsetsAndTheDataSection) {
   GgufBytes none = GgufBytes::header(0, 1);
   none.kv_u32("a", 1).pad().zeros(1);
   gguf_rejected(none.b, {"24 trailing bytes after the tensor infos (padding to the alignment 32 allows 23)"});
+  // A file of only empty tensors must still reach the data section (fuzz_gguf found this one).
+  GgufBytes cut_empty = GgufBytes::header(1, 0);
+  cut_empty.tensor("e", {0}, F32, 0);
+  gguf_rejected(cut_empty.b, {"the data section begins at byte 64", "the file ends at byte", "tensor 'e'", "truncated"});
+  GgufBytes padded_empty = GgufBytes::header(1, 0);
+  padded_empty.tensor("e", {0}, F32, 0).pad();
+  EXPECT_EQ(GGUFFile::parse(padded_empty.b, kGgufSource).at("e").nbytes, 0u);
   // Infos out of offset order are fine, as are empty tensors.
   GgufBytes order = GgufBytes::header(3, 0);
   order.tensor("b", {8}, F32, 32).tensor("a", {4}, F32, 0).tensor("e", {0, 3}, F32, 64).pad().zeros(64);
