@@ -287,8 +287,13 @@ class GGUFParser {
     if (t.row_length() % tr->block != 0)
       throw bad(item + ": row length " + std::to_string(t.row_length()) + " (dims " + shape_str(t.dims) +
                 ") is not a multiple of " + tr->name + "'s block of " + std::to_string(tr->block));
-    // numel / block * block_bytes: block_bytes <= 210 and numel / block < 2^63, no overflow in u64.
-    t.nbytes = numel / static_cast<std::uint64_t>(tr->block) * static_cast<std::uint64_t>(tr->block_bytes);
+    // numel / block * block_bytes, which must fit in int64 (numel < 2^63 alone does not bound it:
+    // 2^62 + 1 F32 elements wrapped to 4 bytes in u64, found by fuzz_gguf).
+    const std::uint64_t blocks = numel / static_cast<std::uint64_t>(tr->block);
+    const std::uint64_t max_bytes = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    if (blocks > max_bytes / static_cast<std::uint64_t>(tr->block_bytes))
+      throw bad(item + ": dims " + shape_str(t.dims) + " of type " + tr->name + " take more bytes than fit in int64");
+    t.nbytes = blocks * static_cast<std::uint64_t>(tr->block_bytes);
     t.offset = u64(item + ": the offset");
     if (t.offset % f.alignment_ != 0)
       throw bad(item + ": offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +

@@ -152,6 +152,18 @@ TEST(GgufReject, TensorDims) {
   GgufBytes product = GgufBytes::header(1, 0);
   product.tensor("w", {std::uint64_t{1} << 32, std::uint64_t{1} << 32}, F32, 0).pad().zeros(32);
   gguf_rejected(product.b, {"tensor 'w': dims [4294967296,4294967296] hold more elements than fit in int64"});
+  // Elements that fit in int64 but bytes that do not (found by fuzz_gguf: 2^62 + 1 F32 elements
+  // wrapped to 4 bytes in u64, and the tensor was accepted with 4 bytes of data).
+  GgufBytes bytes = GgufBytes::header(1, 0);
+  bytes.tensor("w", {(std::uint64_t{1} << 62) + 1}, F32, 0).pad().zeros(32);
+  gguf_rejected(bytes.b, {"tensor 'w': dims [4611686018427387905] of type F32 take more bytes than fit in int64"});
+  // An empty tensor's other dims may be anything; numel() is 0, not an overflow (found by fuzz_gguf).
+  GgufBytes empty = GgufBytes::header(1, 0);
+  empty.tensor("e", {std::uint64_t{1} << 62, std::uint64_t{1} << 62, 0}, F32, 0).pad();
+  const GGUFFile f = GGUFFile::parse(empty.b, kGgufSource);
+  EXPECT_EQ(f.at("e").numel(), 0);
+  EXPECT_EQ(f.at("e").rows(), 0);
+  EXPECT_EQ(f.at("e").nbytes, 0u);
 }
 
 TEST(GgufReject, TensorTypes) {
