@@ -287,8 +287,13 @@ class GGUFParser {
     if (t.row_length() % tr->block != 0)
       throw bad(item + ": row length " + std::to_string(t.row_length()) + " (dims " + shape_str(t.dims) +
                 ") is not a multiple of " + tr->name + "'s block of " + std::to_string(tr->block));
-    // numel / block * block_bytes: block_bytes <= 210 and numel / block < 2^63, no overflow in u64.
-    t.nbytes = numel / static_cast<std::uint64_t>(tr->block) * static_cast<std::uint64_t>(tr->block_bytes);
+    // numel / block * block_bytes, which must fit in int64 (numel < 2^63 alone does not bound it:
+    // 2^62 + 1 F32 elements wrapped to 4 bytes in u64, found by fuzz_gguf).
+    const std::uint64_t blocks = numel / static_cast<std::uint64_t>(tr->block);
+    const std::uint64_t max_bytes = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    if (blocks > max_bytes / static_cast<std::uint64_t>(tr->block_bytes))
+      throw bad(item + ": dims " + shape_str(t.dims) + " of type " + tr->name + " take more bytes than fit in int64");
+    t.nbytes = blocks * static_cast<std::uint64_t>(tr->block_bytes);
     t.offset = u64(item + ": the offset");
     if (t.offset % f.alignment_ != 0)
       throw bad(item + ": offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
@@ -313,7 +318,14 @@ class GGUFParser {
       if (x->nbytes != y->nbytes) return x->nbytes < y->nbytes;
       return x->name < y->name;
     });
-    const std::uint64_t data_len = size_ > f.data_offset_ ? size_ - f.data_offset_ : 0;
+    // Even a tensor of no bytes sits in the data section: with tensors, the file must reach it
+    // (an empty tensor at data offset 0 of a file cut right after the infos would point past its end).
+    if (!order.empty() && f.data_offset_ > size_)
+      throw bad("the data section begins at byte " + std::to_string(f.data_offset_) + " (the tensor infos end at byte " +
+                std::to_string(infos_end) + ", padded to the alignment " + std::to_string(a) +
+                ") but the file ends at byte " + std::to_string(size_) + ", before the data of tensor " +
+                msg_quote(order.front()->name) + " (file truncated?)");
+    const std::uint64_t data_len = size_ - std::min(size_, f.data_offset_);
     std::uint64_t end = 0;  // end of the previous tensor, in the data section
     const GGUFTensorInfo* prev = nullptr;
     for (const GGUFTensorInfo* t : order) {

@@ -1,4 +1,5 @@
 // GGUF metadata values, tensor infos and the typed getters of io/gguf.h.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -143,8 +144,11 @@ std::string GGUFValue::describe() const {
 // ---------------------------------------------------------------- tensors ----
 
 std::int64_t GGUFTensorInfo::numel() const {
+  // The reader checked the product fits, or that a dim is 0 (then the others may be anything:
+  // [2^62, 2^62, 0] is empty, and multiplying in order would overflow first).
+  if (std::find(dims.begin(), dims.end(), 0) != dims.end()) return 0;
   std::int64_t n = 1;
-  for (std::int64_t d : dims) n *= d;  // the reader checked the product fits
+  for (std::int64_t d : dims) n *= d;
   return n;
 }
 

@@ -17,6 +17,7 @@
 #include "qkv/infer/embed.h"
 #include "qkv/io/checkpoint.h"
 #include "qkv/io/files.h"
+#include "qkv/io/gguf.h"
 #include "qkv/io/tensors.h"
 #include "qkv/models/classifier.h"
 #include "qkv/models/gpt2.h"
@@ -224,6 +225,46 @@ TEST(FuzzRegression, OptimizerStateWithAnImpossibleStepIsAValueError) {
   opt.load_state({{"step", Tensor::scalar(7.0, DType::F64)}, {"lr", Tensor::scalar(0.25, DType::F64)}});
   EXPECT_EQ(opt.steps(), 7);
   EXPECT_EQ(opt.lr(), 0.25);
+}
+
+// Found by fuzz_gguf in CI (fuzz/regressions/gguf/empty_tensor_past_the_end): one tensor of no
+// elements at data offset 0 in a file that ends right after its tensor infos, before the padding
+// to the data section. The reader accepted it, and the tensor's data pointer lay past the end of
+// the file. A file with tensors must now reach its data section.
+TEST(FuzzRegression, AnEmptyTensorInAFileCutBeforeItsDataSectionIsAFormatError) {
+  const fs::path p = fs::path(QKV_SOURCE_DIR) / "fuzz/regressions/gguf/empty_tensor_past_the_end";
+  std::ifstream in(p, std::ios::binary);
+  ASSERT_TRUE(in) << p;
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string msg = error_of<FormatError>([&] { io::GGUFFile::parse(bytes, "cut.gguf"); });
+  EXPECT_NE(msg.find("cut.gguf"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the data section begins at byte"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("but the file ends at byte " + std::to_string(bytes.size())), std::string::npos) << msg;
+}
+
+// Found by fuzz_gguf (fuzz/regressions/gguf/tensor_bytes_wrap_past_u64): 2^62 + 1 F32 elements fit
+// in int64, but their bytes (x 4) wrapped past 2^64 to 4: the tensor was accepted with 4 bytes of
+// data. Now a FormatError naming the tensor. And (empty_tensor_numel_overflow) an empty tensor
+// with huge other dims: numel() multiplied them (signed overflow) before reaching the 0.
+TEST(FuzzRegression, TensorBytesBeyondInt64AreAFormatErrorAndEmptyTensorsHaveNoElements) {
+  auto bytes_of = [](const char* name) {
+    const fs::path p = fs::path(QKV_SOURCE_DIR) / "fuzz/regressions/gguf" / name;
+    std::ifstream in(p, std::ios::binary);
+    EXPECT_TRUE(in) << p;
+    return std::vector<std::uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string msg = error_of<FormatError>([&] { io::GGUFFile::parse(bytes_of("tensor_bytes_wrap_past_u64"), "w.gguf"); });
+  EXPECT_NE(msg.find("w.gguf"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("take more bytes than fit in int64"), std::string::npos) << msg;
+  try {
+    const io::GGUFFile f = io::GGUFFile::parse(bytes_of("empty_tensor_numel_overflow"), "e.gguf");
+    for (const io::GGUFTensorInfo& t : f.tensors()) {
+      EXPECT_EQ(t.numel(), 0) << t.name;
+      EXPECT_EQ(t.nbytes, 0u) << t.name;
+    }
+  } catch (const Error& e) {  // refused for another defect is fine; no undefined behaviour either way
+    SUCCEED() << e.what();
+  }
 }
 
 }  // namespace

@@ -152,6 +152,18 @@ TEST(GgufReject, TensorDims) {
   GgufBytes product = GgufBytes::header(1, 0);
   product.tensor("w", {std::uint64_t{1} << 32, std::uint64_t{1} << 32}, F32, 0).pad().zeros(32);
   gguf_rejected(product.b, {"tensor 'w': dims [4294967296,4294967296] hold more elements than fit in int64"});
+  // Elements that fit in int64 but bytes that do not (found by fuzz_gguf: 2^62 + 1 F32 elements
+  // wrapped to 4 bytes in u64, and the tensor was accepted with 4 bytes of data).
+  GgufBytes bytes = GgufBytes::header(1, 0);
+  bytes.tensor("w", {(std::uint64_t{1} << 62) + 1}, F32, 0).pad().zeros(32);
+  gguf_rejected(bytes.b, {"tensor 'w': dims [4611686018427387905] of type F32 take more bytes than fit in int64"});
+  // An empty tensor's other dims may be anything; numel() is 0, not an overflow (found by fuzz_gguf).
+  GgufBytes empty = GgufBytes::header(1, 0);
+  empty.tensor("e", {std::uint64_t{1} << 62, std::uint64_t{1} << 62, 0}, F32, 0).pad();
+  const GGUFFile f = GGUFFile::parse(empty.b, kGgufSource);
+  EXPECT_EQ(f.at("e").numel(), 0);
+  EXPECT_EQ(f.at("e").rows(), 0);
+  EXPECT_EQ(f.at("e").nbytes, 0u);
 }
 
 TEST(GgufReject, TensorTypes) {
@@ -197,6 +209,13 @@ TEST(GgufReject, OffsetsAndTheDataSection) {
   GgufBytes none = GgufBytes::header(0, 1);
   none.kv_u32("a", 1).pad().zeros(1);
   gguf_rejected(none.b, {"24 trailing bytes after the tensor infos (padding to the alignment 32 allows 23)"});
+  // A file of only empty tensors must still reach the data section (fuzz_gguf found this one).
+  GgufBytes cut_empty = GgufBytes::header(1, 0);
+  cut_empty.tensor("e", {0}, F32, 0);
+  gguf_rejected(cut_empty.b, {"the data section begins at byte 64", "the file ends at byte", "tensor 'e'", "truncated"});
+  GgufBytes padded_empty = GgufBytes::header(1, 0);
+  padded_empty.tensor("e", {0}, F32, 0).pad();
+  EXPECT_EQ(GGUFFile::parse(padded_empty.b, kGgufSource).at("e").nbytes, 0u);
   // Infos out of offset order are fine, as are empty tensors.
   GgufBytes order = GgufBytes::header(3, 0);
   order.tensor("b", {8}, F32, 32).tensor("a", {4}, F32, 0).tensor("e", {0, 3}, F32, 64).pad().zeros(64);
