@@ -63,7 +63,7 @@ test-tsan: models
 ASAN_BUILD ?= build-asan
 ASAN_CXX ?= clang++-14
 ASAN_SYMBOLIZER := $(firstword $(wildcard /usr/lib/llvm-14/bin/llvm-symbolizer) $(shell command -v llvm-symbolizer))
-FUZZ_TARGETS := fuzz_safetensors fuzz_checkpoint fuzz_model_folder fuzz_bpe fuzz_wordpiece fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_make_seeds
+FUZZ_TARGETS := fuzz_safetensors fuzz_checkpoint fuzz_model_folder fuzz_bpe fuzz_wordpiece fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_openai fuzz_make_seeds
 FUZZ_SECONDS ?= 60
 define asan_configure
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=$(ASAN_CXX) -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -11,7 +11,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$(cd "$1" && pwd)"
 secs="${2:-60}"
 jobs="${3:-2}"
-targets=(safetensors checkpoint model_folder bpe wordpiece gguf tokenizer chat_template)
+targets=(safetensors checkpoint model_folder bpe wordpiece gguf tokenizer chat_template openai)
 run="$build/fuzz-run"
 rm -rf "$run"
 mkdir -p "$run/seeds" "$run/corpus" "$run/artifacts" "$run/logs"

@@ -80,7 +80,7 @@ Tensor apply_rotary_emb(const Tensor& x, const Tensor& positions, const RotaryOp
   }
   Tensor y = Tensor::empty(x.shape(), x.dtype());
   y.copy_(x.detach());
-  const std::int64_t rows = rot->T * rot->D ? x.numel() / rot->D : 0;
+  const std::int64_t rows = rot->T > 0 && rot->D > 0 ? x.numel() / rot->D : 0;
   dispatch_float(x.dtype(), kOp, [&]<class T>() { rotate_rows<T>(y.data<T>(), rows, *rot, false); });
   autograd::record(y, kOp, {x}, [rot, rows](const Tensor& g) {
     // y = R(angle) x  =>  dx = R(angle)^T g = R(-angle) g

@@ -10,5 +10,9 @@ foreach(t ${QKV_FUZZ_HARNESSES})
   set_property(SOURCE ${PROJECT_SOURCE_DIR}/fuzz/fuzz_${t}.cpp
                APPEND PROPERTY COMPILE_DEFINITIONS LLVMFuzzerTestOneInput=qkv_fuzz_${t}_one_input)
 endforeach()
-qkv_add_test(test_fuzz_replay SOURCES ${replay_sources} LIBS qkv nlohmann_json::nlohmann_json)
+# fuzz_openai reads the server's request bodies (serve/, linked from qkv_serve).
+list(APPEND replay_sources ${PROJECT_SOURCE_DIR}/fuzz/fuzz_openai.cpp)
+set_property(SOURCE ${PROJECT_SOURCE_DIR}/fuzz/fuzz_openai.cpp
+             APPEND PROPERTY COMPILE_DEFINITIONS LLVMFuzzerTestOneInput=qkv_fuzz_openai_one_input)
+qkv_add_test(test_fuzz_replay SOURCES ${replay_sources} LIBS qkv qkv_serve nlohmann_json::nlohmann_json)
 target_include_directories(test_fuzz_replay PRIVATE ${PROJECT_SOURCE_DIR}/fuzz)

@@ -20,6 +20,7 @@ extern "C" int qkv_fuzz_wordpiece_one_input(const std::uint8_t* data, std::size_
 extern "C" int qkv_fuzz_gguf_one_input(const std::uint8_t* data, std::size_t size);
 extern "C" int qkv_fuzz_tokenizer_one_input(const std::uint8_t* data, std::size_t size);
 extern "C" int qkv_fuzz_chat_template_one_input(const std::uint8_t* data, std::size_t size);
+extern "C" int qkv_fuzz_openai_one_input(const std::uint8_t* data, std::size_t size);
 
 namespace {
 
@@ -67,3 +68,4 @@ TEST(FuzzReplay, WordPiece) { replay_all("wordpiece", qkv_fuzz_wordpiece_one_inp
 TEST(FuzzReplay, Gguf) { replay_all("gguf", qkv_fuzz_gguf_one_input); }
 TEST(FuzzReplay, Tokenizer) { replay_all("tokenizer", qkv_fuzz_tokenizer_one_input); }
 TEST(FuzzReplay, ChatTemplate) { replay_all("chat_template", qkv_fuzz_chat_template_one_input); }
+TEST(FuzzReplay, OpenAI) { replay_all("openai", qkv_fuzz_openai_one_input); }
