@@ -47,10 +47,21 @@ std::string read_file(const std::string& path) {
 }
 
 // The lines of a replica's request log for POST /v1/completions answered 200.
-int completions_served(const ServeProcess& p) {
+int completions_logged(const ServeProcess& p) {
   static const std::regex line(R"(POST /v1/completions 200 )");
   const std::string log = p.log();
   return static_cast<int>(std::distance(std::sregex_iterator(log.begin(), log.end(), line), std::sregex_iterator()));
+}
+
+// The servers log a request once its answer is sent: the client may read the answer before the
+// line is written. Waits (up to 10 s) until `total` lines are in the replicas' logs.
+void wait_for_logged(const std::vector<const ServeProcess*>& ps, int total) {
+  for (auto until = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < until;
+       std::this_thread::sleep_for(10ms)) {
+    int n = 0;
+    for (const ServeProcess* p : ps) n += completions_logged(*p);
+    if (n >= total) return;
+  }
 }
 
 class Haproxy {
@@ -118,7 +129,8 @@ TEST(ServeReplicas, TwoReplicasBehindHaproxyShareTheRequestsAndSurviveOneKilled)
   std::vector<std::string> texts;
   for (int i = 0; i < 12; ++i) texts.push_back(complete(i));
   for (int i = 3; i < 12; ++i) EXPECT_EQ(texts[static_cast<std::size_t>(i)], texts[static_cast<std::size_t>(i % 3)]);
-  const int served1 = completions_served(r1), served2 = completions_served(r2);
+  wait_for_logged({&r1, &r2}, 12);
+  const int served1 = completions_logged(r1), served2 = completions_logged(r2);
   EXPECT_EQ(served1 + served2, 12);
   EXPECT_GE(served1, 3) << r1.log();
   EXPECT_GE(served2, 3) << r2.log();
@@ -128,7 +140,8 @@ TEST(ServeReplicas, TwoReplicasBehindHaproxyShareTheRequestsAndSurviveOneKilled)
   EXPECT_EQ(r1.wait(10s), -1);
   EXPECT_EQ(r1.term_signal(), SIGKILL);
   for (int i = 0; i < 12; ++i) EXPECT_EQ(complete(i), texts[static_cast<std::size_t>(i % 3)]);
-  EXPECT_EQ(completions_served(r2), served2 + 12) << r2.log();
+  wait_for_logged({&r2}, served2 + 12);
+  EXPECT_EQ(completions_logged(r2), served2 + 12) << r2.log();
 
   // The health checks (every 500 ms, 2 failures) mark it down: HAProxy says so in its log.
   std::string log;
