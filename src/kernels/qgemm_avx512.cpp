@@ -34,7 +34,10 @@ struct V16 {
   using R = __m512;
   static constexpr int W = 16;
   // Rows of W per decode tile for MR rows of A: 2 * MR * NRW accumulators of the 32 registers.
-  static constexpr int nrw(int mr) { return mr <= 2 ? 4 : 2; }
+  static constexpr int nrw(int mr) { return mr <= 2 ? 4 : mr <= 4 ? 2 : 1; }
+  // Rows of A per tile when they fit in L1 beside the weights: each block of W, once dequantized,
+  // feeds 8 rows (the dequantizing shuffles compete with the FMAs for the same two ports).
+  static constexpr int kMrWide = 8;
   static inline R zero() { return _mm512_setzero_ps(); }
   static inline R loadu(const float* p) { return _mm512_loadu_ps(p); }
   static inline void storeu(float* p, R v) { _mm512_storeu_ps(p, v); }

@@ -359,12 +359,16 @@ TEST_P(QGemmIsa, Q8ActivationsMatchTheirTwin) {
 
 // rows_alone: every row of C is bitwise the row a product of its own (M = 1) gives, for M past
 // the decode path's rows, with the epilogue or accumulate, over parts and threads, Q8 asked or
-// not (it is not used); and within the reference's bound.
+// not (it is not used); and within the reference's bound. Short rows take the AVX-512 path's
+// wide tiles (8 rows of A), long ones (over 32 KiB for 8 rows) its 4-row tiles.
 TEST_P(QGemmIsa, RowsAloneGiveEachRowItsOwnBits) {
   std::uint32_t seed = 6000;
   for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q6_K, QType::F16})
+    for (const bool long_rows : {false, true})
     for (i64 M : {qgemm_decode_max_m() + 1, i64{12}, i64{33}}) {
-      const i64 K = qtype_traits(t).block == 256 ? 512 : 160, N = 41, ldc = N + 1;
+      if (long_rows && M == 12) continue;
+      const bool k256 = qtype_traits(t).block == 256;
+      const i64 K = long_rows ? (k256 ? 1280 : 1056) : (k256 ? 512 : 160), N = 41, ldc = N + 1;
       const Weights w = make_weights(t, N, K, 0, seed++);
       const std::vector<float> a = make_a(M, K, K + 2, seed++), bias = make_a(1, N, N, seed++);
       for (const bool acc : {false, true})

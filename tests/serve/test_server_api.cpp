@@ -269,19 +269,27 @@ TEST(ServerInfo, ModelsHealthMetrics) {
 
   post("/v1/completions", {{"prompt", "Unto"}, {"max_tokens", 3}});
   c->Get("/no/such/path");
-  auto x = c->Get("/metrics");
-  ASSERT_TRUE(x);
-  EXPECT_EQ(x->get_header_value("Content-Type"), "text/plain; version=0.0.4");
-  const std::string& t = x->body;
-  for (const char* want :
-       {"# TYPE qkv_requests_total counter", "qkv_requests_total{endpoint=\"/v1/completions\",status=\"200\"} ",
-        "qkv_requests_total{endpoint=\"other\",status=\"404\"} ", "qkv_prompt_tokens_total{model=\"gpt2_tiny\"} ",
-        "qkv_completion_tokens_total{model=\"gpt2_tiny\"} ", "qkv_queue_depth{model=\"gpt2_tiny\"} 0",
-        "qkv_slots{model=\"gpt2_tiny\"} 4", "qkv_slots_busy{model=\"gpt2_tiny\"} ",
-        "# TYPE qkv_time_to_first_token_seconds histogram",
-        "qkv_time_to_first_token_seconds_bucket{model=\"gpt2_tiny\",le=\"+Inf\"} ",
-        "qkv_inter_token_latency_seconds_count{model=\"gpt2_tiny\"} ", "qkv_request_duration_seconds_sum{endpoint="})
-    EXPECT_NE(t.find(want), std::string::npos) << want << "\n" << t;
+  const std::vector<const char*> wants = {
+      "# TYPE qkv_requests_total counter", "qkv_requests_total{endpoint=\"/v1/completions\",status=\"200\"} ",
+      "qkv_requests_total{endpoint=\"other\",status=\"404\"} ", "qkv_prompt_tokens_total{model=\"gpt2_tiny\"} ",
+      "qkv_completion_tokens_total{model=\"gpt2_tiny\"} ", "qkv_queue_depth{model=\"gpt2_tiny\"} 0",
+      "qkv_slots{model=\"gpt2_tiny\"} 4", "qkv_slots_busy{model=\"gpt2_tiny\"} ",
+      "# TYPE qkv_time_to_first_token_seconds histogram",
+      "qkv_time_to_first_token_seconds_bucket{model=\"gpt2_tiny\",le=\"+Inf\"} ",
+      "qkv_inter_token_latency_seconds_count{model=\"gpt2_tiny\"} ", "qkv_request_duration_seconds_sum{endpoint="};
+  // A request is counted once its answer is sent (the server's logger): the client may ask for
+  // the metrics before that. Wait (up to 10 s) for every line.
+  std::string t;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);;) {
+    auto x = c->Get("/metrics");
+    ASSERT_TRUE(x);
+    EXPECT_EQ(x->get_header_value("Content-Type"), "text/plain; version=0.0.4");
+    t = x->body;
+    const bool all = std::all_of(wants.begin(), wants.end(), [&](const char* w) { return t.find(w) != std::string::npos; });
+    if (all || std::chrono::steady_clock::now() > until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (const char* want : wants) EXPECT_NE(t.find(want), std::string::npos) << want << "\n" << t;
   EXPECT_EQ(t.find("/no/such/path"), std::string::npos);  // unknown paths do not become labels
 }
 
