@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 from pathlib import Path
 from typing import Any
@@ -68,3 +69,15 @@ def minilm(models_dir: Path) -> Path:
 def smollm_gguf(models_dir: Path) -> Path:
     """SmolLM2-135M-Instruct as a Q4_1 GGUF file (`make models`)."""
     return _resource(None, models_dir / "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+@pytest.fixture
+def sigint_raises() -> Any:
+    """SIGINT raises KeyboardInterrupt during the test, whatever this process inherited: a shell
+    starts background jobs with SIGINT ignored, and Python then leaves it ignored (the Ctrl-C
+    tests would wait for an interrupt that never comes)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -82,6 +82,7 @@ def test_threads_share_one_embedder(embedder: qkv.Embedder) -> None:
         np.testing.assert_array_equal(part, alone[i::4])
 
 
+@pytest.mark.usefixtures("sigint_raises")
 def test_ctrl_c_interrupts_a_long_encode(embedder: qkv.Embedder) -> None:
     texts = [f"{SENTENCES[i % 5]} ({i}) " * 4 for i in range(20000)]
     timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
