@@ -161,7 +161,7 @@ class Generation {
         if (!send(sink, last)) return false;
       }
     }
-    static const std::string done = "data: [DONE]\n\n";
+    constexpr std::string_view done = "data: [DONE]\n\n";
     if (!sink.write(done.data(), done.size())) return false;
     sink.done();
     return true;

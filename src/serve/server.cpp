@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <string_view>
 
 #include "server_impl.h"
 
@@ -32,11 +33,15 @@ std::uint64_t next_random() {
   return splitmix(base + counter.fetch_add(1, std::memory_order_relaxed));
 }
 
-// The metrics' endpoint label: a route, or "other" (clients cannot grow the label set).
+// The metrics' endpoint label: a route, or "other" (clients cannot grow the label set). A
+// constant table, not a static set: a server thread may still log a request while the process
+// exits, after static objects with destructors are gone (ASan: heap-use-after-free).
 std::string endpoint_label(const std::string& path) {
-  static const std::set<std::string> known = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings",
-                                              "/v1/models", "/health", "/metrics"};
-  return known.count(path) ? path : "other";
+  static constexpr std::string_view kKnown[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings",
+                                                "/v1/models", "/health", "/metrics"};
+  for (const std::string_view k : kKnown)
+    if (path == k) return path;
+  return "other";
 }
 
 // A path as the log prints it: printable ASCII, other bytes as \xNN, at most 200 bytes.
