@@ -7,8 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -18,6 +16,7 @@
 #include "qkv/infer/generate.h"
 #include "qkv/infer/scheduler.h"
 #include "testing/concurrent.h"
+#include "testing/gated_model.h"
 #include "testing/guards.h"
 
 namespace {
@@ -30,55 +29,6 @@ std::shared_ptr<const CausalLM> model() {
   static const auto m = std::shared_ptr<const CausalLM>(qkv::testing::tiny_gpt2(5));
   return m;
 }
-
-// The tiny GPT-2 behind a gate: each forward pass waits for a permit from the test, so the test
-// decides exactly how many steps run (no timing in the assertions).
-class GatedModel : public CausalLM {
- public:
-  std::int64_t vocab_size() const override { return model()->vocab_size(); }
-  std::int64_t max_positions() const override { return model()->max_positions(); }
-  KVCacheOptions cache_options(std::int64_t b, std::int64_t t) const override { return model()->cache_options(b, t); }
-  qkv::Tensor forward_cached(const qkv::Tensor& ids, const std::vector<std::int64_t>& n_new, KVCache& cache,
-                             bool all_logits) const override {
-    {
-      std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return open_ || permits_ > 0; });
-      if (!open_) --permits_;
-      ++passes_;
-    }
-    cv_.notify_all();
-    return model()->forward_cached(ids, n_new, cache, all_logits);
-  }
-  void allow(int n) {
-    {
-      std::lock_guard lk(mu_);
-      permits_ += n;
-    }
-    cv_.notify_all();
-  }
-  void open() {
-    {
-      std::lock_guard lk(mu_);
-      open_ = true;
-    }
-    cv_.notify_all();
-  }
-  // Waits until every permit given so far was used.
-  void wait_used() const {
-    std::unique_lock lk(mu_);
-    cv_.wait(lk, [&] { return open_ || permits_ == 0; });
-  }
-  int passes() const {
-    std::lock_guard lk(mu_);
-    return passes_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  mutable int permits_ = 0, passes_ = 0;
-  bool open_ = false;
-};
 
 // Waits for the whole sequence; its tokens.
 std::vector<GeneratedToken> drain(Sequence& s) {
@@ -189,7 +139,7 @@ TEST(Scheduler, StopTokenEndsTheSequenceAndIsKept) {
 }
 
 TEST(Scheduler, CancelFreesTheSlotWithinOneStep) {
-  auto gated = std::make_shared<GatedModel>();
+  auto gated = std::make_shared<qkv::testing::GatedModel>(model());
   Scheduler s(gated, {.slots = 1, .context = 64});
   auto running = s.submit({.prompt = {1, 2}, .max_new_tokens = 60});
   auto queued = s.submit({.prompt = {3}, .max_new_tokens = 5});
@@ -220,7 +170,7 @@ TEST(Scheduler, CancelFreesTheSlotWithinOneStep) {
 }
 
 TEST(Scheduler, CancelledQueuedRequestNeverRuns) {
-  auto gated = std::make_shared<GatedModel>();
+  auto gated = std::make_shared<qkv::testing::GatedModel>(model());
   Scheduler s(gated, {.slots = 1, .context = 64});
   auto a = s.submit({.prompt = {1}, .max_new_tokens = 60});
   auto b = s.submit({.prompt = {2}, .max_new_tokens = 60});
@@ -255,7 +205,7 @@ TEST(Scheduler, LongPromptPrefillDoesNotStallRunningStreams) {
 }
 
 TEST(Scheduler, QueueBoundAndShutdown) {
-  auto gated = std::make_shared<GatedModel>();
+  auto gated = std::make_shared<qkv::testing::GatedModel>(model());
   Scheduler s(gated, {.slots = 1, .context = 64, .max_queue = 2});
   std::vector<std::shared_ptr<Sequence>> seqs;
   // The free slot and the queue take 3 (whether or not the first was admitted yet); the

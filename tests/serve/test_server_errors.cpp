@@ -4,10 +4,9 @@
 // after the request deadline while the server keeps serving.
 #include <gtest/gtest.h>
 
-#include <condition_variable>
-#include <mutex>
 
 #include "serve_test_util.h"
+#include "testing/gated_model.h"
 
 namespace {
 
@@ -192,41 +191,8 @@ TEST(ServerErrors, ConstantTimeComparison) {
   EXPECT_FALSE(constant_time_equal("", "x"));
 }
 
-// The tiny GPT-2 behind a gate that the test opens (forward passes wait until then).
-class HeldModel : public qkv::infer::CausalLM {
- public:
-  i64 vocab_size() const override { return gpt2_tiny_model()->vocab_size(); }
-  i64 max_positions() const override { return gpt2_tiny_model()->max_positions(); }
-  qkv::infer::KVCacheOptions cache_options(i64 b, i64 t) const override { return gpt2_tiny_model()->cache_options(b, t); }
-  qkv::Tensor forward_cached(const qkv::Tensor& ids, const std::vector<i64>& n, qkv::infer::KVCache& c,
-                             bool all) const override {
-    {
-      std::unique_lock lk(mu_);
-      ++entered_;
-      cv_.notify_all();
-      cv_.wait(lk, [&] { return open_; });
-    }
-    return gpt2_tiny_model()->forward_cached(ids, n, c, all);
-  }
-  void open() {
-    std::lock_guard lk(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-  void wait_entered() const {
-    std::unique_lock lk(mu_);
-    cv_.wait(lk, [&] { return entered_ > 0; });
-  }
-
- private:
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  mutable int entered_ = 0;
-  bool open_ = false;
-};
-
 TEST(ServerErrors, FullQueueIs429AndStoppingIs503WithRetryAfter) {
-  auto held = std::make_shared<HeldModel>();
+  auto held = std::make_shared<qkv::testing::GatedModel>(gpt2_tiny_model());
   qkv::serve::TextModel tm = tiny_text_model({.slots = 1, .context = 128, .max_queue = 0}, held);
   auto sched = tm.scheduler;
   TestServer s({}, {tm});

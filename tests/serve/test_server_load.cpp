@@ -4,13 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <sstream>
 
 #include "qkv/core/rng.h"
 #include "serve_test_util.h"
 #include "testing/concurrent.h"
+#include "testing/gated_model.h"
 
 namespace {
 
@@ -100,39 +99,6 @@ TEST(ServerLoad, SixteenConcurrentClientsEachGetTheirAnswerAlone) {
   EXPECT_EQ(json::parse(h->body)["models"][0]["slots_busy"], 0);
 }
 
-// The tiny GPT-2 whose forward passes each need a permit from the test.
-class PacedModel : public qkv::infer::CausalLM {
- public:
-  i64 vocab_size() const override { return gpt2_tiny_model()->vocab_size(); }
-  i64 max_positions() const override { return gpt2_tiny_model()->max_positions(); }
-  qkv::infer::KVCacheOptions cache_options(i64 b, i64 t) const override { return gpt2_tiny_model()->cache_options(b, t); }
-  qkv::Tensor forward_cached(const qkv::Tensor& ids, const std::vector<i64>& n, qkv::infer::KVCache& c,
-                             bool all) const override {
-    {
-      std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return open_ || permits_ > 0; });
-      if (!open_) --permits_;
-    }
-    return gpt2_tiny_model()->forward_cached(ids, n, c, all);
-  }
-  void allow(int n) {
-    std::lock_guard lk(mu_);
-    permits_ += n;
-    cv_.notify_all();
-  }
-  void open() {
-    std::lock_guard lk(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  mutable int permits_ = 0;
-  bool open_ = false;
-};
-
 TEST(ServerLoad, ClientThatDisconnectsMidStreamIsCancelledOthersContinue) {
   const json other_req = {{"prompt", "In the beginning"}, {"max_tokens", 60}, {"temperature", 0}};
   const json leaver_req = {{"prompt", "And God said"}, {"max_tokens", 100}, {"temperature", 0}, {"stream", true}};
@@ -143,7 +109,7 @@ TEST(ServerLoad, ClientThatDisconnectsMidStreamIsCancelledOthersContinue) {
     other_alone = ask(s, {"/v1/completions", other_req});
     ASSERT_EQ(other_alone.status, 200);
   }
-  auto paced = std::make_shared<PacedModel>();
+  auto paced = std::make_shared<qkv::testing::GatedModel>(gpt2_tiny_model());
   qkv::serve::TextModel tm = tiny_text_model({.slots = 2, .context = 128}, paced);
   auto sched = tm.scheduler;
   std::ostringstream log;
