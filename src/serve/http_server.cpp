@@ -68,18 +68,7 @@ class DeadlineStream : public httplib::Stream {
 
   // Waits (idle, between requests) until the next request's first byte; false on timeout, a
   // closed connection or a stopping server.
-  bool wait_next_request(milliseconds timeout) {
-    if (begin_ < end_) return true;
-    const auto until = Clock::now() + timeout;
-    while (!server_.stopping()) {
-      const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
-      if (left.count() <= 0) return false;
-      const int rc = wait_for(fd_, POLLIN, std::min(left, kSlice));
-      if (rc < 0) return false;
-      if (rc > 0) return true;
-    }
-    return false;
-  }
+  bool wait_next_request(milliseconds timeout) { return begin_ < end_ || wait_readable_until(Clock::now() + timeout); }
 
   bool is_readable() const override {
     if (begin_ < end_) return true;
@@ -138,9 +127,10 @@ class DeadlineStream : public httplib::Stream {
  private:
   // Waits for bytes until the request's deadline (false when it passes, on error or when the
   // server stops).
-  bool wait_readable() {
+  bool wait_readable() { return wait_readable_until(deadline_); }
+  bool wait_readable_until(Clock::time_point until) {
     while (!server_.stopping()) {
-      const auto left = std::chrono::duration_cast<milliseconds>(deadline_ - Clock::now());
+      const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
       if (left.count() <= 0) return false;
       const int rc = wait_for(fd_, POLLIN, std::min(left, kSlice));
       if (rc < 0) return false;
