@@ -78,12 +78,11 @@ std::vector<T> ref(const Buffers& x, const Case& c) {
   return o;
 }
 
-std::vector<float> fast(const Buffers& x, const Case& c, bool independent = false) {
+std::vector<float> fast(const Buffers& x, const Case& c) {
   std::vector<float> o(x.q.size(), -7.f);  // rows past q_len must stay untouched
   DecodeParams p = x.p;
   p.q_len = c.q_len.data();
   p.k_len = c.k_len.data();
-  p.independent = independent;
   qkv::kernels::decode_attention_forward(o.data(), x.q.data(), x.k.data(), x.v.data(), p);
   return o;
 }
@@ -199,32 +198,6 @@ TEST(DecodeAttention, LongContextSplitAcrossThreadsMatchesAndIsBitwiseStable) {
       }
       if (HasFailure()) return;
     }
-  }
-}
-
-// With `independent`, a sequence's split depends on its own keys only: its output is bitwise the
-// same whatever the other sequences of the batch hold (what continuous batching needs: a request
-// gets the bits it gets alone), for short (never split) and long (split) sequences beside short
-// and long ones. Without it the batch's longest sequence sets every split, which may differ.
-TEST(DecodeAttention, ASequenceGetsTheSameBitsWhateverTheOthersHold) {
-  qkv::testing::ThreadsGuard tg;
-  qkv::testing::IsaGuard ig;
-  qkv::set_num_threads(2);
-  for (auto isa : isas()) {
-    qkv::kernels::set_isa(isa);
-    for (i64 own : {300, 700}) {  // SmolLM2's heads, B = 2: 700 keys split in 2, 300 not at all
-      std::vector<float> first;
-      for (i64 other : {10, 1400, 2}) {
-        const Case c{2, 9, 2, 64, 1500, {1, 2}, {own, other}, 3};
-        const std::vector<float> got = fast(make(c, 77), c, /*independent=*/true);
-        const std::vector<float> seq0(got.begin(), got.begin() + 9 * 2 * 64);
-        if (first.empty()) first = seq0;
-        EXPECT_EQ(0, std::memcmp(first.data(), seq0.data(), seq0.size() * sizeof(float)))
-            << own << " keys beside " << other << ", isa " << qkv::kernels::isa_name(isa);
-      }
-    }
-    EXPECT_EQ(qkv::kernels::decode_attention_splits(2, 3, 700), 2);
-    EXPECT_EQ(qkv::kernels::decode_attention_splits(2, 3, 1400), 3);
   }
 }
 
