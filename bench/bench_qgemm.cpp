@@ -4,7 +4,7 @@
 //   qgemm/<type>/<N>x<K>/M=<M>/<act>/t<threads>/<hot|cold>
 //     GBps   weight bytes read per second (N * row_bytes per product; the decode figure)
 //     GFLOPS 2*M*N*K per second (the prefill figure)
-//     decode (M = 1): 16 products per iteration in one parallel_team (qgemm_part per member), as a
+//     decode (M = 1, and M = 16 as rows_alone: a serving step of 16 sequences): 16 products per iteration in one parallel_team (qgemm_part per member), as a
 //     forward pass runs them; prefill (M = 512): qgemm, forking itself
 //     hot: one copy of W, in cache after the first call; cold: calls cycle through copies of W
 //     filling 512 MiB, so every call streams W from memory (as a token streams the whole model)
@@ -80,30 +80,38 @@ void counters(benchmark::State& st, i64 M, i64 N, i64 K, i64 weight_bytes) {
 // computing its qgemm_part, a barrier after each: how a model's forward pass runs its layers (one
 // wake-up of the workers per pass, not per product). Prefill calls qgemm, which forks itself.
 constexpr int kTeamCalls = 16;
+// The rows of a serving decode step (qkv serve --parallel 16): M = 16 runs as decode (rows_alone).
+constexpr i64 kStepRows = 16;
 
 void run_qgemm(benchmark::State& st, QType t, i64 N, i64 K, i64 M, bool q8, int threads, bool cold) {
   qkv::set_num_threads(threads);
   const i64 rb = qkv::kernels::qtype_row_bytes(t, K);
   const i64 copies = cold ? std::max<i64>(1, kColdBytes / (N * rb)) : 1;
   const Bytes w = make_weights(t, N, K, copies);
-  const std::vector<float> a = uniform(M * K, 3, 1.0f);
+  // A 64-byte aligned, as a model's activations are (its rows too when K * 4 is a multiple of 64).
+  const std::vector<float> a0 = uniform(M * K, 3, 1.0f);
+  const Bytes abuf(static_cast<std::size_t>(M * K) * sizeof(float));
+  float* a_al = reinterpret_cast<float*>(abuf.p);
+  std::copy(a0.begin(), a0.end(), a_al);
   std::vector<float> c(static_cast<std::size_t>(M * N));
   qkv::kernels::QGemmOptions o;
   o.activations = q8 ? qkv::kernels::QActivations::Q8 : qkv::kernels::QActivations::F32;
+  // A continuous-batching decode step (M independent sequences) takes the decode path for any M.
+  o.rows_alone = M > qkv::kernels::qgemm_decode_max_m() && M <= kStepRows;
   auto matrix = [&](i64 i) { return qkv::kernels::qmatrix(t, w.p + (i % copies) * N * rb, N, K); };
-  const bool team = M <= qkv::kernels::qgemm_decode_max_m();
+  const bool team = M <= kStepRows;
   i64 i = 0;
   for (auto _ : st) {
     if (team) {
       qkv::parallel_team(threads, [&](qkv::Team& tm) {
         for (int k = 0; k < kTeamCalls; ++k) {
-          qkv::kernels::qgemm_part(M, a.data(), K, matrix(i + k), c.data(), N, o, tm.rank(), tm.size());
+          qkv::kernels::qgemm_part(M, a_al, K, matrix(i + k), c.data(), N, o, tm.rank(), tm.size());
           tm.barrier();
         }
       });
       i += kTeamCalls;
     } else {
-      qkv::kernels::qgemm(M, a.data(), K, matrix(i++), c.data(), N, o);
+      qkv::kernels::qgemm(M, a_al, K, matrix(i++), c.data(), N, o);
     }
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
@@ -152,10 +160,10 @@ void register_all() {
       run_bandwidth(st, threads);
     })->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
     for (const Shape& s : shapes)
-      for (i64 M : {1, 512})
+      for (i64 M : {i64{1}, kStepRows, i64{512}})
         for (bool q8 : {false, true})
           for (bool cold : {false, true}) {
-            if (cold && M > 1) continue;  // prefill re-uses W from cache whatever its first read
+            if (cold && M > kStepRows) continue;  // prefill re-uses W from cache whatever its first read
             const std::string name = std::string("qgemm/") + qkv::kernels::qtype_name(s.t) + "/" +
                                      std::to_string(s.N) + "x" + std::to_string(s.K) + "/M=" + std::to_string(M) +
                                      (q8 ? "/q8" : "/f32") + ts + (cold ? "/cold" : "/hot");

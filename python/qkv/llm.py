@@ -69,8 +69,8 @@ class LLM:
         chat_template: a Jinja chat template (transformers' ``apply_chat_template`` subset) for
             :meth:`chat`, instead of the model's own (or for models whose files carry none).
         activations: ``"f32"`` (exact, the default) or ``"q8"``: products with quantized weights
-            take the prompt's activations quantized to 8 bits per 32 values (faster prefill, as
-            ``qkv generate --activations q8``; decoding is unchanged).
+            take activations quantized to 8 bits per 32 values (faster prefill, and on AVX-512
+            VNNI faster decoding of Q4_0 / Q4_1 / Q8_0 weights; as ``qkv generate --activations q8``).
 
     Raises OSError when ``path`` does not exist, ValueError (qkv's message) for a file or folder
     that is not a causal LM qkv reads, or a chat template it cannot parse.

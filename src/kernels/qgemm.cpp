@@ -42,6 +42,9 @@ const QGemmKernels& q8_kernels() {
 
 bool is_block_type(QType t) { return t != QType::F32 && t != QType::F16 && t != QType::BF16; }
 
+// Types whose Q8 path takes every M (the ISA packs their panels with vectors: qgemm_q8_every_m).
+bool q8_every_m(QType t) { return (q8_kernels().q8_pack_types & detail::qtype_bit(t)) != 0; }
+
 // Weight bytes each thread of a decode product streams at least before qgemm forks (measured: a
 // 553 KB Q4_1 matrix ran at 8 GB/s on one thread, 5 GB/s forked over two; a model's layers
 // should run their parts inside one team instead, qgemm_part).
@@ -108,6 +111,12 @@ void run(const char* op, i64 M, const float* A, i64 lda, const QMatrix& W, float
   const i64 N = W.rows, K = W.cols;
   if (M == 0 || N == 0) return;
   const QGemmKernels& ks = kernels();
+  const bool q8 = o.activations == QActivations::Q8 && is_block_type(W.type);
+  if (q8 && ((M > detail::kQDecodeMaxM && !o.rows_alone) || q8_every_m(W.type))) {
+    const detail::QGemmQ8Args args{M, A, lda, W.type, static_cast<const u8*>(W.data), N, K, W.row_bytes, C, ldc};
+    detail::qgemm_q8_run(q8_kernels(), args, o.accumulate, o.epilogue, o.threaded, part, parts);
+    return;
+  }
   if (M <= detail::kQDecodeMaxM || o.rows_alone) {
     const i64 units = (N + kRowUnit - 1) / kRowUnit;
     auto chunk = [&](i64 b, i64 e) {
@@ -121,11 +130,6 @@ void run(const char* op, i64 M, const float* A, i64 lda, const QMatrix& W, float
     } else {
       chunk(0, units);
     }
-    return;
-  }
-  if (o.activations == QActivations::Q8 && is_block_type(W.type)) {
-    const detail::QGemmQ8Args args{M, A, lda, W.type, static_cast<const u8*>(W.data), N, K, W.row_bytes, C, ldc};
-    detail::qgemm_q8_run(q8_kernels(), args, o.accumulate, o.epilogue, o.threaded, part, parts);
     return;
   }
   const RowsCtx ctx{&ks, &W};
@@ -156,5 +160,7 @@ void qgemm_part(i64 M, const float* A, i64 lda, const QMatrix& W, float* C, i64 
 }
 
 std::int64_t qgemm_decode_max_m() { return detail::kQDecodeMaxM; }
+
+bool qgemm_q8_every_m(QType type) { return is_block_type(type) && q8_every_m(type); }
 
 }  // namespace qkv::kernels

@@ -289,9 +289,12 @@ struct Dec<QType::Q6_K> {
 // multiplied as |w| x (sign(w) a), |sum| <= 2 * 128 * 127 = 32512 (llama.cpp's trick).
 template <int MR>
 void q8_tile_mr(i64 nsb, int sb, bool signed_codes, const u8* wq, const float* ws, const float* wo,
-                const qkv::kernels::detail::Q8Act* A, i64 lda, const float* asc, i64 ldas, float* out) {
+                const qkv::kernels::detail::Q8Act* A, i64 lda, const float* asc, i64 ldas, float* out, i64 ldo, bool resume) {
   __m256 f[MR][2];
-  for (int m = 0; m < MR; ++m) f[m][0] = f[m][1] = _mm256_setzero_ps();
+  for (int m = 0; m < MR; ++m) {
+    f[m][0] = resume ? _mm256_loadu_ps(out + ldo * m) : _mm256_setzero_ps();
+    f[m][1] = resume ? _mm256_loadu_ps(out + ldo * m + 8) : _mm256_setzero_ps();
+  }
   const __m256i ones = _mm256_set1_epi16(1);
   const int nq = sb / 4;
   for (i64 b = 0; b < nsb; ++b) {
@@ -323,15 +326,15 @@ void q8_tile_mr(i64 nsb, int sb, bool signed_codes, const u8* wq, const float* w
     }
   }
   for (int m = 0; m < MR; ++m) {
-    _mm256_storeu_ps(out + 16 * m, f[m][0]);
-    _mm256_storeu_ps(out + 16 * m + 8, f[m][1]);
+    _mm256_storeu_ps(out + ldo * m, f[m][0]);
+    _mm256_storeu_ps(out + ldo * m + 8, f[m][1]);
   }
 }
 
 void q8_tile(int mr, i64 nsb, int sb, bool signed_codes, const u8* wq, const float* ws, const float* wo,
-             const qkv::kernels::detail::Q8Act* A, i64 lda, const float* asc, i64 ldas, float* out) {
-  if (mr == 1) return q8_tile_mr<1>(nsb, sb, signed_codes, wq, ws, wo, A, lda, asc, ldas, out);
-  q8_tile_mr<2>(nsb, sb, signed_codes, wq, ws, wo, A, lda, asc, ldas, out);
+             const qkv::kernels::detail::Q8Act* A, i64 lda, const float* asc, i64 ldas, float* out, i64 ldo, bool resume) {
+  if (mr == 1) return q8_tile_mr<1>(nsb, sb, signed_codes, wq, ws, wo, A, lda, asc, ldas, out, ldo, resume);
+  q8_tile_mr<2>(nsb, sb, signed_codes, wq, ws, wo, A, lda, asc, ldas, out, ldo, resume);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 // (5) index bits are all the permutes read, so the low nibble needs no mask.
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "qgemm_internal.h"
 
@@ -362,9 +363,12 @@ struct Dec<QType::Q6_K> {
 
 template <int MR>
 void q8_tile_mr(i64 nsb, int sb, const u8* wq, const float* ws, const float* wo, const qkv::kernels::detail::Q8Act* A,
-                i64 lda, const float* asc, i64 ldas, float* out) {
+                i64 lda, const float* asc, i64 ldas, float* out, i64 ldo, bool resume) {
   __m512 f[MR][2];
-  for (int m = 0; m < MR; ++m) f[m][0] = f[m][1] = _mm512_setzero_ps();
+  for (int m = 0; m < MR; ++m) {
+    f[m][0] = resume ? _mm512_loadu_ps(out + ldo * m) : _mm512_setzero_ps();
+    f[m][1] = resume ? _mm512_loadu_ps(out + ldo * m + 16) : _mm512_setzero_ps();
+  }
   const int nq = sb / 4;
   for (i64 b = 0; b < nsb; ++b) {
     __m512i acc[MR][2];
@@ -394,20 +398,132 @@ void q8_tile_mr(i64 nsb, int sb, const u8* wq, const float* ws, const float* wo,
     }
   }
   for (int m = 0; m < MR; ++m) {
-    _mm512_storeu_ps(out + 32 * m, f[m][0]);
-    _mm512_storeu_ps(out + 32 * m + 16, f[m][1]);
+    _mm512_storeu_ps(out + ldo * m, f[m][0]);
+    _mm512_storeu_ps(out + ldo * m + 16, f[m][1]);
   }
 }
 
 void q8_tile(int mr, i64 nsb, int sb, bool, const u8* wq, const float* ws, const float* wo,
-             const qkv::kernels::detail::Q8Act* A, i64 lda, const float* asc, i64 ldas, float* out) {
+             const qkv::kernels::detail::Q8Act* A, i64 lda, const float* asc, i64 ldas, float* out, i64 ldo, bool resume) {
   switch (mr) {
-    case 1: return q8_tile_mr<1>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out);
-    case 2: return q8_tile_mr<2>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out);
-    case 3: return q8_tile_mr<3>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out);
-    case 4: return q8_tile_mr<4>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out);
-    case 5: return q8_tile_mr<5>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out);
-    default: return q8_tile_mr<6>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out);
+    case 1: return q8_tile_mr<1>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out, ldo, resume);
+    case 2: return q8_tile_mr<2>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out, ldo, resume);
+    case 3: return q8_tile_mr<3>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out, ldo, resume);
+    case 4: return q8_tile_mr<4>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out, ldo, resume);
+    case 5: return q8_tile_mr<5>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out, ldo, resume);
+    default: return q8_tile_mr<6>(nsb, sb, wq, ws, wo, A, lda, asc, ldas, out, ldo, resume);
+  }
+}
+
+// ---- the Q8 path's packer (Q4_0, Q4_1, Q8_0): a full panel of 32 rows of W, vectorised ----
+//
+// The layout of qgemm_q8.cpp's pack_panel, bitwise: codes [K/4][32][4] (column j's 4 codes of
+// k-quad q at (q*32 + j)*4), ws/wo [K/32][32]. Per block, 16 rows at a time: row r + 4l's 16
+// bytes go to 128-bit lane l of register r (r, l < 4), and a 4 x 4 transpose of dwords within
+// the lanes (unpack 32, then 64) leaves dword q of the 16 rows in register q, in row order;
+// 4-bit codes are its low nibbles (quads 0-3) and its high nibbles (quads 4-7), Q8_0's bytes
+// x ^ 0x80 (uint8 codes, wo = -128 d). The scales: each row's first 4 bytes copied as one word,
+// converted 16 halves at a time and split into d (ws) and m (wo; -8 d, -128 d by type).
+
+// Dwords q = 0..3 of the 16 bytes at p + r * rb (r < 16) -> out[q] (16 rows each, in order).
+inline void transpose16x4(const u8* p, i64 rb, __m512i out[4]) {
+  __m512i z[4];
+  for (int r = 0; r < 4; ++r) {
+    __m512i v = _mm512_castsi128_si512(load16(p + r * rb));
+    v = _mm512_inserti32x4(v, load16(p + (r + 4) * rb), 1);
+    v = _mm512_inserti32x4(v, load16(p + (r + 8) * rb), 2);
+    z[r] = _mm512_inserti32x4(v, load16(p + (r + 12) * rb), 3);
+  }
+  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+  out[0] = _mm512_unpacklo_epi64(t0, t2);
+  out[1] = _mm512_unpackhi_epi64(t0, t2);
+  out[2] = _mm512_unpacklo_epi64(t1, t3);
+  out[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+template <QType t>
+void q8_pack_t(const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, float* wo, const u8* pf) {
+  constexpr int kNp = 32;
+  constexpr int kBytes = t == QType::Q8_0 ? 34 : t == QType::Q4_1 ? 20 : 18;
+  const __m512i nib = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (i64 b = 0; b < nb; ++b) {
+    const u8* blk = W + (b0 + b) * kBytes;
+    if (pf != nullptr)
+      for (int o = 0; o < kNp * kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + (b0 + b) * kNp * kBytes + o), _MM_HINT_T1);
+    alignas(64) std::uint32_t raw[kNp];
+    for (int j = 0; j < kNp; ++j) {
+      std::uint32_t v;
+      std::memcpy(&v, blk + j * rb, 4);
+      asm("" : "+r"(v));
+      raw[j] = v;
+    }
+    asm("" ::: "memory");
+    for (int h = 0; h < 2; ++h) {  // columns 16h .. 16h + 15
+      const __m512 lo = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(raw + 16 * h)));
+      const __m512 hi = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(raw + 16 * h + 8)));
+      const __m512 d = _mm512_permutex2var_ps(lo, even, hi);
+      __m512 o;
+      if constexpr (t == QType::Q4_1)
+        o = _mm512_permutex2var_ps(lo, odd, hi);
+      else
+        o = _mm512_mul_ps(d, _mm512_set1_ps(t == QType::Q8_0 ? -128.0f : -8.0f));
+      _mm512_storeu_ps(ws + b * kNp + 16 * h, d);
+      _mm512_storeu_ps(wo + b * kNp + 16 * h, o);
+      const u8* rows = blk + 16 * h * rb;
+      u8* out = wq + (8 * b * kNp + 16 * h) * 4;  // quad q of this block at out + q * kNp * 4
+      __m512i v[4];
+      if constexpr (t == QType::Q8_0) {
+        for (int half = 0; half < 2; ++half) {
+          transpose16x4(rows + 2 + 16 * half, rb, v);
+          for (int q = 0; q < 4; ++q)
+            _mm512_storeu_si512(out + (4 * half + q) * kNp * 4, _mm512_xor_si512(v[q], flip));
+        }
+      } else {
+        transpose16x4(rows + (t == QType::Q4_1 ? 4 : 2), rb, v);
+        for (int q = 0; q < 4; ++q) {
+          _mm512_storeu_si512(out + q * kNp * 4, _mm512_and_si512(v[q], nib));
+          _mm512_storeu_si512(out + (q + 4) * kNp * 4, _mm512_and_si512(_mm512_srli_epi32(v[q], 4), nib));
+        }
+      }
+    }
+  }
+}
+
+// quantize_q8, 32 values at a time: the same amax, the same float divisions, the same
+// round-half-even (vcvtps2dq under the default rounding mode, as nearbyint) and clamp.
+void q8_quantize(const float* a, i64 K, qkv::kernels::detail::Q8Act* out) {
+  const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  for (i64 b = 0; b < K / 32; ++b) {
+    const __m512 x0 = _mm512_loadu_ps(a + 32 * b), x1 = _mm512_loadu_ps(a + 32 * b + 16);
+    qkv::kernels::detail::Q8Act& q = out[b];
+    // NaN (quiet 0x01, signalling 0x80) or infinity (0x08, 0x10).
+    if ((_mm512_fpclass_ps_mask(x0, 0x99) | _mm512_fpclass_ps_mask(x1, 0x99)) != 0) {
+      q.d = std::numeric_limits<float>::quiet_NaN();
+      q.sum = 0;
+      std::memset(q.q, 0, 32);
+      continue;
+    }
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(x0, sign), _mm512_and_ps(x1, sign)));
+    q.d = amax / 127.0f;
+    const __m512 id = _mm512_set1_ps(amax == 0.0f ? 0.0f : 127.0f / amax);
+    const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+    const __m512i i0 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), lim), nlim);
+    const __m512i i1 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x1, id)), lim), nlim);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q.q), _mm512_cvtepi32_epi8(i0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q.q + 16), _mm512_cvtepi32_epi8(i1));
+    q.sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+  }
+}
+
+void q8_pack(QType t, const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, float* wo, const u8* pf) {
+  switch (t) {
+    case QType::Q8_0: return q8_pack_t<QType::Q8_0>(W, rb, b0, nb, wq, ws, wo, pf);
+    case QType::Q4_0: return q8_pack_t<QType::Q4_0>(W, rb, b0, nb, wq, ws, wo, pf);
+    case QType::Q4_1: return q8_pack_t<QType::Q4_1>(W, rb, b0, nb, wq, ws, wo, pf);
+    default: return;
   }
 }
 
@@ -428,6 +544,10 @@ QGemmKernels qgemm_kernels_avx512() {
     k.q8_np = 32;
     k.q8_mr = 6;
     k.q8_tile = &q8_tile;
+    k.q8_pack = &q8_pack;
+    k.q8_quantize = &q8_quantize;
+    k.q8_pack_types = qkv::kernels::detail::qtype_bit(QType::Q4_0) | qkv::kernels::detail::qtype_bit(QType::Q4_1) |
+                      qkv::kernels::detail::qtype_bit(QType::Q8_0);
   }
 #endif
   return k;

@@ -43,14 +43,29 @@ struct QGemmKernels {
   //   ws, wo  [K/sb][np] floats: w = ws * code + wo on scale block (sb = 32, or 16 for Q6_K)
   // and mr (<= kQ8MaxRows) quantized rows of A (row m at A + m * lda blocks) with, per scale block,
   // asc[m*ldas + 2*b] = d of its activation block and asc[m*ldas + 2*b + 1] = d * (sum of its q):
-  //   out[m*np + j] = sum over scale blocks b of ws*d*(codes . q) + wo*(d * sum q).
+  //   out[m*ldo + j] = sum over scale blocks b of ws*d*(codes . q) + wo*(d * sum q).
   // signed_codes: the codes are int8 (Q8_0 when q8_signed_q8_0: AVX2's vpmaddubsw would saturate
   // on q + 128), else uint8.
   int q8_np = 0, q8_mr = 0;
   bool q8_signed_q8_0 = false;
+  // resume: out already holds the sums of the scale blocks before these (an earlier stretch of K),
+  // which go on from there exactly as one call over all of them would (float accumulation in the
+  // same order), else they start from 0.
   void (*q8_tile)(int mr, i64 nsb, int sb, bool signed_codes, const u8* wq, const float* ws, const float* wo,
-                  const Q8Act* A, i64 lda, const float* asc, i64 ldas, float* out) = nullptr;
+                  const Q8Act* A, i64 lda, const float* asc, i64 ldas, float* out, i64 ldo, bool resume) = nullptr;
+  // A vectorised packer of a full panel (q8_np rows of W from W, rb apart, unsigned codes) for the
+  // types in q8_pack_types (bits qtype_bit(t)): blocks [b0, b0 + nb) of the rows, in the layout
+  // qgemm_q8.cpp's scalar packer writes for all of K (bitwise; offsets relative to block b0). pf,
+  // when not null: the next panel's bytes, prefetched a 32-row block at a time alongside.
+  // With it, the Q8 path is cheap enough to take every M of those types (a decode row too): see
+  // qgemm_q8_every_m.
+  void (*q8_pack)(QType t, const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, float* wo, const u8* pf) = nullptr;
+  // quantize_q8 with vectors (bitwise its result), or null.
+  void (*q8_quantize)(const float* a, i64 K, Q8Act* out) = nullptr;
+  std::uint32_t q8_pack_types = 0;
 };
+
+constexpr std::uint32_t qtype_bit(QType t) { return std::uint32_t{1} << static_cast<std::uint32_t>(t); }
 
 // Null members when the ISA is not compiled in.
 QGemmKernels qgemm_kernels_scalar();

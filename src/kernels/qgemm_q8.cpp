@@ -111,12 +111,15 @@ void decode_codes(QType t, const u8* row, i64 K, bool signed_q8, u8* code, float
   }
 }
 
+// Values of K per stretch of a panel packed by the ISA's vector packer (a multiple of 256).
+constexpr i64 kQ8Stretch = 256;
+
 struct Panel {
   std::vector<u8> wq, code;
   std::vector<float> ws, wo, s, o, out;
 };
 
-// Columns [n0, n0 + np) of C's panel: W rows n0.. packed (rows past N: codes 0, scales 0).
+// Columns [n0, n0 + np) of C's panel: W rows n0.. packed, all of K (rows past N: codes 0, scales 0).
 void pack_panel(const QGemmQ8Args& a, int np, int sb, bool signed_q8, i64 n0, Panel& p) {
   const i64 K = a.K, nsb = K / sb;
   p.wq.assign(static_cast<std::size_t>(K * np), 0);
@@ -171,11 +174,20 @@ void qgemm_q8_run(const QGemmKernels& ks, const QGemmQ8Args& a, bool accumulate,
   const int np = ks.q8_np, mr = ks.q8_mr;
   // A quantized once (each part of a split call does it for itself): blocks, then the per
   // scale block pairs (d, d * sum) the kernel reads.
-  std::vector<Q8Act> aq(static_cast<std::size_t>(std::max<i64>(a.M * nblk, 1)));
-  std::vector<float> asc(static_cast<std::size_t>(std::max<i64>(a.M * nsb * 2, 1)));
+  // (The calling thread's buffers, reused: a decode step calls this for every product of every
+  // layer. The workers below read them through the pointers, not the thread_local names.)
+  thread_local std::vector<Q8Act> aq_buf;
+  thread_local std::vector<float> asc_buf;
+  aq_buf.resize(static_cast<std::size_t>(std::max<i64>(a.M * nblk, 1)));
+  asc_buf.resize(static_cast<std::size_t>(std::max<i64>(a.M * nsb * 2, 1)));
+  Q8Act* const aq = aq_buf.data();
+  float* const asc = asc_buf.data();
   for (i64 m = 0; m < a.M; ++m) {
-    Q8Act* row = aq.data() + m * nblk;
-    quantize_q8(a.A + m * a.lda, a.K, row);
+    Q8Act* row = aq + m * nblk;
+    if (ks.q8_quantize != nullptr)
+      ks.q8_quantize(a.A + m * a.lda, a.K, row);
+    else
+      quantize_q8(a.A + m * a.lda, a.K, row);
     for (i64 b = 0; b < nsb; ++b) {
       const Q8Act& blk = row[b * sb / 32];
       std::int32_t sum = blk.sum;
@@ -183,27 +195,56 @@ void qgemm_q8_run(const QGemmKernels& ks, const QGemmQ8Args& a, bool accumulate,
         sum = 0;
         for (int i = 0; i < 16; ++i) sum += blk.q[(b % 2) * 16 + i];
       }
-      asc[static_cast<std::size_t>((m * nsb + b) * 2)] = blk.d;
-      asc[static_cast<std::size_t>((m * nsb + b) * 2 + 1)] = blk.d * static_cast<float>(sum);
+      asc[(m * nsb + b) * 2] = blk.d;
+      asc[(m * nsb + b) * 2 + 1] = blk.d * static_cast<float>(sum);
     }
   }
   const bool signed_codes = ks.q8_signed_q8_0 && a.type == QType::Q8_0;
+  const bool vector_pack = ks.q8_pack != nullptr && !signed_codes && (ks.q8_pack_types & qtype_bit(a.type)) != 0;
   const i64 panels = (a.N + np - 1) / np;
+  // Every row tile of a panel walks K in stretches of kQ8Stretch values (the vector packer's
+  // panels: 8 KiB of codes for Q4_*, in L1 with the tiles' reads), each tile resuming its sums
+  // where the last stretch left them (the same float additions as one pass over K).
   auto run = [&](i64 p0, i64 p1) {
     thread_local Panel pan;
-    pan.out.resize(static_cast<std::size_t>(kQ8MaxRows * np));
+    pan.out.resize(static_cast<std::size_t>(((a.M + mr - 1) / mr) * mr * np));
     for (i64 p = p0; p < p1; ++p) {
       const i64 n0 = p * np, nn = std::min<i64>(np, a.N - n0);
-      pack_panel(a, np, sb, signed_codes, n0, pan);
+      const bool stretches = vector_pack && nn == np;
+      // A full panel's sums go straight to C (unless they are added to it).
+      const bool direct = nn == np && !accumulate;
+      const i64 kc = stretches ? std::min<i64>(a.K, kQ8Stretch) : a.K;
+      const u8* next = stretches && p + 1 < p1 && n0 + 2 * np <= a.N ? a.W + (n0 + np) * a.row_bytes : nullptr;
+      for (i64 k0 = 0; k0 < a.K; k0 += kc) {
+        const i64 kn = std::min(kc, a.K - k0), b0 = k0 / sb, nsbc = kn / sb;
+        if (stretches) {
+          pan.wq.resize(static_cast<std::size_t>(kn * np));
+          pan.ws.resize(static_cast<std::size_t>(nsbc * np));
+          pan.wo.resize(static_cast<std::size_t>(nsbc * np));
+          ks.q8_pack(a.type, a.W + n0 * a.row_bytes, a.row_bytes, k0 / 32, kn / 32, pan.wq.data(), pan.ws.data(),
+                     pan.wo.data(), next);
+        } else {
+          pack_panel(a, np, sb, signed_codes, n0, pan);
+        }
+        for (i64 m0 = 0; m0 < a.M; m0 += mr) {
+          const int rows = static_cast<int>(std::min<i64>(mr, a.M - m0));
+          float* out = direct ? a.C + m0 * a.ldc + n0 : pan.out.data() + m0 * np;
+          ks.q8_tile(rows, nsbc, sb, signed_codes, pan.wq.data(), pan.ws.data(), pan.wo.data(),
+                     aq + m0 * nblk + k0 / 32, nblk, asc + m0 * nsb * 2 + b0 * 2, nsb * 2, out, direct ? a.ldc : np,
+                     k0 > 0);
+        }
+      }
       for (i64 m0 = 0; m0 < a.M; m0 += mr) {
         const int rows = static_cast<int>(std::min<i64>(mr, a.M - m0));
-        ks.q8_tile(rows, nsb, sb, signed_codes, pan.wq.data(), pan.ws.data(), pan.wo.data(), aq.data() + m0 * nblk, nblk,
-                   asc.data() + m0 * nsb * 2, nsb * 2, pan.out.data());
-        for (int m = 0; m < rows; ++m) {
-          float* c = a.C + (m0 + m) * a.ldc + n0;
-          const float* o = pan.out.data() + m * np;
-          for (i64 j = 0; j < nn; ++j) c[j] = accumulate ? c[j] + o[j] : o[j];
-        }
+        if (!direct)
+          for (int m = 0; m < rows; ++m) {
+            float* c = a.C + (m0 + m) * a.ldc + n0;
+            const float* o = pan.out.data() + (m0 + m) * np;
+            if (accumulate)
+              for (i64 j = 0; j < nn; ++j) c[j] += o[j];
+            else
+              std::copy(o, o + nn, c);
+          }
         if (!e.empty()) apply_gemm_epilogue(e, a.C + m0 * a.ldc + n0, a.ldc, m0, n0, rows, nn);
       }
     }

@@ -40,7 +40,8 @@ void qgemm_ref(i64 M, const float* A, i64 lda, const QMatrix& W, float* C, i64 l
   const i64 N = W.rows, K = W.cols;
   const auto* base = static_cast<const u8*>(W.data);
   const bool q8 = o.activations == QActivations::Q8 && W.type != QType::F32 && W.type != QType::F16 &&
-                  W.type != QType::BF16 && M > qgemm_decode_max_m() && !o.rows_alone;
+                  W.type != QType::BF16 &&
+                  ((M > qgemm_decode_max_m() && !o.rows_alone) || qgemm_q8_every_m(W.type));
   std::vector<float> w(static_cast<std::size_t>(K));
   std::vector<double> out(static_cast<std::size_t>(M * N));
   if (!q8) {
@@ -54,7 +55,7 @@ void qgemm_ref(i64 M, const float* A, i64 lda, const QMatrix& W, float* C, i64 l
     }
   } else {
     // A quantized as the fast path quantizes it; each 32-block's d_a * sum(w * q) exactly (w the
-    // dequantized weights, in double). The Q8 path applies only above the decode path's rows.
+    // dequantized weights, in double). The Q8 path's rows: those qgemm takes it for.
     std::vector<detail::Q8Act> aq(static_cast<std::size_t>(K / 32));
     for (i64 m = 0; m < M; ++m) {
       detail::quantize_q8(A + m * lda, K, aq.data());

@@ -49,10 +49,10 @@ struct Dec {
 // The Q8 path's micro-kernel in plain loops (kernels layout in qgemm_internal.h), 16 columns.
 constexpr int kQ8Np = 16;
 void q8_tile(int mr, i64 nsb, int sb, bool signed_codes, const u8* wq, const float* ws, const float* wo,
-             const qkv::kernels::detail::Q8Act* A, i64 lda, const float* asc, i64 ldas, float* out) {
+             const qkv::kernels::detail::Q8Act* A, i64 lda, const float* asc, i64 ldas, float* out, i64 ldo, bool resume) {
   for (int m = 0; m < mr; ++m)
     for (int j = 0; j < kQ8Np; ++j) {
-      float acc = 0.0f;
+      float acc = resume ? out[m * ldo + j] : 0.0f;
       for (i64 b = 0; b < nsb; ++b) {
         std::int32_t isum = 0;
         for (i64 k = b * sb; k < (b + 1) * sb; ++k) {
@@ -64,7 +64,7 @@ void q8_tile(int mr, i64 nsb, int sb, bool signed_codes, const u8* wq, const flo
         acc += static_cast<float>(isum) * (ws[b * kQ8Np + j] * da);
         acc += wo[b * kQ8Np + j] * sa;
       }
-      out[m * kQ8Np + j] = acc;
+      out[m * ldo + j] = acc;
     }
 }
 

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "../../src/kernels/qgemm_internal.h"
 #include "../../src/kernels/quant_internal.h"
 #include "qkv/core/error.h"
 #include "qkv/core/parallel.h"
@@ -304,15 +305,17 @@ TEST_P(QGemmIsa, PartsTogetherEqualTheWhole) {
       }
 }
 
-// Q8 activations (prefill rows): against qgemm_ref's Q8 twin (the same quantized activations,
-// exact integer block sums) within float32 summation of the block terms, and against the exact
-// product within the activation quantization's error (|a| / 254 per value at most).
+// Q8 activations: against qgemm_ref's Q8 twin (the same quantized activations, exact integer
+// block sums) within float32 summation of the block terms, and against the exact product within
+// the activation quantization's error (|a| / 254 per value at most). Prefill rows, and decode rows
+// (taken by the Q8 path for the types of qgemm_q8_every_m, by the exact path otherwise). N = 75:
+// two full panels of 32 columns (the ISA's vector packer, where it has one) and a partial one.
 TEST_P(QGemmIsa, Q8ActivationsMatchTheirTwin) {
   std::uint32_t seed = 5000;
   double worst = 0;
   for (QType t : kTypes)
-    for (i64 M : {qgemm_decode_max_m() + 1, i64{37}, i64{100}}) {
-      const i64 K = qtype_traits(t).block == 256 ? 512 : is_float_type(t) ? 96 : 160, N = 29, ldc = N + 1;
+    for (i64 M : {i64{1}, i64{3}, qgemm_decode_max_m() + 1, i64{37}, i64{100}}) {
+      const i64 K = qtype_traits(t).block == 256 ? 512 : is_float_type(t) ? 96 : 160, N = 75, ldc = N + 1;
       const Weights w = make_weights(t, N, K, 0, seed++);
       const std::vector<float> a = make_a(M, K, K + 3, seed++);
       QGemmOptions o;
@@ -322,7 +325,9 @@ TEST_P(QGemmIsa, Q8ActivationsMatchTheirTwin) {
         set_num_threads(threads);
         std::vector<float> C2(C.size(), -7.0f);
         qgemm(M, a.data(), K + 3, w.W, C2.data(), ldc, o);
-        if (threads == 2) ASSERT_EQ(std::memcmp(C.data(), C2.data(), C.size() * 4), 0) << qtype_name(t) << " 1 vs 2 threads";
+        if (threads == 2) {
+          ASSERT_EQ(std::memcmp(C.data(), C2.data(), C.size() * 4), 0) << qtype_name(t) << " 1 vs 2 threads";
+        }
         C = C2;
       }
       qgemm_ref(M, a.data(), K + 3, w.W, R.data(), ldc, o);
@@ -351,15 +356,21 @@ TEST_P(QGemmIsa, Q8ActivationsMatchTheirTwin) {
           const double qtol = wsum * amax / 254.0 * 1.01 + tol;
           ASSERT_NEAR(C[i], X[i], qtol) << qtype_name(t) << " M=" << M << " (exact product) at " << m << "," << n;
         }
-      if (!is_float_type(t)) EXPECT_GT(differ, M * N / 4) << qtype_name(t) << ": the Q8 path was not taken";
-      else EXPECT_EQ(differ, 0) << qtype_name(t) << ": float weights take the exact path";
+      const bool q8_taken = !is_float_type(t) && (M > qgemm_decode_max_m() || qgemm_q8_every_m(t));
+      if (q8_taken) {
+        EXPECT_GT(differ, M * N / 4) << qtype_name(t) << " M=" << M << ": the Q8 path was not taken";
+      } else {  // the exact path: bitwise what qgemm gives without Q8
+        std::vector<float> E(C.size(), -7.0f);
+        qgemm(M, a.data(), K + 3, w.W, E.data(), ldc, {});
+        EXPECT_EQ(std::memcmp(C.data(), E.data(), C.size() * 4), 0) << qtype_name(t) << " M=" << M << ": the exact path was not taken";
+      }
     }
   std::printf("[ qgemm q8 ] worst |q8 - twin| / bound: %.3g\n", worst);
 }
 
 // rows_alone: every row of C is bitwise the row a product of its own (M = 1) gives, for M past
 // the decode path's rows, with the epilogue or accumulate, over parts and threads, Q8 asked or
-// not (it is not used); and within the reference's bound. Short rows take the AVX-512 path's
+// not (used for the types of qgemm_q8_every_m); and within the reference's bound. Short rows take the AVX-512 path's
 // wide tiles (8 rows of A), long ones (over 32 KiB for 8 rows) its 4-row tiles.
 TEST_P(QGemmIsa, RowsAloneGiveEachRowItsOwnBits) {
   std::uint32_t seed = 6000;
@@ -408,6 +419,58 @@ TEST_P(QGemmIsa, RowsAloneGiveEachRowItsOwnBits) {
               << describe(c) << " rows_alone at " << m << "," << n;
         }
     }
+}
+
+// The Q8 path's packers: a full panel of 32 rows of W (the ISA's vector packer, for the types it
+// has one for) gives bitwise the products the same rows give in a partial panel (the scalar
+// packer): W rows [32, 63) of a 64-row matrix against the 31-row matrix of those rows alone.
+TEST_P(QGemmIsa, Q8VectorPackerEqualsTheScalarOne) {
+  std::uint32_t seed = 7000;
+  for (QType t : {QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_1, QType::Q4_K})
+    for (i64 M : {1, 7, 13}) {
+      const i64 K = qtype_traits(t).block == 256 ? 512 : 352, N = 64;
+      const Weights w = make_weights(t, N, K, 0, seed++);
+      const std::vector<float> a = make_a(M, K, K, seed++);
+      QGemmOptions o;
+      o.activations = QActivations::Q8;
+      o.rows_alone = true;
+      std::vector<float> full(static_cast<std::size_t>(M * N)), part(static_cast<std::size_t>(M * 31));
+      qgemm(M, a.data(), K, w.W, full.data(), N, o);
+      QMatrix rows = w.W;
+      rows.data = static_cast<const std::uint8_t*>(w.W.data) + 32 * w.W.row_bytes;
+      rows.rows = 31;
+      qgemm(M, a.data(), K, rows, part.data(), 31, o);
+      for (i64 m = 0; m < M; ++m)
+        ASSERT_EQ(std::memcmp(full.data() + m * N + 32, part.data() + m * 31, 31 * 4), 0)
+            << qtype_name(t) << " M=" << M << " row " << m;
+    }
+}
+
+// The AVX-512 activation quantizer of the Q8 path (where the CPU has VNNI) writes bitwise what
+// quantize_q8 writes: random blocks, blocks of halves that round to even (x * 127 / amax = k + 0.5),
+// zeros, one NaN or infinity.
+TEST(QGemmQ8, VectorQuantizerEqualsTheScalarOne) {
+  const detail::QGemmKernels ks = detail::qgemm_kernels_avx512();
+  if (ks.q8_quantize == nullptr) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  const i64 K = 32 * 40;
+  std::vector<float> a(static_cast<std::size_t>(K));
+  for (float& x : a) x = u(rng);
+  for (int i = 0; i < 32; ++i) a[32 + i] = 0.0f;                                    // block 1: zeros
+  for (int i = 0; i < 32; ++i) a[64 + i] = (i == 0 ? 127.0f : static_cast<float>(i % 9) + 0.5f);  // block 2: ties
+  for (int i = 0; i < 32; ++i) a[96 + i] = -(static_cast<float>(i) + 0.5f) * (i == 31 ? 1.0f : 0.5f);
+  a[130] = std::numeric_limits<float>::quiet_NaN();
+  a[170] = -std::numeric_limits<float>::infinity();
+  a[200] = 1e-40f;  // a subnormal
+  std::vector<detail::Q8Act> fast(static_cast<std::size_t>(K / 32)), ref(fast.size());
+  ks.q8_quantize(a.data(), K, fast.data());
+  detail::quantize_q8(a.data(), K, ref.data());
+  for (std::size_t b = 0; b < fast.size(); ++b) {
+    EXPECT_EQ(std::memcmp(&fast[b].d, &ref[b].d, 4), 0) << "block " << b << ": d " << fast[b].d << " vs " << ref[b].d;
+    EXPECT_EQ(fast[b].sum, ref[b].sum) << "block " << b;
+    EXPECT_EQ(std::memcmp(fast[b].q, ref[b].q, 32), 0) << "block " << b;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, QGemmIsa, ::testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512),

@@ -161,12 +161,32 @@ TEST(ServeGguf, ChatIsGenerateTokenForTokenStreamedOrNot) {
   EXPECT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.log();
 }
 
-// --activations q8 (prompts' products on quantized activations) is qkv generate --activations q8.
+// --activations q8 (products on quantized activations) is qkv generate --activations q8.
 TEST(ServeGguf, Q8ActivationsAreThoseOfGenerate) {
   need_smol();
   ServeProcess p({"--model", kSmol, "--parallel", "2", "--ctx", "512", "--activations", "q8"});
   ASSERT_GT(p.port(), 0) << p.first_output() << p.log();
   for (std::size_t q : {std::size_t{0}, std::size_t{3}}) expect_generated(ask(p.port(), q, false), q, "q8");
+  p.signal(SIGTERM);
+  EXPECT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.log();
+}
+
+// With --activations q8 too: a decode step's rows take the Q8 path (Q4_1 / Q8_0 weights on AVX-512
+// VNNI), whose rows are independent of each other, so each client still gets its text alone.
+TEST(ServeGguf, Q8ConcurrentClientsEachGetWhatTheyGetAlone) {
+  need_smol();
+  ServeProcess p({"--model", kSmol, "--parallel", "5", "--ctx", "256", "--activations", "q8"});
+  ASSERT_GT(p.port(), 0) << p.first_output() << p.log();
+  constexpr std::size_t kClients = 8;
+  std::vector<Answer> got(kClients);
+  std::vector<std::thread> clients;
+  for (std::size_t i = 0; i < kClients; ++i)
+    clients.emplace_back([&, i] { got[i] = ask(p.port(), i % kQuestions.size(), i % 3 == 1); });
+  for (auto& t : clients) t.join();
+  for (std::size_t i = 0; i < kClients; ++i) {
+    SCOPED_TRACE("client " + std::to_string(i));
+    expect_generated(got[i], i % kQuestions.size(), "q8");
+  }
   p.signal(SIGTERM);
   EXPECT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.log();
 }

@@ -20,14 +20,18 @@
 // from dequantize-then-sgemm only by the order of summation. K is never split across threads:
 // results are bitwise identical for any thread count (for a given ISA and path).
 //
-// activations = Q8 (optional: faster prefill on integer dot-product hardware, less accurate): every
+// activations = Q8 (optional: faster on integer dot-product hardware, less accurate): every
 // row of A is quantized per 32 values as llama.cpp's Q8_0 (quantize_activations_q8), W is unpacked
 // panel by panel into integer codes (w = s * code + o per scale block of 32, or 16 for Q6_K), and
 // each scale block contributes s * d_a * (codes . q_a) + o * d_a * sum(q_a), with AVX-512 VNNI
 // (vpdpbusd), AVX2 (vpmaddubsw) or plain integer loops. It applies to the block types (Q8_0,
-// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) above the decode path's rows; F32, F16 and BF16
-// weights, and M <= qgemm_decode_max_m() (where the exact path is bound by reading W anyway),
-// take the exact path.
+// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) above the decode path's rows, and to every M (a
+// decode row too, rows_alone too) for the types qgemm_q8_every_m names: those the ISA unpacks
+// with vectors (AVX-512 VNNI: Q4_0, Q4_1, Q8_0), where the integer products beat the exact
+// decode path even for one row. Every element of the Q8 path depends only on K and its two rows
+// (each row of A is quantized alone, K is never split), so its rows are independent of each
+// other as rows_alone asks. F32, F16 and BF16 weights, and the other types at
+// M <= qgemm_decode_max_m() or rows_alone, take the exact path.
 //
 // Epilogue: as sgemm_ex's (bias, activation, residual; kernels/gemm.h), each element finished
 // as the unfused ops would. accumulate = true adds the product into C instead (C += A @ W^T; the
@@ -67,7 +71,8 @@ struct QGemmOptions {
   // true: the decode path for any M, whose every element depends only on K and its two rows, so
   // each row of C has the bits it has in a product of its own (M = 1). For rows of independent
   // sequences batched together (a continuous-batching decode step), whose results must not
-  // depend on what runs beside them; exact activations (Q8 is not used). Slower than the
+  // depend on what runs beside them; exact activations (Q8 is not used), except for the types
+  // of qgemm_q8_every_m, whose Q8 path gives each row its own bits too. Slower than the
   // prefill path for large M.
   bool rows_alone = false;
 };
@@ -85,6 +90,10 @@ void qgemm_part(std::int64_t M, const float* A, std::int64_t lda, const QMatrix&
 
 // The largest M that takes the decode path (for the active ISA).
 std::int64_t qgemm_decode_max_m();
+
+// Whether, on the active ISA, activations = Q8 takes the Q8 path for every M (decode rows and
+// rows_alone included) with weights of `type` (see above); false for F32, F16 and BF16.
+bool qgemm_q8_every_m(QType type);
 
 // Naive twins, same contract, slow (tests):
 // qgemm_ref: every row of W through dequantize_row, dot products accumulated in double, then
