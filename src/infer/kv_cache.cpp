@@ -52,8 +52,8 @@ KVCache::KVCache(const KVCacheOptions& options) : opt_(options) {
   k_.reserve(static_cast<std::size_t>(o.num_layers));
   v_.reserve(static_cast<std::size_t>(o.num_layers));
   for (i64 l = 0; l < o.num_layers; ++l) {
-    k_.push_back(Tensor::empty(s));
-    v_.push_back(Tensor::empty(s));
+    k_.push_back(o.populate ? Tensor::zeros(s) : Tensor::empty(s));
+    v_.push_back(o.populate ? Tensor::zeros(s) : Tensor::empty(s));
   }
   len_.assign(static_cast<std::size_t>(o.batch), 0);
 }

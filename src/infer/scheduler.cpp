@@ -105,7 +105,10 @@ Scheduler::Scheduler(std::shared_ptr<const CausalLM> model, const SchedulerOptio
     throw ValueError("Scheduler: context must be in [1, " + std::to_string(P) + "] (the model's positions), got " +
                      std::to_string(opt_.context));
   if (opt_.context == 0) opt_.context = P;
-  st_ = std::make_unique<State>(model_->cache_options(opt_.slots, opt_.context));
+  // The slots' caches written once now: no page faults while serving (see KVCacheOptions).
+  KVCacheOptions co = model_->cache_options(opt_.slots, opt_.context);
+  co.populate = true;
+  st_ = std::make_unique<State>(co);
   cache_bytes_ = st_->cache.bytes();
   st_->slot.resize(static_cast<std::size_t>(opt_.slots));
   st_->decode_ids = Tensor::zeros({opt_.slots, 1}, DType::I64);

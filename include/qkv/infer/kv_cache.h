@@ -36,6 +36,10 @@ struct KVCacheOptions {
   std::int64_t num_kv_heads = 0;  // H_kv: key/value heads stored, dividing num_heads; 0 means num_heads
   std::int64_t max_len = 0;       // T_max: positions per sequence
   std::int64_t head_dim = 0;
+  // true: every page of the cache is written (zeros) when it is built, so first use takes no page
+  // faults (a server's slots: steady latency, the memory counted from the start, as llama.cpp
+  // clears its cache buffer); false: pages arrive as positions are first written.
+  bool populate = false;
 };
 
 class KVCache {
