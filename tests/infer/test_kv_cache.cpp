@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <vector>
 
@@ -18,6 +19,7 @@ namespace {
 
 using qkv::Tensor;
 using qkv::infer::KVCache;
+using qkv::infer::KVCacheOptions;
 using i64 = std::int64_t;
 
 Tensor ids_tensor(const std::vector<std::vector<i64>>& rows) {
@@ -57,6 +59,34 @@ TEST(KVCache, AppendsAreBitwiseCopiesInPlaceAndOldEntriesStay) {
   c.write(0, kt, kt, {1, 0});
   for (i64 h = 0; h < 3; ++h)
     EXPECT_EQ(0, std::memcmp(c.keys(0).data<float>() + (h * 9 + 5) * 5, kt.contiguous().data<float>() + h * 5, 5 * 4));
+}
+
+// Resident pages of this process, in bytes (/proc/self/statm's second field).
+double resident_bytes() {
+  std::ifstream f("/proc/self/statm");
+  double size = 0, resident = 0;
+  f >> size >> resident;
+  return resident * 4096.0;
+}
+
+// populate: the cache's pages are resident (written) once it is built; without it they are not
+// until positions are written. 2 x 2 layers x [1, 1, 8191, 257] floats (~33.7 MB, an odd size no
+// earlier block of this process can supply).
+TEST(KVCache, PopulateMakesEveryPageResidentUpFront) {
+  KVCacheOptions o;
+  o.num_layers = 2, o.batch = 1, o.num_heads = 1, o.max_len = 8191, o.head_dim = 257;
+  const double bytes = 2.0 * 2 * 8191 * 257 * 4;
+  const double before = resident_bytes();
+  KVCache lazy(o);
+  const double after_lazy = resident_bytes();
+  EXPECT_LT(after_lazy - before, 0.25 * bytes) << "a lazy cache's pages are resident at once";
+  o.populate = true;
+  KVCache ready(o);
+  EXPECT_GT(resident_bytes() - after_lazy, 0.9 * bytes) << "populate left pages untouched";
+  for (i64 l = 0; l < 2; ++l) {
+    const float* k = ready.keys(l).data<float>();
+    for (i64 i = 0; i < ready.keys(l).numel(); i += 4099) ASSERT_EQ(k[i], 0.0f);
+  }
 }
 
 TEST(KVCache, PassingMaxLenFailsBeforeAnyWrite) {
