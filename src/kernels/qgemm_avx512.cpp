@@ -361,6 +361,11 @@ struct Dec<QType::Q6_K> {
 
 // ---- the Q8 path's micro-kernel: MR rows of A x 32 columns, vpdpbusd (uint8 codes x int8 quants) ----
 
+// acc += the products of the uint8 codes w and the int8 quants a, 4 per lane (vpdpbusd), in place:
+// through the intrinsic GCC 12 copied every accumulator to a scratch register and back around each
+// one (24 register moves per 12 products in the 6-row tile, ~40% of the VNNI ports' peak).
+inline void dpbusd(__m512i& acc, __m512i w, __m512i a) { asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(a)); }
+
 template <int MR>
 void q8_tile_mr(i64 nsb, int sb, const u8* wq, const float* ws, const float* wo, const qkv::kernels::detail::Q8Act* A,
                 i64 lda, const float* asc, i64 ldas, float* out, i64 ldo, bool resume) {
@@ -384,8 +389,8 @@ void q8_tile_mr(i64 nsb, int sb, const u8* wq, const float* ws, const float* wo,
         std::int32_t a4;
         std::memcpy(&a4, ap[m] + 4 * q, 4);
         const __m512i a = _mm512_set1_epi32(a4);
-        acc[m][0] = _mm512_dpbusd_epi32(acc[m][0], w0, a);
-        acc[m][1] = _mm512_dpbusd_epi32(acc[m][1], w1, a);
+        dpbusd(acc[m][0], w0, a);
+        dpbusd(acc[m][1], w1, a);
       }
     }
     const __m512 s0 = _mm512_loadu_ps(ws + 32 * b), s1 = _mm512_loadu_ps(ws + 32 * b + 16);
