@@ -76,6 +76,11 @@ void check_args(const char* op, i64 M, const float* A, i64 lda, const QMatrix& W
     fail("A and W must not be null");
   if (M > 0 && W.rows > 0 && C == nullptr) fail("C must not be null");
   if (o.accumulate && !o.epilogue.empty()) fail("accumulate needs an empty epilogue");
+  if (o.a_q8 != nullptr &&
+      (o.a_q8->M != M || o.a_q8->K != W.cols ||
+       o.a_q8->blocks.size() != static_cast<std::size_t>(M * (W.cols / 32)) * sizeof(detail::Q8Act)))
+    fail("a_q8 holds " + std::to_string(o.a_q8->M) + " x " + std::to_string(o.a_q8->K) +
+         " quantized values, not this product's A");
   if (o.epilogue.residual && o.epilogue.ldr < W.rows)
     fail("the residual's ldr " + std::to_string(o.epilogue.ldr) + " must be >= N");
 }
@@ -113,7 +118,8 @@ void run(const char* op, i64 M, const float* A, i64 lda, const QMatrix& W, float
   const QGemmKernels& ks = kernels();
   const bool q8 = o.activations == QActivations::Q8 && is_block_type(W.type);
   if (q8 && ((M > detail::kQDecodeMaxM && !o.rows_alone) || q8_every_m(W.type))) {
-    const detail::QGemmQ8Args args{M, A, lda, W.type, static_cast<const u8*>(W.data), N, K, W.row_bytes, C, ldc};
+    const detail::QGemmQ8Args args{M,          A, lda, W.type, static_cast<const u8*>(W.data), N, K, W.row_bytes, C, ldc,
+                                   o.a_q8 ? reinterpret_cast<const detail::Q8Act*>(o.a_q8->blocks.data()) : nullptr};
     detail::qgemm_q8_run(q8_kernels(), args, o.accumulate, o.epilogue, o.threaded, part, parts);
     return;
   }
@@ -160,6 +166,24 @@ void qgemm_part(i64 M, const float* A, i64 lda, const QMatrix& W, float* C, i64 
 }
 
 std::int64_t qgemm_decode_max_m() { return detail::kQDecodeMaxM; }
+
+void quantize_rows_q8(i64 M, const float* A, i64 lda, i64 K, Q8Rows& out) {
+  if (M < 0 || K < 0 || K % 32 || lda < K || (M > 0 && K > 0 && A == nullptr))
+    throw ValueError("quantize_rows_q8: needs M >= 0, K a multiple of 32, lda >= K and A (M=" + std::to_string(M) +
+                     ", K=" + std::to_string(K) + ", lda=" + std::to_string(lda) + ")");
+  const i64 nblk = K / 32;
+  out.M = M;
+  out.K = K;
+  out.blocks.resize(static_cast<std::size_t>(M * nblk) * sizeof(detail::Q8Act));
+  auto* q = reinterpret_cast<detail::Q8Act*>(out.blocks.data());
+  const QGemmKernels& ks = q8_kernels();
+  for (i64 m = 0; m < M; ++m) {
+    if (ks.q8_quantize != nullptr)
+      ks.q8_quantize(A + m * lda, K, q + m * nblk);
+    else
+      detail::quantize_q8(A + m * lda, K, q + m * nblk);
+  }
+}
 
 bool qgemm_q8_every_m(QType type) { return is_block_type(type) && q8_every_m(type); }
 

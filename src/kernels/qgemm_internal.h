@@ -87,6 +87,7 @@ struct QGemmQ8Args {
   i64 N, K, row_bytes;
   float* C;
   i64 ldc;
+  const Q8Act* aq = nullptr;  // A already quantized (M * K/32 blocks), or null: quantize it here
 };
 void qgemm_q8_run(const QGemmKernels& ks, const QGemmQ8Args& a, bool accumulate, const GemmEpilogue& e, bool threaded,
                   int part, int parts);

@@ -178,16 +178,18 @@ void qgemm_q8_run(const QGemmKernels& ks, const QGemmQ8Args& a, bool accumulate,
   // layer. The workers below read them through the pointers, not the thread_local names.)
   thread_local std::vector<Q8Act> aq_buf;
   thread_local std::vector<float> asc_buf;
-  aq_buf.resize(static_cast<std::size_t>(std::max<i64>(a.M * nblk, 1)));
+  if (a.aq == nullptr) aq_buf.resize(static_cast<std::size_t>(std::max<i64>(a.M * nblk, 1)));
   asc_buf.resize(static_cast<std::size_t>(std::max<i64>(a.M * nsb * 2, 1)));
-  Q8Act* const aq = aq_buf.data();
+  const Q8Act* const aq = a.aq != nullptr ? a.aq : aq_buf.data();
   float* const asc = asc_buf.data();
   for (i64 m = 0; m < a.M; ++m) {
-    Q8Act* row = aq + m * nblk;
-    if (ks.q8_quantize != nullptr)
-      ks.q8_quantize(a.A + m * a.lda, a.K, row);
-    else
-      quantize_q8(a.A + m * a.lda, a.K, row);
+    const Q8Act* row = aq + m * nblk;
+    if (a.aq == nullptr) {
+      if (ks.q8_quantize != nullptr)
+        ks.q8_quantize(a.A + m * a.lda, a.K, aq_buf.data() + m * nblk);
+      else
+        quantize_q8(a.A + m * a.lda, a.K, aq_buf.data() + m * nblk);
+    }
     for (i64 b = 0; b < nsb; ++b) {
       const Q8Act& blk = row[b * sb / 32];
       std::int32_t sum = blk.sum;

@@ -213,10 +213,22 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
   for (i64 b = 0; b < B; ++b) alone = alone && n_new[static_cast<std::size_t>(b)] <= kernels::qgemm_decode_max_m();
   const kernels::QGemmOptions plain{.activations = act_, .rows_alone = alone};
   const kernels::QGemmOptions accumulate{.accumulate = true, .activations = act_, .rows_alone = alone};
-  auto with_bias = [&](const float* bias) {
+  auto with_bias = [&](const float* bias, const kernels::Q8Rows* a_q8 = nullptr) {
     kernels::QGemmOptions o = plain;
     o.epilogue.bias = bias;
+    o.a_q8 = a_q8;
     return o;
+  };
+  // With Q8 activations, products sharing an input (q, k and v; gate and up) quantize it once per
+  // team member (bitwise the same products, kernels/qgemm.h): the member's rows of h quantized
+  // here when the Q8 path will take W's product.
+  auto shared_q8 = [&](const float* A, const kernels::QMatrix& W) -> const kernels::Q8Rows* {
+    if (act_ != kernels::QActivations::Q8) return nullptr;
+    const bool block = W.type != kernels::QType::F32 && W.type != kernels::QType::F16 && W.type != kernels::QType::BF16;
+    if (!kernels::qgemm_q8_every_m(W.type) && !(block && R > kernels::qgemm_decode_max_m() && !alone)) return nullptr;
+    thread_local kernels::Q8Rows rows;
+    kernels::quantize_rows_q8(R, A, C, C, rows);
+    return &rows;
   };
   // One member's share of a product: its part of the output columns (bitwise the whole
   // product for any team size, kernels/qgemm.h).
@@ -237,8 +249,9 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
       tm.barrier();
       norm(tm, P.ffn_norm);
       tm.barrier();
-      product(tm, h, C, P.gate.w, g, F, plain);
-      product(tm, h, C, P.up.w, u, F, plain);
+      const kernels::Q8Rows* hq = shared_q8(h, P.gate.w);
+      product(tm, h, C, P.gate.w, g, F, with_bias(nullptr, hq));
+      product(tm, h, C, P.up.w, u, F, with_bias(nullptr, hq));
       tm.barrier();
       const auto [e0, e1] = tm.part(0, R * F, 16);
       kernels::swiglu_forward_f32(g + e0, g + e0, u + e0, e1 - e0);
@@ -250,9 +263,10 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
     const LlamaLayer& L = w_.layers[static_cast<std::size_t>(l)];
     norm(tm, L.attn_norm);
     tm.barrier();
-    product(tm, h, C, L.q.w, q, HD, with_bias(L.q.bias));
-    product(tm, h, C, L.k.w, k, KD, with_bias(L.k.bias));
-    product(tm, h, C, L.v.w, v, KD, with_bias(L.v.bias));
+    const kernels::Q8Rows* hq = shared_q8(h, L.q.w);
+    product(tm, h, C, L.q.w, q, HD, with_bias(L.q.bias, hq));
+    product(tm, h, C, L.k.w, k, KD, with_bias(L.k.bias, hq));
+    product(tm, h, C, L.v.w, v, KD, with_bias(L.v.bias, hq));
     tm.barrier();
     // RoPE and the cache write (the new keys and values appended: cache [B, H_kv, T, D]).
     float* Kc = cache.keys(l).data<float>();

@@ -446,6 +446,44 @@ TEST_P(QGemmIsa, Q8VectorPackerEqualsTheScalarOne) {
     }
 }
 
+// a_q8 (A quantized once by quantize_rows_q8, for products sharing it) gives bitwise the products
+// qgemm gives quantizing A itself, on every path and part; a_q8 of another A's shape is refused.
+TEST_P(QGemmIsa, PrequantizedRowsGiveTheSameBits) {
+  std::uint32_t seed = 8000;
+  for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q6_K, QType::F16})
+    for (i64 M : {1, 9, 40}) {
+      const i64 K = qtype_traits(t).block == 256 ? 512 : 192, N = 70;
+      const Weights w = make_weights(t, N, K, 0, seed++);
+      const std::vector<float> a = make_a(M, K, K + 5, seed++);
+      Q8Rows rows;
+      quantize_rows_q8(M, a.data(), K + 5, K, rows);
+      for (const bool alone : {false, true}) {
+        QGemmOptions o;
+        o.activations = QActivations::Q8;
+        o.rows_alone = alone;
+        std::vector<float> own(static_cast<std::size_t>(M * N)), pre(own.size(), -1.0f);
+        qgemm(M, a.data(), K + 5, w.W, own.data(), N, o);
+        o.a_q8 = &rows;
+        for (int p = 0; p < 2; ++p) qgemm_part(M, a.data(), K + 5, w.W, pre.data(), N, o, p, 2);
+        ASSERT_EQ(std::memcmp(own.data(), pre.data(), own.size() * 4), 0) << qtype_name(t) << " M=" << M << " alone=" << alone;
+      }
+    }
+  Q8Rows rows;
+  std::vector<float> a(64 * 3, 0.5f), c(3 * 5);
+  quantize_rows_q8(3, a.data(), 64, 64, rows);
+  std::vector<std::uint8_t> wb(static_cast<std::size_t>(5 * qtype_row_bytes(QType::Q8_0, 32)));
+  QGemmOptions o;
+  o.activations = QActivations::Q8;
+  o.a_q8 = &rows;
+  try {
+    qgemm(3, a.data(), 64, qmatrix(QType::Q8_0, wb.data(), 5, 32), c.data(), 5, o);
+    FAIL() << "a_q8 of K = 64 taken for a product of K = 32";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("a_q8 holds 3 x 64 quantized values"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(quantize_rows_q8(2, a.data(), 64, 40, rows), ValueError);
+}
+
 // The AVX-512 activation quantizer of the Q8 path (where the CPU has VNNI) writes bitwise what
 // quantize_q8 writes: random blocks, blocks of halves that round to even (x * 127 / amax = k + 0.5),
 // zeros, one NaN or infinity.

@@ -38,7 +38,9 @@
 // epilogue must be empty then).
 // Thread safety: any number of threads may call these at once (workspaces are thread_local).
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "qkv/kernels/gemm.h"
 #include "qkv/kernels/quant.h"
@@ -58,6 +60,17 @@ struct QMatrix {
 // is not a multiple of the type's block).
 QMatrix qmatrix(QType type, const void* data, std::int64_t rows, std::int64_t cols);
 
+// Rows of A quantized as the Q8 path quantizes them (quantize_rows_q8), for several products
+// with the same A (a Llama layer's q, k and v projections; gate and up): QGemmOptions::a_q8.
+struct Q8Rows {
+  std::int64_t M = 0, K = 0;
+  std::vector<std::byte> blocks;  // M * K / 32 blocks of the Q8 path's format
+};
+
+// out = the M rows of A [M, K] (row stride lda >= K, K a multiple of 32) quantized per 32 values
+// (quantize_activations_q8's values). ValueError for a bad size.
+void quantize_rows_q8(std::int64_t M, const float* A, std::int64_t lda, std::int64_t K, Q8Rows& out);
+
 enum class QActivations : std::uint8_t {
   F32,  // exact: float32 activations, exact dequantized weights (the default)
   Q8,   // activations quantized to Q8 per 32 values, integer dot products
@@ -75,6 +88,10 @@ struct QGemmOptions {
   // of qgemm_q8_every_m, whose Q8 path gives each row its own bits too. Slower than the
   // prefill path for large M.
   bool rows_alone = false;
+  // With activations = Q8: A's rows already quantized (quantize_rows_q8 of this A; its M and K
+  // must be the product's), so products sharing A quantize it once. The results are bitwise
+  // those of quantizing inside; ignored where the exact path runs.
+  const Q8Rows* a_q8 = nullptr;
 };
 
 // C = epilogue(A @ W^T), or C += A @ W^T. ValueError naming the argument for a bad size or stride,
