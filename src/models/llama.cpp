@@ -49,7 +49,7 @@ class Buf {
 // The workspace of the calling thread (forward_cached is const and may run on many threads at
 // once, each with its own cache; one call per thread at a time).
 struct Workspace {
-  Buf x, h, q, k, v, att, g, u, cos, sin, qd, od, lse, last;
+  Buf x, h, hp, q, k, v, att, g, u, cos, sin, qd, od, lse, last;
 };
 Workspace& workspace() {
   thread_local Workspace ws;
@@ -234,9 +234,15 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
   // product for any team size, kernels/qgemm.h).
   auto product = [&](Team& tm, const float* A, i64 lda, const kernels::QMatrix& W, float* out, i64 ldo,
                      const kernels::QGemmOptions& o) { kernels::qgemm_part(R, A, lda, W, out, ldo, o, tm.rank(), tm.size()); };
-  auto norm = [&](Team& tm, const float* w) {
-    const auto [r0, r1] = tm.part(0, R);
-    kernels::rms_norm_rows_f32(h + r0 * C, C, nullptr, x + r0 * C, C, w, r1 - r0, C, c.rms_norm_eps);
+  // Each member normalises every row into its own copy of h (the same values: one function of
+  // the row), so the products that read h need no barrier after the norm: two fewer per layer.
+  const i64 members = std::max(1, num_threads());
+  float* hp = ws.hp.get(members * R * C);
+  auto norm = [&](Team& tm, const float* w) -> const float* {
+    if (tm.size() > members) throw ValueError("LlamaForCausalLM: a team larger than num_threads()");
+    float* hm = hp + tm.rank() * R * C;
+    kernels::rms_norm_rows_f32(hm, C, nullptr, x, C, w, R, C, c.rms_norm_eps);
+    return hm;
   };
   // The steps between two attentions run as one team of threads (a barrier between steps):
   // a decode step wakes the workers twice per layer, not once per product.
@@ -247,11 +253,10 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
       const LlamaLayer& P = w_.layers[static_cast<std::size_t>(l - 1)];
       product(tm, att, HD, P.o.w, x, C, accumulate);
       tm.barrier();
-      norm(tm, P.ffn_norm);
-      tm.barrier();
-      const kernels::Q8Rows* hq = shared_q8(h, P.gate.w);
-      product(tm, h, C, P.gate.w, g, F, with_bias(nullptr, hq));
-      product(tm, h, C, P.up.w, u, F, with_bias(nullptr, hq));
+      const float* hm = norm(tm, P.ffn_norm);
+      const kernels::Q8Rows* hq = shared_q8(hm, P.gate.w);
+      product(tm, hm, C, P.gate.w, g, F, with_bias(nullptr, hq));
+      product(tm, hm, C, P.up.w, u, F, with_bias(nullptr, hq));
       tm.barrier();
       const auto [e0, e1] = tm.part(0, R * F, 16);
       kernels::swiglu_forward_f32(g + e0, g + e0, u + e0, e1 - e0);
@@ -261,12 +266,11 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
     }
     if (l == c.num_hidden_layers) return;
     const LlamaLayer& L = w_.layers[static_cast<std::size_t>(l)];
-    norm(tm, L.attn_norm);
-    tm.barrier();
-    const kernels::Q8Rows* hq = shared_q8(h, L.q.w);
-    product(tm, h, C, L.q.w, q, HD, with_bias(L.q.bias, hq));
-    product(tm, h, C, L.k.w, k, KD, with_bias(L.k.bias, hq));
-    product(tm, h, C, L.v.w, v, KD, with_bias(L.v.bias, hq));
+    const float* hm = norm(tm, L.attn_norm);
+    const kernels::Q8Rows* hq = shared_q8(hm, L.q.w);
+    product(tm, hm, C, L.q.w, q, HD, with_bias(L.q.bias, hq));
+    product(tm, hm, C, L.k.w, k, KD, with_bias(L.k.bias, hq));
+    product(tm, hm, C, L.v.w, v, KD, with_bias(L.v.bias, hq));
     tm.barrier();
     // RoPE and the cache write (the new keys and values appended: cache [B, H_kv, T, D]).
     float* Kc = cache.keys(l).data<float>();
@@ -296,18 +300,20 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
   auto decode_unit = [&](i64 l, i64 u) {
     const i64 b = u / Hkv, j = u % Hkv;
     if (!q_len[static_cast<std::size_t>(b)]) return;
+    // Queries read from q and outputs written to att in place: the sequence's rows first[b] + t
+    // (t < q_len[b]), head columns (j * G + g) * D; no gathering afterwards.
     kernels::DecodeParams p;
     p.B = 1, p.H = G, p.H_kv = 1, p.Lq = Lq, p.D = D;
-    p.q_sb = H * Lq * D, p.q_sh = Lq * D, p.q_st = D;
-    p.o_sb = p.q_sb, p.o_sh = p.q_sh, p.o_st = p.q_st;
+    p.q_sb = 0, p.q_sh = D, p.q_st = HD;
+    p.o_sb = 0, p.o_sh = D, p.o_st = HD;
     p.k_sb = Hkv * T * D, p.k_sh = T * D, p.k_st = D;
     p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
     p.q_len = q_len.data() + b;
     p.k_len = k_len.data() + b;
     p.scale = scale;
     p.window = c.sliding_window;
-    const i64 qo = (b * H + j * G) * Lq * D, ko = (b * Hkv + j) * T * D;
-    kernels::decode_attention_forward(od + qo, qd + qo, cache.keys(l).data<float>() + ko,
+    const i64 ro = first[static_cast<std::size_t>(b)] * HD + j * G * D, ko = (b * Hkv + j) * T * D;
+    kernels::decode_attention_forward(att + ro, q + ro, cache.keys(l).data<float>() + ko,
                                       cache.values(l).data<float>() + ko, p);
   };
   // The decode kernel's output rows back into att [R, H*D] (rows r0..r1).
@@ -374,9 +380,6 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
         tm.barrier();
         const auto [u0, u1] = tm.part(0, B * Hkv);
         for (i64 u = u0; u < u1; ++u) decode_unit(l, u);
-        tm.barrier();
-        const auto [r0, r1] = tm.part(0, R);
-        gather_rows(r0, r1);
         tm.barrier();
       }
     });
