@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numbers>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "qkv/kernels/rms_norm.h"
 #include "qkv/kernels/rope.h"
 #include "qkv/kernels/swiglu.h"
+#include "testing/guards.h"
 
 namespace {
 
@@ -223,14 +225,36 @@ TEST(SwigluKernel, MatchesTheTwinAndTheLimits) {
   gv[3] = 0.0f;
   gv[4] = -100.0f;
   gv[5] = 100.0f;
-  std::vector<float> y(gv.size()), yr(gv.size());
-  qkv::kernels::swiglu_forward_f32(y.data(), gv.data(), uv.data(), static_cast<std::int64_t>(gv.size()));
+  for (int v = 0; v < 200; ++v) gv.push_back(-88.0f + 0.9f * static_cast<float>(v)), uv.push_back(1.0f);  // exp's range
+  gv.push_back(-87.5f), uv.push_back(1.0f);  // exp(87.5): near float's largest
+  std::vector<float> yr(gv.size());
   qkv::kernels::swiglu_forward_ref<float>(yr.data(), gv.data(), uv.data(), static_cast<std::int64_t>(gv.size()));
-  EXPECT_EQ(y[0], inf * uv[0]);
-  EXPECT_EQ(y[1], 0.0f);
-  EXPECT_TRUE(std::isnan(y[2]));
-  EXPECT_EQ(y[3], 0.0f);
-  for (std::size_t i = 3; i < y.size(); ++i) ASSERT_NEAR(y[i], yr[i], 4e-7 * std::abs(yr[i]) + 1e-38) << i;
+  const qkv::testing::IsaGuard guard;
+  for (const qkv::kernels::Isa isa : {qkv::kernels::Isa::Scalar, qkv::kernels::Isa::Avx2, qkv::kernels::Isa::Avx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(qkv::kernels::detected_isa())) continue;
+    qkv::kernels::set_isa(isa);
+    SCOPED_TRACE(qkv::kernels::isa_name(isa));
+    const std::int64_t n = static_cast<std::int64_t>(gv.size());
+    std::vector<float> y(gv.size());
+    qkv::kernels::swiglu_forward_f32(y.data(), gv.data(), uv.data(), n);
+    EXPECT_EQ(y[0], inf * uv[0]);
+    EXPECT_EQ(y[1], 0.0f);
+    EXPECT_TRUE(std::isnan(y[2]));
+    EXPECT_EQ(y[3], 0.0f);
+    for (std::size_t i = 3; i < y.size(); ++i) ASSERT_NEAR(y[i], yr[i], 4e-7 * std::abs(yr[i]) + 1e-38) << i << " g=" << gv[i];
+    // Any split of the array gives the same bits (vector tails take the vector arithmetic).
+    std::vector<float> z(gv.size());
+    for (std::int64_t a = 0; a < n;) {
+      const std::int64_t b = std::min<std::int64_t>(n, a + 1 + (a * 7) % 23);
+      qkv::kernels::swiglu_forward_f32(z.data() + a, gv.data() + a, uv.data() + a, b - a);
+      a = b;
+    }
+    ASSERT_EQ(std::memcmp(y.data(), z.data(), y.size() * sizeof(float)), 0);
+    // In place (y = g).
+    std::vector<float> w = gv;
+    qkv::kernels::swiglu_forward_f32(w.data(), w.data(), uv.data(), n);
+    ASSERT_EQ(std::memcmp(y.data(), w.data(), y.size() * sizeof(float)), 0);
+  }
 }
 
 TEST(SwigluKernel, BackwardMatchesFiniteDifferences) {
