@@ -116,8 +116,7 @@ void run(const char* op, i64 M, const float* A, i64 lda, const QMatrix& W, float
   const i64 N = W.rows, K = W.cols;
   if (M == 0 || N == 0) return;
   const QGemmKernels& ks = kernels();
-  const bool q8 = o.activations == QActivations::Q8 && is_block_type(W.type);
-  if (q8 && ((M > detail::kQDecodeMaxM && !o.rows_alone) || q8_every_m(W.type))) {
+  if (qgemm_uses_q8(M, W.type, o)) {
     const detail::QGemmQ8Args args{M,          A, lda, W.type, static_cast<const u8*>(W.data), N, K, W.row_bytes, C, ldc,
                                    o.a_q8 ? reinterpret_cast<const detail::Q8Act*>(o.a_q8->blocks.data()) : nullptr};
     detail::qgemm_q8_run(q8_kernels(), args, o.accumulate, o.epilogue, o.threaded, part, parts);
@@ -186,5 +185,10 @@ void quantize_rows_q8(i64 M, const float* A, i64 lda, i64 K, Q8Rows& out) {
 }
 
 bool qgemm_q8_every_m(QType type) { return is_block_type(type) && q8_every_m(type); }
+
+bool qgemm_uses_q8(i64 M, QType type, const QGemmOptions& o) {
+  return o.activations == QActivations::Q8 && is_block_type(type) &&
+         ((M > detail::kQDecodeMaxM && !o.rows_alone) || q8_every_m(type));
+}
 
 }  // namespace qkv::kernels

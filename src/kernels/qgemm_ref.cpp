@@ -39,9 +39,7 @@ void qgemm_ref(i64 M, const float* A, i64 lda, const QMatrix& W, float* C, i64 l
                      ", K=" + std::to_string(W.cols) + ")");
   const i64 N = W.rows, K = W.cols;
   const auto* base = static_cast<const u8*>(W.data);
-  const bool q8 = o.activations == QActivations::Q8 && W.type != QType::F32 && W.type != QType::F16 &&
-                  W.type != QType::BF16 &&
-                  ((M > qgemm_decode_max_m() && !o.rows_alone) || qgemm_q8_every_m(W.type));
+  const bool q8 = qgemm_uses_q8(M, W.type, o);
   std::vector<float> w(static_cast<std::size_t>(K));
   std::vector<double> out(static_cast<std::size_t>(M * N));
   if (!q8) {

@@ -223,9 +223,7 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
   // team member (bitwise the same products, kernels/qgemm.h): the member's rows of h quantized
   // here when the Q8 path will take W's product.
   auto shared_q8 = [&](const float* A, const kernels::QMatrix& W) -> const kernels::Q8Rows* {
-    if (act_ != kernels::QActivations::Q8) return nullptr;
-    const bool block = W.type != kernels::QType::F32 && W.type != kernels::QType::F16 && W.type != kernels::QType::BF16;
-    if (!kernels::qgemm_q8_every_m(W.type) && !(block && R > kernels::qgemm_decode_max_m() && !alone)) return nullptr;
+    if (!kernels::qgemm_uses_q8(R, W.type, plain)) return nullptr;
     thread_local kernels::Q8Rows rows;
     kernels::quantize_rows_q8(R, A, C, C, rows);
     return &rows;

@@ -112,6 +112,10 @@ std::int64_t qgemm_decode_max_m();
 // rows_alone included) with weights of `type` (see above); false for F32, F16 and BF16.
 bool qgemm_q8_every_m(QType type);
 
+// Whether qgemm of M rows with weights of `type` and these options takes the Q8 path (the rule
+// above), so a caller knows when quantizing A ahead (quantize_rows_q8, a_q8) is used.
+bool qgemm_uses_q8(std::int64_t M, QType type, const QGemmOptions& options);
+
 // Naive twins, same contract, slow (tests):
 // qgemm_ref: every row of W through dequantize_row, dot products accumulated in double, then
 // the epilogue as sgemm_epilogue_ref (double, one rounding) or C + dot for accumulate.
