@@ -11,7 +11,8 @@ For every round and thread count T, in a rotated order, each engine runs in a fr
                     fraction, peak RSS
             ... --prompt-len 512 --new 1                         -> prefill tokens/s of a 512-token prompt
             ... --prompt-len D --new 128                         -> decode tokens/s at depth D (--depth)
-            (--activations q8 adds rows of qkv's optional Q8-activation path, marked qkv-q8)
+            (--q8 adds rows of qkv's optional Q8-activation path, marked qkv-q8; --kv-f16 rows with
+             a float16 KV cache, --kv-cache f16, marked qkv-f16 and qkv-q8-f16)
   llamacpp  LLAMA_BENCH -m M -t T -p 512 -n N -r 1 -o json       -> pp512 and tgN tokens/s
             LLAMA_BENCH -m M -t T -p 0 -n 128 -d D -r 1 -o json  -> decode at depth D
   hf        transformers' GGUF loader (dequantized to float32), torch.set_num_threads(T):
@@ -84,9 +85,13 @@ def last_json(out: str) -> dict:
     return json.loads([ln for ln in out.strip().splitlines() if ln.startswith("{")][-1])
 
 
-def qkv_runs(a, T: int, activations: str) -> dict:
+QKV_ENGINES = {"qkv": ("f32", "f32"), "qkv-q8": ("q8", "f32"), "qkv-f16": ("f32", "f16"), "qkv-q8-f16": ("q8", "f16")}
+
+
+def qkv_runs(a, T: int, engine: str) -> dict:
+    activations, kv = QKV_ENGINES[engine]
     base = [a.qkv, "--threads", str(T), "bench", "generate", "--model", a.model, "--repeat", "1", "--json",
-            "--activations", activations]
+            "--activations", activations, "--kv-cache", kv]
     r = {}
     d = last_json(run(base + ["--prompt-len", str(a.prompt), "--new", str(a.new)]))
     r.update(decode=d["decode_tokens_per_s"], read_gbs=d["read_gbs"], bound=d["bandwidth_bound_tokens_per_s"],
@@ -134,12 +139,15 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=2048, help="decode at this context depth (0: skip)")
     ap.add_argument("--engines", default="qkv,llamacpp,hf")
     ap.add_argument("--q8", action="store_true", help="also run qkv's Q8-activation path")
+    ap.add_argument("--kv-f16", action="store_true", help="also run qkv with a float16 KV cache (--kv-cache f16)")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json-out")
     a = ap.parse_args()
     engines = a.engines.split(",")
-    if a.q8 and "qkv" in engines:
-        engines.insert(engines.index("qkv") + 1, "qkv-q8")
+    if "qkv" in engines:
+        extra = (["qkv-q8"] if a.q8 else []) + (["qkv-f16"] if a.kv_f16 else []) + \
+                (["qkv-q8-f16"] if a.q8 and a.kv_f16 else [])
+        engines[engines.index("qkv") + 1:engines.index("qkv") + 1] = extra
     rec: dict = {}
     for rnd in range(a.rounds):
         for T in a.threads:
@@ -148,10 +156,8 @@ def main() -> None:
             rec.setdefault((T, "peak"), []).append(peak.get("gflops", peak.get("gflop_s", 0)))
             for e in order:
                 t0 = time.time()
-                if e == "qkv":
-                    r = qkv_runs(a, T, "f32")
-                elif e == "qkv-q8":
-                    r = qkv_runs(a, T, "q8")
+                if e in QKV_ENGINES:
+                    r = qkv_runs(a, T, e)
                 elif e == "llamacpp":
                     r = llamacpp_runs(a, T)
                 else:
@@ -175,7 +181,7 @@ def main() -> None:
             fmt = lambda x, p=1: "-" if x is None else f"{x:.{p}f}"
             print(f"| {e} | {fmt(row[0])} | {fmt(row[1])} | {fmt(row[2])} | {fmt(ratios[0], 2)} | {fmt(ratios[1], 2)} "
                   f"| {fmt(ratios[2], 2)} |")
-        for e in ("qkv", "qkv-q8"):
+        for e in QKV_ENGINES:
             if (T, e, "read_gbs") in med:
                 print(f"\n{e}: read bandwidth {med[(T, e, 'read_gbs')]:.1f} GB/s, weights {med[(T, e, 'weight_mb')]:.1f} "
                       f"MB/token -> bound {med[(T, e, 'bound')]:.0f} tok/s; decode = {100 * med[(T, e, 'fraction')]:.0f}% "

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Accuracy of 8-bit activations: qkv's --activations q8 and llama.cpp (whose CPU products with Q4_1 /
-Q8_0 weights always quantize activations to 8 bits) against qkv's exact path (float32 activations
-times the exact dequantized weights, which gives transformers' logits within float32 tolerance).
+"""Accuracy of the faster options: qkv's --activations q8 and --kv-cache f16 (and both), and llama.cpp
+(whose CPU products with Q4_1 / Q8_0 weights always quantize activations to 8 bits, and whose KV cache
+is float16 by default) against qkv's exact path (float32 activations times the exact dequantized
+weights, a float32 KV cache: transformers' logits within float32 tolerance).
 
 Each engine runs as an OpenAI-compatible server (qkv serve, llama-server) on the same GGUF file and
 answers the same chat prompts greedily with logprobs (the chosen token's and the top 5). Against
@@ -13,6 +14,9 @@ the reference's answer to each prompt:
 
   python3 bench/q8_accuracy.py --qkv build/tools/qkv/qkv \\
       --llama-server /path/to/llama-server --model models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+--context FILE --context-words N puts the first N words of FILE before every question (a long
+context: what a float16 cache rounds grows with the depth it attends over).
 
 Only the standard library. Not run by CI or make test.
 """
@@ -91,26 +95,36 @@ def main():
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--context", help="a text file whose first --context-words words precede every question")
+    ap.add_argument("--context-words", type=int, default=1200)
     ap.add_argument("--json-out")
     args = ap.parse_args()
     m, t = args.model, args.threads
+    prompts = PROMPTS
+    if args.context:
+        words = Path(args.context).read_text(encoding="utf-8", errors="replace").split()[:args.context_words]
+        prompts = [" ".join(words) + "\n\n" + p for p in PROMPTS]
+    ctx = 4096 if args.context else 1024
+    qkv = f"{args.qkv} --threads {t} serve --model {m} --parallel 1 --ctx {ctx} --port {{port}} --quiet"
     engines = {
-        "qkv (exact)": f"{args.qkv} --threads {t} serve --model {m} --parallel 1 --ctx 1024 --port {{port}} --quiet",
-        "qkv --activations q8": f"{args.qkv} --threads {t} serve --model {m} --parallel 1 --ctx 1024 --port {{port}} "
-                                f"--quiet --activations q8",
-        "llama.cpp": f"{args.llama_server} -m {m} --parallel 1 -c 1024 --threads {t} --threads-batch {t} "
+        "qkv (exact)": qkv,
+        "qkv --activations q8": qkv + " --activations q8",
+        "qkv --kv-cache f16": qkv + " --kv-cache f16",
+        "qkv --activations q8 --kv-cache f16": qkv + " --activations q8 --kv-cache f16",
+        "llama.cpp": f"{args.llama_server} -m {m} --parallel 1 -c {ctx} --threads {t} --threads-batch {t} "
                      f"--jinja --host 127.0.0.1 --port {{port}}",
     }
-    answers = {name: serve(cmd, PROMPTS, args.max_tokens) for name, cmd in engines.items()}
+    answers = {name: serve(cmd, prompts, args.max_tokens) for name, cmd in engines.items()}
     ref = answers["qkv (exact)"]
     total = sum(len(r) for r in ref)
-    out = {"prompts": len(PROMPTS), "max_tokens": args.max_tokens, "reference_tokens": total, "engines": {}}
-    print(f"{len(PROMPTS)} chat prompts, greedy, up to {args.max_tokens} tokens; reference: qkv's exact path "
-          f"({total} tokens)\n")
+    out = {"prompts": len(PROMPTS), "max_tokens": args.max_tokens, "reference_tokens": total,
+           "context_words": args.context_words if args.context else 0, "engines": {}}
+    print(f"{len(PROMPTS)} chat prompts" + (f" after {args.context_words} words of {args.context}" if args.context else "")
+          + f", greedy, up to {args.max_tokens} tokens; reference: qkv's exact path ({total} tokens)\n")
     print("| engine | tokens equal to the reference's (before the first difference) | answers identical | "
           "mean / max abs d logprob of the chosen token |")
     print("|---|---|---|---|")
-    for name in ("qkv --activations q8", "llama.cpp"):
+    for name in [e for e in engines if e != "qkv (exact)"]:
         agree, dlp = compare(ref, answers[name])
         same = sum(1 for r, g in zip(ref, answers[name]) if [x[0] for x in r] == [x[0] for x in g])
         mean = statistics.fmean(dlp) if dlp else math.nan

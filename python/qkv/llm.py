@@ -71,17 +71,19 @@ class LLM:
         activations: ``"f32"`` (exact, the default) or ``"q8"``: products with quantized weights
             take activations quantized to 8 bits per 32 values (faster prefill, and on AVX-512
             VNNI faster decoding of Q4_0 / Q4_1 / Q8_0 weights; as ``qkv generate --activations q8``).
+        kv_cache: ``"f32"`` (the default) or ``"f16"``: the KV cache in half precision (half its
+            memory and of what each step reads at long contexts; as ``qkv generate --kv-cache f16``).
 
     Raises OSError when ``path`` does not exist, ValueError (qkv's message) for a file or folder
     that is not a causal LM qkv reads, or a chat template it cannot parse.
     """
 
     def __init__(self, path: str | os.PathLike[str], threads: int | None = None,
-                 chat_template: str | None = None, activations: str = "f32") -> None:
+                 chat_template: str | None = None, activations: str = "f32", kv_cache: str = "f32") -> None:
         if threads is not None:
             set_num_threads(threads)
         self.path = os.fspath(path)
-        self._impl = _qkv._LanguageModel(self.path, chat_template, activations)
+        self._impl = _qkv._LanguageModel(self.path, chat_template, activations, kv_cache)
 
     @property
     def vocab_size(self) -> int:

@@ -50,8 +50,9 @@ void register_language_model(nb::module_& m) {
   nb::class_<PyLanguageModel>(m, "_LanguageModel")
       .def("__init__",
            [](PyLanguageModel* self, const std::string& path, std::optional<std::string> chat_template,
-              const std::string& activations) {
+              const std::string& activations, const std::string& kv_cache) {
              infer::LanguageModelOptions o;
+             o.kv_cache = infer::parse_kv_type(kv_cache, "qkv.LLM: kv_cache");
              if (activations != "f32" && activations != "q8")
                throw ValueError("qkv.LLM: activations must be 'f32' or 'q8', got '" + activations + "'");
              o.activations = activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32;
@@ -66,7 +67,7 @@ void register_language_model(nb::module_& m) {
              }
              new (self) PyLanguageModel{std::move(*lm)};
            },
-           nb::arg("path"), nb::arg("chat_template").none(), nb::arg("activations"))
+           nb::arg("path"), nb::arg("chat_template").none(), nb::arg("activations"), nb::arg("kv_cache"))
       .def_prop_ro("vocab_size", [](const PyLanguageModel& p) { return p.lm.model->vocab_size(); })
       .def_prop_ro("max_positions", [](const PyLanguageModel& p) { return p.lm.model->max_positions(); })
       .def_prop_ro("architecture", [](const PyLanguageModel& p) { return p.lm.architecture; })

@@ -81,6 +81,16 @@ def test_gguf_ignore_eos_and_q8_activations_equal_the_cli(smollm: qkv.LLM, smoll
         qkv.LLM(smollm_gguf, activations="int4")
 
 
+def test_gguf_half_precision_kv_cache_equals_the_cli(smollm_gguf: Path, qkv_cli: Path) -> None:
+    # kv_cache="f16": keys and values kept as IEEE halves, as --kv-cache f16.
+    f16 = qkv.LLM(smollm_gguf, kv_cache="f16")
+    cli = cli_generate(qkv_cli, smollm_gguf, "--chat", QUESTION, "--max-new", "24", "--kv-cache", "f16")
+    g = f16.chat([{"role": "user", "content": QUESTION}], max_new_tokens=24, details=True)
+    assert g.ids == cli["new_ids"] and g.text == cli["text"]
+    with pytest.raises(ValueError, match="kv_cache must be f32 or f16, got 'bf16'"):
+        qkv.LLM(smollm_gguf, kv_cache="bf16")
+
+
 def test_gguf_chat_template_argument_replaces_the_files(smollm_gguf: Path) -> None:
     llm = qkv.LLM(smollm_gguf, chat_template="{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
                                              "{% if add_generation_prompt %}assistant:{% endif %}")

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "qkv/core/parallel.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/decode_attention.h"
+#include "qkv/kernels/half.h"
 #include "qkv/nn/attention.h"
 
 namespace qkv::infer {
@@ -26,6 +28,14 @@ void check_positive(i64 v, const char* name) {
 }
 
 }  // namespace
+
+const char* kv_type_name(KVType t) { return t == KVType::F16 ? "f16" : "f32"; }
+
+KVType parse_kv_type(const std::string& text, const std::string& what) {
+  if (text == "f32") return KVType::F32;
+  if (text == "f16") return KVType::F16;
+  throw ValueError(what + " must be f32 or f16, got '" + text + "'");
+}
 
 KVCache::KVCache(const KVCacheOptions& options) : opt_(options) {
   const KVCacheOptions& o = opt_;
@@ -47,13 +57,32 @@ KVCache::KVCache(const KVCacheOptions& options) : opt_(options) {
     throw AllocError("KVCache: " + std::to_string(o.num_layers) + " layers x 2 x " + shape_str(s) +
                      " floats overflow 64-bit sizes");
   }
-  MemoryEstimate().add({o.batch, o.num_kv_heads, o.max_len, o.head_dim}, 2 * o.num_layers)
-      .check("KVCache (" + std::to_string(o.num_layers) + " layers x 2 x " + shape_str(s) + " float32)");
-  k_.reserve(static_cast<std::size_t>(o.num_layers));
-  v_.reserve(static_cast<std::size_t>(o.num_layers));
-  for (i64 l = 0; l < o.num_layers; ++l) {
-    k_.push_back(o.populate ? Tensor::zeros(s) : Tensor::empty(s));
-    v_.push_back(o.populate ? Tensor::zeros(s) : Tensor::empty(s));
+  const bool f16 = o.dtype == KVType::F16;
+  MemoryEstimate()
+      .add({o.batch, o.num_kv_heads, o.max_len, o.head_dim}, 2 * o.num_layers, f16 ? 2 : 4)
+      .check("KVCache (" + std::to_string(o.num_layers) + " layers x 2 x " + shape_str(s) +
+             (f16 ? " float16)" : " float32)"));
+  if (f16) {
+    // 64-byte aligned (whole cache lines per row at D = 32k); untouched pages cost nothing until
+    // written unless populate asks for them up front.
+    const std::size_t bytes = (static_cast<std::size_t>(per) * 2 + 63) / 64 * 64;
+    auto buffer = [&]() {
+      auto* p = static_cast<std::uint16_t*>(std::aligned_alloc(64, bytes));
+      if (p == nullptr) throw AllocError("KVCache: could not allocate " + std::to_string(bytes) + " bytes");
+      if (o.populate) std::memset(p, 0, bytes);
+      return std::shared_ptr<std::uint16_t[]>(p, [](std::uint16_t* q) { std::free(q); });
+    };
+    for (i64 l = 0; l < o.num_layers; ++l) {
+      kh_.push_back(buffer());
+      vh_.push_back(buffer());
+    }
+  } else {
+    k_.reserve(static_cast<std::size_t>(o.num_layers));
+    v_.reserve(static_cast<std::size_t>(o.num_layers));
+    for (i64 l = 0; l < o.num_layers; ++l) {
+      k_.push_back(o.populate ? Tensor::zeros(s) : Tensor::empty(s));
+      v_.push_back(o.populate ? Tensor::zeros(s) : Tensor::empty(s));
+    }
   }
   len_.assign(static_cast<std::size_t>(o.batch), 0);
 }
@@ -65,7 +94,7 @@ i64 KVCache::length(i64 b) const {
 
 i64 KVCache::bytes() const {
   return 2 * opt_.num_layers * opt_.batch * opt_.num_kv_heads * opt_.max_len * opt_.head_dim *
-         static_cast<i64>(sizeof(float));
+         (opt_.dtype == KVType::F16 ? 2 : 4);
 }
 
 void KVCache::check_slot(i64 b, const char* what) const {
@@ -108,16 +137,21 @@ void KVCache::write(i64 layer, const Tensor& k_new, const Tensor& v_new, const s
   }
   const i64 H = opt_.num_kv_heads, D = opt_.head_dim, T = opt_.max_len;
   const std::size_t row = static_cast<std::size_t>(D) * sizeof(float);
+  const bool f16 = opt_.dtype == KVType::F16;
   for (int which = 0; which < 2; ++which) {
     const Tensor& src = which == 0 ? k_new : v_new;
-    float* dst = (which == 0 ? k_ : v_)[static_cast<std::size_t>(layer)].data<float>();
     const float* s = src.data<float>();
     const i64 sb = src.stride(0), sh = src.stride(1), st = src.stride(2);
     for (i64 b = 0; b < opt_.batch; ++b)
       for (i64 h = 0; h < H; ++h)
-        for (i64 t = 0; t < n_new[static_cast<std::size_t>(b)]; ++t)
-          std::memcpy(dst + ((b * H + h) * T + len_[static_cast<std::size_t>(b)] + t) * D, s + b * sb + h * sh + t * st,
-                      row);
+        for (i64 t = 0; t < n_new[static_cast<std::size_t>(b)]; ++t) {
+          const i64 at = ((b * H + h) * T + len_[static_cast<std::size_t>(b)] + t) * D;
+          const float* from = s + b * sb + h * sh + t * st;
+          if (f16)
+            kernels::float_to_half_rows(from, (which == 0 ? kh_ : vh_)[static_cast<std::size_t>(layer)].get() + at, D);
+          else
+            std::memcpy((which == 0 ? k_ : v_)[static_cast<std::size_t>(layer)].data<float>() + at, from, row);
+        }
   }
 }
 
@@ -146,8 +180,11 @@ Tensor KVCache::attend(i64 layer, const Tensor& q, const std::vector<i64>& n_new
   // Output [B, Tn, H, D]: merging the heads back to [B, Tn, H*D] is then a view.
   Tensor out = Tensor::zeros({B, Tn, H, D});
   if (Tn == 0 || most == 0) return out;
-  const Tensor& K = k_[static_cast<std::size_t>(layer)];
-  const Tensor& V = v_[static_cast<std::size_t>(layer)];
+  const bool f16 = opt_.dtype == KVType::F16;
+  const float* Kf = f16 ? nullptr : k_[static_cast<std::size_t>(layer)].data<float>();
+  const float* Vf = f16 ? nullptr : v_[static_cast<std::size_t>(layer)].data<float>();
+  const std::uint16_t* Kh = f16 ? kh_[static_cast<std::size_t>(layer)].get() : nullptr;
+  const std::uint16_t* Vh = f16 ? vh_[static_cast<std::size_t>(layer)].get() : nullptr;  // (decode)
   float* O = out.data<float>();
   const i64 o_sb = Tn * H * D, o_sh = D, o_st = H * D;
   if (most <= kDecodeKernelMaxQueries) {
@@ -160,12 +197,15 @@ Tensor KVCache::attend(i64 layer, const Tensor& q, const std::vector<i64>& n_new
     p.q_len = n_new.data();
     p.k_len = k_len.data();
     p.scale = static_cast<float>(scale);
-    kernels::decode_attention_forward(O, q.data<float>(), K.data<float>(), V.data<float>(), p);
+    if (f16)
+      kernels::decode_attention_forward_f16(O, q.data<float>(), Kh, Vh, p);
+    else
+      kernels::decode_attention_forward(O, q.data<float>(), Kf, Vf, p);
     return out;
   }
   // Prefill: one tiled FlashAttention call per sequence over its own key range (causal,
   // bottom-right aligned: its n new queries are the last n of its k_len keys).
-  thread_local std::vector<float> lse;
+  thread_local std::vector<float> lse, wide;
   for (i64 b = 0; b < B; ++b) {
     const i64 n = n_new[static_cast<std::size_t>(b)];
     if (n == 0) continue;
@@ -180,8 +220,20 @@ Tensor KVCache::attend(i64 layer, const Tensor& q, const std::vector<i64>& n_new
     p.causal = true;
     lse.resize(static_cast<std::size_t>(H * n));
     const std::size_t kv_off = static_cast<std::size_t>(b * Hkv * T * D);
-    kernels::flash_attention_forward(O + b * o_sb, lse.data(), q.data<float>() + b * q.stride(0),
-                                     K.data<float>() + kv_off, V.data<float>() + kv_off, p);
+    if (f16) {
+      // The sequence's keys and values widened to float32 first ([H_kv, Lk, D] each: O(Lk D)
+      // beside the O(n Lk D) the kernel computes), the same values the decode kernel reads.
+      const i64 Lk = p.Lk, nv = Hkv * Lk * D;
+      wide.resize(static_cast<std::size_t>(2 * nv));
+      widen(layer, b, Lk, wide.data(), wide.data() + nv);
+      p.k_sb = nv, p.k_sh = Lk * D;
+      p.v_sb = p.k_sb, p.v_sh = p.k_sh;
+      kernels::flash_attention_forward(O + b * o_sb, lse.data(), q.data<float>() + b * q.stride(0), wide.data(),
+                                       wide.data() + nv, p);
+    } else {
+      kernels::flash_attention_forward(O + b * o_sb, lse.data(), q.data<float>() + b * q.stride(0), Kf + kv_off,
+                                       Vf + kv_off, p);
+    }
   }
   return out;
 }
@@ -206,15 +258,50 @@ void KVCache::truncate(i64 b, i64 n) {
 
 void KVCache::reset() { std::fill(len_.begin(), len_.end(), 0); }
 
+void KVCache::check_layer(i64 layer, const char* what, KVType want) const {
+  if (layer < 0 || layer >= opt_.num_layers)
+    throw IndexError(std::string("KVCache::") + what + ": layer " + std::to_string(layer) + " out of range [0, " +
+                     std::to_string(opt_.num_layers) + ")");
+  if (opt_.dtype != want)
+    throw TypeError(std::string("KVCache::") + what + ": the cache holds " +
+                    (opt_.dtype == KVType::F16 ? "float16" : "float32") + " keys and values" +
+                    (want == KVType::F32 ? " (use keys_f16 / values_f16)" : " (use keys / values)"));
+}
+
 const Tensor& KVCache::keys(i64 layer) const {
-  if (layer < 0 || layer >= opt_.num_layers) throw IndexError("KVCache::keys: layer " + std::to_string(layer) + " out of range");
+  check_layer(layer, "keys", KVType::F32);
   return k_[static_cast<std::size_t>(layer)];
 }
 
 const Tensor& KVCache::values(i64 layer) const {
-  if (layer < 0 || layer >= opt_.num_layers)
-    throw IndexError("KVCache::values: layer " + std::to_string(layer) + " out of range");
+  check_layer(layer, "values", KVType::F32);
   return v_[static_cast<std::size_t>(layer)];
+}
+
+std::uint16_t* KVCache::keys_f16(i64 layer) const {
+  check_layer(layer, "keys_f16", KVType::F16);
+  return kh_[static_cast<std::size_t>(layer)].get();
+}
+
+std::uint16_t* KVCache::values_f16(i64 layer) const {
+  check_layer(layer, "values_f16", KVType::F16);
+  return vh_[static_cast<std::size_t>(layer)].get();
+}
+
+void KVCache::widen(i64 layer, i64 b, i64 Lk, float* k_out, float* v_out) const {
+  check_layer(layer, "widen", KVType::F16);
+  check_slot(b, "widen");
+  const i64 Hkv = opt_.num_kv_heads, D = opt_.head_dim, T = opt_.max_len;
+  if (Lk < 0 || Lk > T)
+    throw ValueError("KVCache::widen: " + std::to_string(Lk) + " positions of a cache of " + std::to_string(T));
+  const std::uint16_t* K = kh_[static_cast<std::size_t>(layer)].get() + b * Hkv * T * D;
+  const std::uint16_t* V = vh_[static_cast<std::size_t>(layer)].get() + b * Hkv * T * D;
+  parallel_for(0, Hkv, 1, [&](i64 h0, i64 h1) {
+    for (i64 h = h0; h < h1; ++h) {
+      kernels::half_to_float_rows(K + h * T * D, k_out + h * Lk * D, Lk * D);
+      kernels::half_to_float_rows(V + h * T * D, v_out + h * Lk * D, Lk * D);
+    }
+  });
 }
 
 Tensor cached_self_attention(const nn::MultiHeadAttention& mha, const Tensor& x, i64 layer, const std::vector<i64>& n_new,

@@ -123,6 +123,7 @@ LanguageModel load_language_model(const std::string& path, const LanguageModelOp
     lm.weight_bytes = m->weight_bytes();
     for (i64 e : m->config().eos_token_ids) add_eos(lm.eos_ids, e);
     lm.bos_id = m->config().bos_token_id;
+    m->set_kv_type(o.kv_cache);
     lm.model = m;
     if (f->find_value("tokenizer.ggml.model")) {
       lm.tokenizer = tokenize::bpe_from_gguf(*f);
@@ -143,6 +144,7 @@ LanguageModel load_language_model(const std::string& path, const LanguageModelOp
       lm.weight_bytes = m->num_parameters() * 4;
       add_eos(lm.eos_ids, m->config().eos_token_id);
       lm.bos_id = m->config().bos_token_id;
+      m->set_kv_type(o.kv_cache);
       lm.model = m;
     } else if (kind == "llama" || kind == "mistral" || kind == "qwen2") {
       auto m = models::load_llama(path);
@@ -150,6 +152,7 @@ LanguageModel load_language_model(const std::string& path, const LanguageModelOp
       lm.weight_bytes = m->weight_bytes();
       for (i64 e : m->config().eos_token_ids) add_eos(lm.eos_ids, e);
       lm.bos_id = m->config().bos_token_id;
+      m->set_kv_type(o.kv_cache);
       lm.model = m;
     } else if (kind == "bert") {
       throw FormatError(path + " is a BERT folder; generation needs a causal language model (GPT-2, Llama, Mistral, "
@@ -162,6 +165,7 @@ LanguageModel load_language_model(const std::string& path, const LanguageModelOp
       lm.weight_bytes = m->num_parameters() * 4;
       add_eos(lm.eos_ids, m->config().eos_token_id);
       lm.bos_id = m->config().bos_token_id;
+      m->set_kv_type(o.kv_cache);
       lm.model = m;
     } else if (kind.empty()) {
       throw FormatError(path + " is not a model folder qkv reads (no config.json with a model_type)");

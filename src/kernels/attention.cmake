@@ -10,4 +10,10 @@ set(QKV_ATTENTION_SOURCES
   kernels/flash_attention_avx2.cpp
   kernels/flash_attention_avx512.cpp
   kernels/decode_attention.cpp
+  kernels/half.cpp
 )
+# Scalar expressions (vector tails, the portable ISA) are never fused into FMAs behind our back:
+# a float16 cache's decode (values widened as they are loaded) then gives bitwise the float
+# kernel's results on the same values, whatever the compiler inlines (kernels/half.h).
+set_source_files_properties(kernels/flash_attention_scalar.cpp kernels/flash_attention_avx2.cpp
+  kernels/flash_attention_avx512.cpp PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")

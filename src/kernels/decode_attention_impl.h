@@ -10,16 +10,31 @@
 // adds P V with every V row loaded once per group of rows held in registers. Reading each
 // cached K and V row once per group instead of once per query head is what makes grouped-query
 // decoding fast: the work is bounded by memory bandwidth, K and V bytes per group.
+//
+// The cache's elements KT are float, or IEEE half (std::uint16_t, kernels/half.h) for a float16
+// KV cache: half the bytes, widened to float as they are loaded (I::load_half).
 #pragma once
-
 
 namespace qkv::kernels::flash {
 namespace {
 
-template <class I>
+template <class I, class KT = float>
 struct Decode {
   using V = typename I::V;
   static constexpr int W = I::W;
+  // W cached elements as a vector of floats; one element as a float.
+  __attribute__((always_inline)) static inline V ld(const KT* p) {
+    if constexpr (std::is_same_v<KT, float>)
+      return I::load(p);
+    else
+      return I::load_half(p);
+  }
+  static float ld1(const KT* p) {
+    if constexpr (std::is_same_v<KT, float>)
+      return *p;
+    else
+      return half_to_float(*p);
+  }
   static constexpr i64 KB = 64;  // keys per block: K and V of a block (32 KiB at D = 64) stay in L1
   // Rows of the P V register block for a chunk of CV <= 4 vectors: M * CV accumulators plus CV
   // V vectors must fit the registers (32 zmm, 16 ymm).
@@ -32,11 +47,11 @@ struct Decode {
   }
 
   // S[r*KB + j] = <qs_r, K_j> for rows r < R (qs rows Dp wide, zero past D) and keys j < nb
-  // (K_j = K + j * k_st, D floats), and up to round_up(nb, W) with copies of the last key. W keys
-  // at a time: W independent FMA chains per row, reduced together (I::hsum_lanes).
-  static void scores(float* S, const float* qs, i64 R, i64 Dp, const float* K, i64 k_st, i64 nb, i64 D, i64 avail) {
+  // (K_j = K + j * k_st, D elements), and up to round_up(nb, W) with copies of the last key. W
+  // keys at a time: W independent FMA chains per row, reduced together (I::hsum_lanes).
+  static void scores(float* S, const float* qs, i64 R, i64 Dp, const KT* K, i64 k_st, i64 nb, i64 D, i64 avail) {
     const i64 Dw = D / W * W;
-    const float* kr[W];
+    const KT* kr[W];
     for (i64 j0 = 0; j0 < nb; j0 += W) {
       for (int kk = 0; kk < W; ++kk) kr[kk] = K + std::min<i64>(j0 + kk, nb - 1) * k_st;
       for (i64 j = j0 + kPrefetchKeys; j < std::min(j0 + W + kPrefetchKeys, avail); ++j) prefetch_row(K + j * k_st, D);
@@ -48,13 +63,13 @@ struct Decode {
         for (i64 d = 0; d < Dw; d += W) {
           const V qv = I::load(q + d);
 #pragma GCC unroll 16
-          for (int kk = 0; kk < W; ++kk) acc[kk] = I::fma(qv, I::load(kr[kk] + d), acc[kk]);
+          for (int kk = 0; kk < W; ++kk) acc[kk] = I::fma(qv, ld(kr[kk] + d), acc[kk]);
         }
         float* s = S + r * KB + j0;
         I::store(s, I::hsum_lanes(acc));
         if (Dw < D)
           for (int kk = 0; kk < W; ++kk)
-            for (i64 d = Dw; d < D; ++d) s[kk] += q[d] * kr[kk][d];
+            for (i64 d = Dw; d < D; ++d) s[kk] += q[d] * ld1(kr[kk] + d);
       }
     }
   }
@@ -62,7 +77,7 @@ struct Decode {
   // o[m*Dp + e0 + c*W ..] += sum_{j < nb} P[m*KB + j] V[j*v_st + e0 + c*W ..] for rows m < M and
   // vectors c < CV, accumulated in registers.
   template <int M, int CV>
-  static void pv_block(float* o, i64 Dp, const float* P, i64 nb, const float* Vb, i64 v_st, i64 avail, i64 D) {
+  static void pv_block(float* o, i64 Dp, const float* P, i64 nb, const KT* Vb, i64 v_st, i64 avail, i64 D) {
     V acc[M][CV];
 #pragma GCC unroll 8
     for (int m = 0; m < M; ++m)
@@ -72,7 +87,7 @@ struct Decode {
       if (j + kPrefetchKeys < avail) prefetch_row(Vb + (j + kPrefetchKeys) * v_st, D);
       V vv[CV];
 #pragma GCC unroll 4
-      for (int c = 0; c < CV; ++c) vv[c] = I::load(Vb + j * v_st + c * W);
+      for (int c = 0; c < CV; ++c) vv[c] = ld(Vb + j * v_st + c * W);
 #pragma GCC unroll 8
       for (int m = 0; m < M; ++m) {
         const V pm = I::set1(P[m * KB + j]);
@@ -86,7 +101,7 @@ struct Decode {
       for (int c = 0; c < CV; ++c) I::store(o + m * Dp + c * W, acc[m][c]);
   }
   template <int M = kMaxRows>
-  static void pv_rows(int m, int cv, float* o, i64 Dp, const float* P, i64 nb, const float* Vb, i64 v_st, i64 avail,
+  static void pv_rows(int m, int cv, float* o, i64 Dp, const float* P, i64 nb, const KT* Vb, i64 v_st, i64 avail,
                       i64 D) {
     if constexpr (M > 1) {
       if (m < M) return pv_rows<M - 1>(m, cv, o, Dp, P, nb, Vb, v_st, avail, D);
@@ -100,7 +115,7 @@ struct Decode {
   }
   // o[r] += P[r] V over the block, every row r < R: whole vectors in register blocks, the last
   // D % W columns one by one.
-  static void pv(float* o, i64 R, i64 Dp, const float* P, i64 nb, const float* Vb, i64 v_st, i64 D, i64 avail) {
+  static void pv(float* o, i64 R, i64 Dp, const float* P, i64 nb, const KT* Vb, i64 v_st, i64 D, i64 avail) {
     const i64 Dw = D / W * W;
     for (i64 e0 = 0; e0 < Dw; e0 += 4 * W) {
       const int cv = static_cast<int>(std::min<i64>(4, (Dw - e0) / W));
@@ -112,7 +127,7 @@ struct Decode {
     for (i64 e = Dw; e < D; ++e)
       for (i64 r = 0; r < R; ++r) {
         float a = o[r * Dp + e];
-        for (i64 j = 0; j < nb; ++j) a += P[r * KB + j] * Vb[j * v_st + e];
+        for (i64 j = 0; j < nb; ++j) a += P[r * KB + j] * ld1(Vb + j * v_st + e);
         o[r * Dp + e] = a;
       }
   }
@@ -123,8 +138,9 @@ struct Decode {
   // read K and V at ~63% of this machine's read bandwidth; with it ~75% (distances 8 to 64 keys
   // and hints t0/t1/t2 all within a few % of each other; medians of 3 runs).
   static constexpr i64 kPrefetchKeys = 8;
-  static void prefetch_row(const float* x, i64 D) {
-    for (i64 d = 0; d < D; d += 16) __builtin_prefetch(x + d, 0, 1);
+  static void prefetch_row(const KT* x, i64 D) {
+    constexpr i64 kLine = 64 / sizeof(KT);  // elements per cache line
+    for (i64 d = 0; d < D; d += kLine) __builtin_prefetch(x + d, 0, 1);
   }
 
   // Where a task leaves its rows: the output itself (one chunk), or a partial slot [m, l, o[D]]
@@ -136,7 +152,7 @@ struct Decode {
   };
 
   // One task: keys [c0, c1) of key/value head hk of sequence b, all rows of its query heads.
-  static void task(const DecodeParams& p, const float* Q, const float* K, const float* Vv, const Out& out, i64 b,
+  static void task(const DecodeParams& p, const float* Q, const KT* K, const KT* Vv, const Out& out, i64 b,
                    i64 hk, i64 c0, i64 c1, i64 part0) {
     const i64 nq = p.q_len[b], nk = p.k_len[b], G = p.H_kv > 0 ? p.H / p.H_kv : 1, R = G * nq, D = p.D;
     const i64 Dp = round_up(D, W);
@@ -155,8 +171,8 @@ struct Decode {
       m[r] = kNegInf, l[r] = 0.f;
     }
     std::memset(o, 0, static_cast<std::size_t>(R * Dp) * sizeof(float));
-    const float* Kb = K + b * p.k_sb + hk * p.k_sh;
-    const float* Vb = Vv + b * p.v_sb + hk * p.v_sh;
+    const KT* Kb = K + b * p.k_sb + hk * p.k_sh;
+    const KT* Vb = Vv + b * p.v_sb + hk * p.v_sh;
     for (i64 j0 = c0; j0 < c1; j0 += KB) {
       const i64 nb = std::min(KB, c1 - j0), nbp = round_up(nb, W);
       scores(S, qs, R, Dp, Kb + j0 * p.k_st, p.k_st, nb, D, c1 - j0);
@@ -210,7 +226,7 @@ struct Decode {
     }
   }
 
-  static void forward(float* O, const float* Q, const float* K, const float* Vv, const DecodeParams& p) {
+  static void forward(float* O, const float* Q, const KT* K, const KT* Vv, const DecodeParams& p) {
     const i64 B = p.B, Hkv = p.H_kv > 0 ? p.H_kv : p.H, G = p.H / Hkv, Rmax = G * p.Lq, D = p.D;
     if (B <= 0 || p.H <= 0 || p.Lq <= 0) return;
     // Keys some query of sequence b sees: [first(b), k_len[b]), split into S(b) chunks of equal

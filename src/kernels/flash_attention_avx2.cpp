@@ -8,7 +8,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 
 namespace qkv::kernels::flash {
 namespace {
@@ -83,6 +83,10 @@ struct IsaAvx2 {
     four(b0, b1, b2, b3, out + 4);
   }
   // out[k] = the lane sum of vector k of the 8 consecutive vectors at v.
+  // 8 IEEE halves widened to floats (F16C; the dispatcher checks the CPU has it).
+  QKV_INL V load_half(const std::uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
   // Lane k = the sum of a[k]'s 8 lanes.
   QKV_INL V hsum_lanes(const V* a) {
     const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
@@ -126,6 +130,10 @@ void rows_backward_avx2(float* dQ, float* dK, float* dV, const float* dO, const 
 void decode_forward_avx2(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p) {
   Decode<IsaAvx2>::forward(O, Q, K, V, p);
 }
+void decode_forward_f16_avx2(float* O, const float* Q, const std::uint16_t* K, const std::uint16_t* V,
+                             const DecodeParams& p) {
+  Decode<IsaAvx2, std::uint16_t>::forward(O, Q, K, V, p);
+}
 
 }  // namespace qkv::kernels::flash
 
@@ -149,6 +157,10 @@ void rows_backward_avx2(float* dQ, float* dK, float* dV, const float* dO, const 
 }
 void decode_forward_avx2(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p) {
   decode_forward_scalar(O, Q, K, V, p);
+}
+void decode_forward_f16_avx2(float* O, const float* Q, const std::uint16_t* K, const std::uint16_t* V,
+                             const DecodeParams& p) {
+  decode_forward_f16_scalar(O, Q, K, V, p);
 }
 }  // namespace qkv::kernels::flash
 #endif

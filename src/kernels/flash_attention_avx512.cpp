@@ -61,6 +61,10 @@ struct IsaAvx512 {
     return _mm_cvtss_f32(s);
   }
   QKV_INL V exp2(V t) { return fastexp::exp2_avx512(t); }
+  // 16 IEEE halves widened to floats.
+  QKV_INL V load_half(const std::uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
   // Lane k = the sum of a[k]'s 16 lanes (16 dot products reduced at once: 30 shuffles and 15 adds
   // instead of 16 x 4 shuffles and adds). A tree over halves: after three levels, 128-bit block c
   // lane k holds a[4k + c]'s sum, so a is read in that transposed order.
@@ -117,6 +121,10 @@ void rows_backward_avx512(float* dQ, float* dK, float* dV, const float* dO, cons
 void decode_forward_avx512(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p) {
   Decode<IsaAvx512>::forward(O, Q, K, V, p);
 }
+void decode_forward_f16_avx512(float* O, const float* Q, const std::uint16_t* K, const std::uint16_t* V,
+                               const DecodeParams& p) {
+  Decode<IsaAvx512, std::uint16_t>::forward(O, Q, K, V, p);
+}
 
 }  // namespace qkv::kernels::flash
 
@@ -142,6 +150,10 @@ void rows_backward_avx512(float* dQ, float* dK, float* dV, const float* dO, cons
 }
 void decode_forward_avx512(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p) {
   decode_forward_scalar(O, Q, K, V, p);
+}
+void decode_forward_f16_avx512(float* O, const float* Q, const std::uint16_t* K, const std::uint16_t* V,
+                               const DecodeParams& p) {
+  decode_forward_f16_scalar(O, Q, K, V, p);
 }
 }  // namespace qkv::kernels::flash
 #endif

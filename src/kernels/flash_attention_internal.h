@@ -70,7 +70,9 @@ CallWorkspace& call_workspace();
                            const AttnParams& p);                                                               \
   void rows_backward_##name(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,    \
                             const float* V, const float* O, const float* LSE, const AttnParams& p);       \
-  void decode_forward_##name(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p);
+  void decode_forward_##name(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p);     \
+  void decode_forward_f16_##name(float* O, const float* Q, const std::uint16_t* K, const std::uint16_t* V,       \
+                                 const DecodeParams& p);
 
 QKV_FLASH_DECLARE_ISA(scalar)
 QKV_FLASH_DECLARE_ISA(avx2)

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "qkv/core/parallel.h"
@@ -16,4 +17,5 @@
 #include "qkv/kernels/decode_attention.h"
 #include "qkv/kernels/dropout.h"
 #include "qkv/kernels/fast_exp.h"
+#include "qkv/kernels/half.h"
 #include "flash_attention_internal.h"

@@ -22,6 +22,7 @@ struct IsaScalar {
   static float hsum(V a) { return a; }
   static V exp2(V t) { return fastexp::exp2_scalar(t); }
   static V hsum_lanes(const V* a) { return a[0]; }
+  static V load_half(const std::uint16_t* p) { return half_to_float(*p); }
 };
 
 }  // namespace
@@ -50,6 +51,10 @@ void rows_backward_scalar(float* dQ, float* dK, float* dV, const float* dO, cons
 }
 void decode_forward_scalar(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p) {
   Decode<IsaScalar>::forward(O, Q, K, V, p);
+}
+void decode_forward_f16_scalar(float* O, const float* Q, const std::uint16_t* K, const std::uint16_t* V,
+                               const DecodeParams& p) {
+  Decode<IsaScalar, std::uint16_t>::forward(O, Q, K, V, p);
 }
 
 }  // namespace qkv::kernels::flash

@@ -116,7 +116,8 @@ infer::KVCacheOptions GPT2LMHeadModel::cache_options(i64 batch, i64 max_len) con
           .batch = batch,
           .num_heads = cfg_.n_head,
           .max_len = max_len,
-          .head_dim = cfg_.n_embd / cfg_.n_head};
+          .head_dim = cfg_.n_embd / cfg_.n_head,
+          .dtype = kv_type()};
 }
 
 Tensor GPT2LMHeadModel::forward_cached(const Tensor& ids, const std::vector<i64>& n_new, infer::KVCache& cache,

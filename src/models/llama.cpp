@@ -13,6 +13,7 @@
 #include "qkv/infer/kv_cache.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/decode_attention.h"
+#include "qkv/kernels/half.h"
 #include "qkv/kernels/rms_norm.h"
 #include "qkv/kernels/swiglu.h"
 
@@ -49,7 +50,7 @@ class Buf {
 // The workspace of the calling thread (forward_cached is const and may run on many threads at
 // once, each with its own cache; one call per thread at a time).
 struct Workspace {
-  Buf x, h, hp, q, k, v, att, g, u, cos, sin, qd, od, lse, last;
+  Buf x, h, hp, q, k, v, att, g, u, cos, sin, qd, od, lse, last, wide;
 };
 Workspace& workspace() {
   thread_local Workspace ws;
@@ -123,7 +124,8 @@ infer::KVCacheOptions LlamaForCausalLM::cache_options(i64 batch, i64 max_len) co
           .num_heads = cfg_.num_attention_heads,
           .num_kv_heads = cfg_.num_key_value_heads,
           .max_len = max_len,
-          .head_dim = cfg_.head_dim};
+          .head_dim = cfg_.head_dim,
+          .dtype = kv_type()};
 }
 
 Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64>& n_new, infer::KVCache& cache,
@@ -137,6 +139,7 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
       co.num_kv_heads != c.num_key_value_heads || co.head_dim != c.head_dim)
     throw ShapeError("LlamaForCausalLM::forward_cached: the cache is shaped for another model");
   cache.check_room(n_new);
+  const bool f16 = co.dtype == infer::KVType::F16;
   const i64 B = co.batch, Tn = ids.shape()[1], T = co.max_len;
   const i64 C = c.hidden_size, F = c.intermediate_size, D = c.head_dim, H = c.num_attention_heads;
   const i64 Hkv = c.num_key_value_heads, V = c.vocab_size, HD = H * D, KD = Hkv * D;
@@ -271,8 +274,10 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
     product(tm, hm, C, L.v.w, v, KD, with_bias(L.v.bias, hq));
     tm.barrier();
     // RoPE and the cache write (the new keys and values appended: cache [B, H_kv, T, D]).
-    float* Kc = cache.keys(l).data<float>();
-    float* Vc = cache.values(l).data<float>();
+    float* Kc = f16 ? nullptr : cache.keys(l).data<float>();
+    float* Vc = f16 ? nullptr : cache.values(l).data<float>();
+    std::uint16_t* Kh = f16 ? cache.keys_f16(l) : nullptr;
+    std::uint16_t* Vh = f16 ? cache.values_f16(l) : nullptr;
     const auto [r0, r1] = tm.part(0, R);
     kernels::rope_apply_f32(q + r0 * HD, r1 - r0, H, D, HD, c.rope_dim, cosv + r0 * half, sinv + r0 * half, c.rope_style);
     kernels::rope_apply_f32(k + r0 * KD, r1 - r0, Hkv, D, KD, c.rope_dim, cosv + r0 * half, sinv + r0 * half, c.rope_style);
@@ -280,8 +285,13 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
       const i64 b = row_b[static_cast<std::size_t>(r)], p = pos[static_cast<std::size_t>(r)];
       for (i64 j = 0; j < Hkv; ++j) {
         const i64 dst = ((b * Hkv + j) * T + p) * D;
-        std::memcpy(Kc + dst, k + r * KD + j * D, static_cast<std::size_t>(D) * sizeof(float));
-        std::memcpy(Vc + dst, v + r * KD + j * D, static_cast<std::size_t>(D) * sizeof(float));
+        if (f16) {  // rounded to the nearest half once, here
+          kernels::float_to_half_rows(k + r * KD + j * D, Kh + dst, D);
+          kernels::float_to_half_rows(v + r * KD + j * D, Vh + dst, D);
+        } else {
+          std::memcpy(Kc + dst, k + r * KD + j * D, static_cast<std::size_t>(D) * sizeof(float));
+          std::memcpy(Vc + dst, v + r * KD + j * D, static_cast<std::size_t>(D) * sizeof(float));
+        }
       }
       if (q_len[static_cast<std::size_t>(b)]) {  // Q of the decode kernel: [B, H, Lq, D]
         const i64 t = row_t[static_cast<std::size_t>(r)];
@@ -311,8 +321,11 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
     p.scale = scale;
     p.window = c.sliding_window;
     const i64 ro = first[static_cast<std::size_t>(b)] * HD + j * G * D, ko = (b * Hkv + j) * T * D;
-    kernels::decode_attention_forward(att + ro, q + ro, cache.keys(l).data<float>() + ko,
-                                      cache.values(l).data<float>() + ko, p);
+    if (f16)
+      kernels::decode_attention_forward_f16(att + ro, q + ro, cache.keys_f16(l) + ko, cache.values_f16(l) + ko, p);
+    else
+      kernels::decode_attention_forward(att + ro, q + ro, cache.keys(l).data<float>() + ko,
+                                        cache.values(l).data<float>() + ko, p);
   };
   // The decode kernel's output rows back into att [R, H*D] (rows r0..r1).
   auto gather_rows = [&](i64 r0, i64 r1) {
@@ -326,8 +339,8 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
   // Attention of layer l over the cache, outside a team: decode calls one by one, then one
   // FlashAttention call per prefilling sequence (the kernels split their work over the threads).
   auto attention = [&](i64 l) {
-    const float* Kc = cache.keys(l).data<float>();
-    const float* Vc = cache.values(l).data<float>();
+    const float* Kc = f16 ? nullptr : cache.keys(l).data<float>();
+    const float* Vc = f16 ? nullptr : cache.values(l).data<float>();
     if (Lq) {  // one call for every (sequence, head): the same results as decode_unit's
       kernels::DecodeParams p;
       p.B = B, p.H = H, p.H_kv = Hkv, p.Lq = Lq, p.D = D;
@@ -340,7 +353,10 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
       p.scale = scale;
       p.window = c.sliding_window;
       p.independent = true;
-      kernels::decode_attention_forward(od, qd, Kc, Vc, p);
+      if (f16)
+        kernels::decode_attention_forward_f16(od, qd, cache.keys_f16(l), cache.values_f16(l), p);
+      else
+        kernels::decode_attention_forward(od, qd, Kc, Vc, p);
       gather_rows(0, R);
     }
     for (i64 b = 0; b < B; ++b) {
@@ -357,7 +373,17 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
       p.causal = true;
       p.window = c.sliding_window;
       float* lse = ws.lse.get(H * n);
-      kernels::flash_attention_forward(att + r0 * HD, lse, q + r0 * HD, Kc + b * Hkv * T * D, Vc + b * Hkv * T * D, p);
+      if (f16) {  // the sequence's keys and values widened first (KVCache::widen: O(Lk D) work)
+        const i64 Lk = p.Lk, nv = Hkv * Lk * D;
+        float* wide = ws.wide.get(2 * nv);
+        cache.widen(l, b, Lk, wide, wide + nv);
+        p.k_sb = nv, p.k_sh = Lk * D;
+        p.v_sb = p.k_sb, p.v_sh = p.k_sh;
+        kernels::flash_attention_forward(att + r0 * HD, lse, q + r0 * HD, wide, wide + nv, p);
+      } else {
+        kernels::flash_attention_forward(att + r0 * HD, lse, q + r0 * HD, Kc + b * Hkv * T * D, Vc + b * Hkv * T * D,
+                                         p);
+      }
     }
   };
   // A step where every sequence decodes over a short context (the common generation step) runs

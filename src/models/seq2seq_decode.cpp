@@ -25,7 +25,8 @@ infer::KVCacheOptions Seq2SeqDecoderLM::cache_options(i64 batch, i64 max_len) co
           .batch = batch,
           .num_heads = o.num_heads,
           .max_len = max_len,
-          .head_dim = o.d_model / o.num_heads};
+          .head_dim = o.d_model / o.num_heads,
+          .dtype = kv_type()};
 }
 
 Tensor Seq2SeqDecoderLM::forward_cached(const Tensor& ids, const std::vector<i64>& n_new, infer::KVCache& cache,

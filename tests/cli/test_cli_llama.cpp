@@ -98,6 +98,31 @@ TEST(CliLlama, ChatKeepsTheConversation) {
   EXPECT_EQ(r.out, "The capital of France is Paris.\nThe capital of France is Paris.\n");
 }
 
+// --kv-cache f16: keys and values kept as IEEE halves (llama.cpp's default cache). The reply to
+// the chat prompt is unchanged, and bench generate counts the cache at half the bytes.
+TEST(CliLlama, HalfPrecisionCacheGivesTheSameReply) {
+  need_smol();
+  const std::string chat = " --chat 'What is the capital of France?' --max-new 20 --json";
+  const Result f32 = run("generate --model '" + kSmol + "'" + chat);
+  const Result f16 = run("generate --model '" + kSmol + "' --kv-cache f16" + chat);
+  ASSERT_EQ(f32.code, 0) << f32.err;
+  ASSERT_EQ(f16.code, 0) << f16.err;
+  EXPECT_EQ(json_lines(f16.out).at(0)["new_ids"], json_lines(f32.out).at(0)["new_ids"]);
+  Scratch s;
+  const std::string in = s.write("in.txt", "What is the capital of France?\n");
+  const Result c = run("chat --model '" + kSmol + "' --kv-cache f16 --max-new 20 < '" + in + "'");
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_EQ(c.out, json_lines(f16.out).at(0)["text"].get<std::string>() + "\n");
+  const std::string bench = "bench generate --model '" + kSmol + "' --prompt-len 8 --new 2 --repeat 1 --bandwidth-mb 64 --json";
+  const Result b32 = run(bench), b16 = run(bench + " --kv-cache f16");
+  ASSERT_EQ(b32.code, 0) << b32.err;
+  ASSERT_EQ(b16.code, 0) << b16.err;
+  const auto j32 = json_lines(b32.out).at(0), j16 = json_lines(b16.out).at(0);
+  EXPECT_EQ(j32["kv_cache"], "f32");
+  EXPECT_EQ(j16["kv_cache"], "f16");
+  EXPECT_NEAR(j16["cache_mb"].get<double>() * 2, j32["cache_mb"].get<double>(), 0.01) << b16.out;
+}
+
 TEST(CliLlama, ConvertToGgufAndBack) {
   Scratch s;
   const std::string f32 = (s.dir / "tiny.gguf").string(), q8 = (s.dir / "tiny_q8.gguf").string();
@@ -140,6 +165,7 @@ TEST(CliLlama, BadInputsAreOneClearLine) {
   expect(run(M + "--chat --prompt-ids 1,2"), 1, "--chat renders text; it cannot take --prompt-ids");
   expect(run(M + "--activations int4 hi"), 1, "--activations must be f32 or q8, got 'int4'");
   expect(run(M + "--logprobs 21 hi"), 2, "--logprobs");
+  expect(run(M + "--kv-cache int8 hi"), 1, "--kv-cache must be f32 or f16, got 'int8'");
   expect(run(M + "--messages '" + s.write("bad.json", R"([{"role": "user"}])") + "'"), 1, "has no \"content\"");
   expect(run(M + "--chat hi --chat-template '" + s.write("t.jinja", "{% for m in messages %}{{ m.content }") + "'"), 1,
          "t.jinja");

@@ -14,6 +14,7 @@
 #include "qkv/core/parallel.h"
 #include "qkv/kernels/cpu.h"
 #include "qkv/kernels/decode_attention.h"
+#include "qkv/kernels/half.h"
 #include "testing/guards.h"
 
 namespace {
@@ -282,6 +283,114 @@ TEST(DecodeAttention, IndependentSequencesEqualTheirCallsAlone) {
               err_lp = std::max(err_lp, std::fabs(lp[at] - hp[at]));
             }
       EXPECT_LE(err, 2 * err_lp + 1e-5);
+    }
+  }
+}
+
+// A float16 cache (decode_attention_forward_f16): bitwise the float kernel on the halves' values
+// (each key and value rounded to half, then widened exactly), every ISA, awkward head dims, groups,
+// windows, long contexts split over threads, NaN in the unused slots.
+TEST(DecodeAttention, HalfCacheEqualsTheFloatKernelOnTheRoundedValues) {
+  qkv::testing::ThreadsGuard tg;
+  qkv::testing::IsaGuard ig;
+  const std::vector<Case> cases = {
+      {2, 3, 1, 1, 9, {1, 1}, {9, 2}},
+      {3, 9, 2, 64, 300, {2, 1, 2}, {300, 77, 2}, 3},
+      {1, 4, 4, 21, 113, {4}, {113}, 2, 40},
+      {2, 2, 3, 59, 700, {3, 1}, {700, 650}, 1},
+      {1, 9, 1, 64, 2600, {1}, {2600}, 3},  // split across threads
+  };
+  std::uint32_t seed = 91;
+  for (auto isa : isas()) {
+    qkv::kernels::set_isa(isa);
+    for (int threads : {1, 2}) {
+      qkv::set_num_threads(threads);
+      for (const Case& c : cases) {
+        Buffers x = make(c, seed++, 2.f);
+        std::vector<std::uint16_t> kh(x.k.size()), vh(x.v.size());
+        for (std::size_t i = 0; i < x.k.size(); ++i) {
+          kh[i] = qkv::kernels::f32_to_f16(x.k[i]);
+          vh[i] = qkv::kernels::f32_to_f16(x.v[i]);
+          x.k[i] = qkv::kernels::f16_to_f32(kh[i]);
+          x.v[i] = qkv::kernels::f16_to_f32(vh[i]);
+        }
+        const std::vector<float> want = fast(x, c);
+        std::vector<float> got(x.q.size(), -7.f);
+        DecodeParams p = x.p;
+        p.q_len = c.q_len.data();
+        p.k_len = c.k_len.data();
+        qkv::kernels::decode_attention_forward_f16(got.data(), x.q.data(), kh.data(), vh.data(), p);
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+            << "D " << c.D << " T " << c.T << " H_kv " << c.kv_heads() << " threads " << threads << " isa "
+            << qkv::kernels::isa_name(isa);
+        // And within R1-style bounds of the float64 reference on those values.
+        const std::vector<double> hp = ref<double>(x, c);
+        for (i64 b = 0; b < c.B; ++b)
+          for (i64 h = 0; h < c.H; ++h)
+            for (i64 i = 0; i < c.q_len[b]; ++i)
+              for (i64 d = 0; d < c.D; ++d) {
+                const std::size_t at = static_cast<std::size_t>(((b * c.H + h) * c.Lq + i) * c.D + d);
+                ASSERT_NEAR(got[at], hp[at], 1e-4) << "b " << b << " h " << h << " i " << i << " d " << d;
+              }
+      }
+    }
+  }
+}
+
+// kernels/half.h's row conversions: the scalar functions' bits (numpy's conversions) on every ISA,
+// for every half (widening) and for floats around every rounding case (ties to even, the
+// subnormal range, overflow to inf); NaN stays NaN with its sign; any length (vector tails).
+TEST(HalfRows, EveryIsaGivesTheScalarConversionsBits) {
+  qkv::testing::IsaGuard ig;
+  std::vector<std::uint16_t> all(65536);
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::uint16_t>(i);
+  std::vector<float> xs;
+  std::mt19937 rng(5);
+  for (std::uint16_t h : all) {
+    const float f = qkv::kernels::f16_to_f32(h);
+    if (std::isnan(f)) continue;
+    std::uint32_t b;
+    std::memcpy(&b, &f, 4);
+    for (std::uint32_t d : {0u, 1u, 0xFFFu, 0x1000u, 0x1001u, 0x1FFFu}) {  // exact, near and on the ties
+      const std::uint32_t c = b + d;
+      float g;
+      std::memcpy(&g, &c, 4);
+      if (!std::isnan(g)) xs.push_back(g);  // (past inf's bits: NaNs, checked on their own below)
+    }
+  }
+  for (float f : {1e-8f, 3e-8f, 5.96e-8f, 65504.f, 65519.f, 65520.f, 1e9f, std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::denorm_min()})
+    xs.push_back(f), xs.push_back(-f);
+  std::normal_distribution<float> n(0.f, 100.f);
+  for (int i = 0; i < 4099; ++i) xs.push_back(n(rng));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (auto isa : isas()) {
+    qkv::kernels::set_isa(isa);
+    std::vector<float> wide(all.size());
+    qkv::kernels::half_to_float_rows(all.data(), wide.data(), static_cast<i64>(all.size()));
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const float want = qkv::kernels::f16_to_f32(all[i]);
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(wide[i])) << i;
+        ASSERT_EQ(std::signbit(want), std::signbit(wide[i])) << i;
+      } else {
+        ASSERT_EQ(0, std::memcmp(&want, &wide[i], 4)) << "half " << i << " isa " << qkv::kernels::isa_name(isa);
+      }
+    }
+    for (i64 len : {i64{0}, i64{1}, i64{7}, i64{15}, i64{17}, static_cast<i64>(xs.size())}) {
+      std::vector<std::uint16_t> h(static_cast<std::size_t>(len) + 1, 0xABCD);
+      qkv::kernels::float_to_half_rows(xs.data(), h.data(), len);
+      for (i64 i = 0; i < len; ++i)
+        ASSERT_EQ(h[static_cast<std::size_t>(i)], qkv::kernels::f32_to_f16(xs[static_cast<std::size_t>(i)]))
+            << "x " << xs[static_cast<std::size_t>(i)] << " isa " << qkv::kernels::isa_name(isa);
+      ASSERT_EQ(h.back(), 0xABCD) << "wrote past n";
+    }
+    std::vector<float> nans = {nan, -nan};
+    std::vector<std::uint16_t> hn(2);
+    qkv::kernels::float_to_half_rows(nans.data(), hn.data(), 2);
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_TRUE(std::isnan(qkv::kernels::f16_to_f32(hn[i])));
+      EXPECT_EQ(std::signbit(nans[i]), (hn[i] & 0x8000) != 0);
     }
   }
 }

@@ -391,6 +391,8 @@ QKV_TOOL_COMMAND(bench, {
       s->add_option("--activations", gen->activations,
                     "f32 (exact, the default) or q8 (activations quantized per 32 values, integer products; "
                     "quantized Llama-family models)");
+      s->add_option("--kv-cache", gen->kv_cache, "f32 (the default) or f16: the KV cache's element type")
+          ->check(CLI::IsMember({"f32", "f16"}));
       s->add_option("--layers", gen->layers, "L (default 12)")->check(int_range(1, 1024));
       s->add_option("--d-model", gen->d_model, "C (default 768)")->check(int_range(1, 1 << 16));
       s->add_option("--heads", gen->heads, "H, must divide C (default 12)")->check(int_range(1, 1 << 16));

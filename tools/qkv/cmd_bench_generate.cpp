@@ -34,7 +34,8 @@ int run_bench_generate(const BenchGenerateOptions& o) {
   nlohmann::ordered_json sizes;
   if (!o.model.empty()) {
     const infer::LanguageModel lm = infer::load_language_model(
-        o.model, {.activations = o.activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32});
+        o.model, {.activations = o.activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32,
+                  .kv_cache = infer::parse_kv_type(o.kv_cache, "--kv-cache")});
     model = lm.model;
     arch = lm.architecture;
     weight_bytes = static_cast<double>(lm.weight_bytes);
@@ -53,6 +54,7 @@ int run_bench_generate(const BenchGenerateOptions& o) {
     manual_seed(0);
     auto m = std::make_shared<models::GPT2LMHeadModel>(c);
     m->eval();
+    m->set_kv_type(infer::parse_kv_type(o.kv_cache, "--kv-cache"));
     // Every parameter except the position table, of which one row is read.
     weight_bytes = 4.0 * static_cast<double>(m->num_parameters() - m->wpe->weight.numel());
     model = m;
@@ -106,7 +108,7 @@ int run_bench_generate(const BenchGenerateOptions& o) {
   const double bound = bw.gbs * 1e9 / weight_bytes * static_cast<double>(o.batch);  // tokens/s at the bound
   const double decode_tps = static_cast<double>(o.batch) * 1e3 / median(step_ms);
   const infer::KVCacheOptions co = model->cache_options(o.batch, o.prompt_len + o.new_tokens);
-  const double kv_bytes = 8.0 * static_cast<double>(co.num_layers * co.batch * co.max_len) *
+  const double kv_bytes = (co.dtype == infer::KVType::F16 ? 4.0 : 8.0) * static_cast<double>(co.num_layers * co.batch * co.max_len) *
                           static_cast<double>((co.num_kv_heads ? co.num_kv_heads : co.num_heads) * co.head_dim);
   nlohmann::ordered_json j;
   j["bench"] = "generate";
@@ -116,6 +118,7 @@ int run_bench_generate(const BenchGenerateOptions& o) {
   j["batch"] = o.batch, j["prompt_len"] = o.prompt_len, j["new"] = o.new_tokens;
   j["cache"] = !o.no_cache;
   j["activations"] = o.activations;
+  j["kv_cache"] = o.kv_cache;
   j["threads"] = num_threads();
   j["isa"] = kernels::isa_name(kernels::active_isa());
   j["repeat"] = o.repeat;

@@ -14,6 +14,7 @@ struct BenchGenerateOptions {
   int repeat = 3;
   std::int64_t bandwidth_mb = 512;  // buffer of the read-bandwidth measurement (well past the caches)
   bool no_cache = false, json = false;
+  std::string kv_cache = "f32";     // the KV cache's element type: f32 | f16
   std::string activations = "f32";  // Llama family: f32 (exact) | q8 (activations quantized per 32, integer products)
 };
 

@@ -27,7 +27,7 @@ namespace {
 using i64 = std::int64_t;
 
 struct ChatOptions {
-  std::string model, system, chat_template;
+  std::string model, system, chat_template, activations = "f32", kv_cache = "f32";
   i64 max_new = 512;
   i64 ctx = 0;
   SamplingFlags sampling;
@@ -56,7 +56,12 @@ int run_chat(const ChatOptions& o) {
   require_model_kind(o.model, {"gpt2", "llama", "mistral", "qwen2"}, "chat",
                      "a causal language model: a GGUF file, or a GPT-2 / Llama / Mistral / Qwen2 folder");
   const infer::SamplingOptions sampling = o.sampling.options();
-  const infer::LanguageModel lm = infer::load_language_model(o.model, {.chat_template_file = o.chat_template});
+  if (o.activations != "f32" && o.activations != "q8")
+    throw ValueError("--activations must be f32 or q8, got '" + o.activations + "'");
+  const infer::LanguageModel lm = infer::load_language_model(
+      o.model, {.chat_template_file = o.chat_template,
+                .activations = o.activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32,
+                .kv_cache = infer::parse_kv_type(o.kv_cache, "--kv-cache")});
   lm.tok();  // a chat needs the tokenizer: a clear error now rather than at the first message
   if (!lm.chat_template) lm.render_chat({});  // throws the reason there is no usable template
   const i64 ctx = o.ctx ? o.ctx : std::min<i64>(lm.model->max_positions(), 8192);
@@ -171,6 +176,11 @@ QKV_TOOL_COMMAND(chat, {
       sub.add_option("--chat-template", opt->chat_template, "A Jinja chat template file instead of the model's")
           ->check(input_file("a Jinja template file"))
           ->type_name("FILE");
+      sub.add_option("--activations", opt->activations,
+                     "f32 (exact, the default) or q8 (quantized weights meet activations quantized per 32 values)")
+          ->capture_default_str();
+      sub.add_option("--kv-cache", opt->kv_cache, "f32 (the default) or f16: the KV cache's element type")
+          ->capture_default_str();
       add_sampling_flags(sub, opt->sampling);
       return [opt] { return run_chat(*opt); };
     }});

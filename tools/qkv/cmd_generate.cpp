@@ -32,7 +32,7 @@ using i64 = std::int64_t;
 struct GenerateOptions {
   std::string model;
   std::optional<std::string> prompt;
-  std::string prompt_ids, prompts_file, messages_file, system, chat_template, activations = "f32";
+  std::string prompt_ids, prompts_file, messages_file, system, chat_template, activations = "f32", kv_cache = "f32";
   i64 max_new = 32;
   SamplingFlags sampling;
   std::vector<std::string> stop;
@@ -76,7 +76,8 @@ int run_generate(GenerateOptions o, std::ostream& out) {
 
   const infer::LanguageModel lm = infer::load_language_model(
       o.model, {.chat_template_file = o.chat_template,
-                .activations = o.activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32});
+                .activations = o.activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32,
+                .kv_cache = infer::parse_kv_type(o.kv_cache, "--kv-cache")});
   const bool ids_only = !o.prompt_ids.empty();
   const tokenize::ByteLevelBPE* tok = lm.tokenizer ? &*lm.tokenizer : nullptr;
   if (!ids_only && !tok && !fs::exists(fs::path(o.model) / "tokenizer.json"))
@@ -260,6 +261,10 @@ QKV_TOOL_COMMAND(generate, {
           ->check(int_range(0, 20));
       sub.add_option("--activations", opt->activations,
                      "f32 (exact, the default) or q8 (quantized weights meet activations quantized per 32 values)")
+          ->capture_default_str();
+      sub.add_option("--kv-cache", opt->kv_cache,
+                     "f32 (the default) or f16: the KV cache's element type (f16 halves its memory and what each "
+                     "step reads at depth; keys and values rounded to half precision once)")
           ->capture_default_str();
       sub.add_flag("--no-cache", opt->no_cache, "Recompute the whole sequence every step");
       sub.add_flag("--json", opt->json, "One JSON object per prompt");

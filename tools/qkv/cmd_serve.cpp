@@ -32,6 +32,7 @@ struct ServeOptions {
   std::string api_key;
   std::string chat_template;
   std::string activations = "f32";
+  std::string kv_cache = "f32";
   std::int64_t max_body = 1 << 20;
   double request_timeout = 10;
   double shutdown_grace = 4;
@@ -59,7 +60,8 @@ int run_serve(const ServeOptions& o) {
                                                       .prefill_chunk = o.prefill_chunk,
                                                       .chat_template_file = o.chat_template,
                                                       .activations = o.activations == "q8" ? kernels::QActivations::Q8
-                                                                                           : kernels::QActivations::F32});
+                                                                                           : kernels::QActivations::F32,
+                                                      .kv_cache = infer::parse_kv_type(o.kv_cache, "--kv-cache")});
   serve::ServerOptions so;
   so.host = o.host;
   so.port = o.port;
@@ -139,6 +141,11 @@ QKV_TOOL_COMMAND(serve, {
                      "32 values: faster prefill, and faster batched decoding of Q4_0/Q4_1/Q8_0 weights on AVX-512 VNNI; "
                      "as qkv generate --activations q8)")
           ->check(CLI::IsMember({"f32", "q8"}))
+          ->capture_default_str();
+      sub.add_option("--kv-cache", opt->kv_cache,
+                     "f32 (the default) or f16: the slots' KV caches in half precision (half the memory per slot; "
+                     "as qkv generate --kv-cache f16)")
+          ->check(CLI::IsMember({"f32", "f16"}))
           ->capture_default_str();
       sub.add_option("--max-body", opt->max_body, "Largest request body in bytes (413 beyond)")
           ->check(int_range(1024, std::int64_t{1} << 30))

@@ -17,7 +17,7 @@ using i64 = std::int64_t;
 
 serve::TextModel load_text(const std::string& path, const ServeModelOptions& o) {
   auto lm = std::make_shared<const infer::LanguageModel>(
-      infer::load_language_model(path, {.chat_template_file = o.chat_template_file, .activations = o.activations}));
+      infer::load_language_model(path, {.chat_template_file = o.chat_template_file, .activations = o.activations, .kv_cache = o.kv_cache}));
   const i64 P = lm->model->max_positions();
   const i64 ctx = o.context ? o.context : std::min(P, kDefaultServeContext);
   if (ctx > P)

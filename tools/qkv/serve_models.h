@@ -18,6 +18,7 @@ struct ServeModelOptions {
   std::int64_t prefill_chunk = 256;
   std::string chat_template_file;  // replaces the text models' own templates
   kernels::QActivations activations = kernels::QActivations::F32;  // Llama family with quantized weights
+  infer::KVType kv_cache = infer::KVType::F32;
 };
 
 // Positions per slot when --ctx is not given (a model's full context would give every slot a

@@ -24,6 +24,14 @@ class CausalLM {
   // [B, Tn, V] when all_logits. Never records autograd history.
   virtual Tensor forward_cached(const Tensor& ids, const std::vector<std::int64_t>& n_new, KVCache& cache,
                                 bool all_logits = false) const = 0;
+
+  // The element type of the caches cache_options describes: float32 (the default) or float16
+  // (KVType; set once, before the model is shared between threads).
+  void set_kv_type(KVType t) { kv_type_ = t; }
+  KVType kv_type() const { return kv_type_; }
+
+ private:
+  KVType kv_type_ = KVType::F32;
 };
 
 }  // namespace qkv::infer

@@ -19,6 +19,8 @@
 // The model that fills it may be shared by many caches in many threads.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "qkv/core/tensor.h"
@@ -28,6 +30,15 @@ class MultiHeadAttention;
 }
 
 namespace qkv::infer {
+
+// The element type of a cache's keys and values: float32 (exact, the default) or IEEE half
+// (float16: half the memory and half the bytes every decode step reads at depth, as llama.cpp's
+// default cache; each key and value rounded to nearest once when written, widened exactly when
+// read, and the attention's arithmetic is float32's on those values).
+enum class KVType { F32, F16 };
+const char* kv_type_name(KVType t);  // "f32", "f16"
+// "f32" / "f16" -> the type; ValueError naming `what` and the text otherwise.
+KVType parse_kv_type(const std::string& text, const std::string& what);
 
 struct KVCacheOptions {
   std::int64_t num_layers = 0;
@@ -40,11 +51,12 @@ struct KVCacheOptions {
   // faults (a server's slots: steady latency, the memory counted from the start, as llama.cpp
   // clears its cache buffer); false: pages arrive as positions are first written.
   bool populate = false;
+  KVType dtype = KVType::F32;
 };
 
 class KVCache {
  public:
-  // Allocates 2 * num_layers tensors [B, H_kv, T_max, D] (float32). Sizes must be >= 1 (layers >= 0),
+  // Allocates 2 * num_layers buffers [B, H_kv, T_max, D] (float32 tensors, or halves). Sizes must be >= 1 (layers >= 0),
   // num_kv_heads must divide num_heads (ValueError naming both); the total is checked for overflow
   // and named in the error (AllocError) before anything is allocated.
   explicit KVCache(const KVCacheOptions& o);
@@ -54,13 +66,15 @@ class KVCache {
   std::int64_t length(std::int64_t b) const;
   const std::vector<std::int64_t>& lengths() const { return len_; }
   std::int64_t bytes() const;  // of keys and values of every layer
+  KVType dtype() const { return opt_.dtype; }
 
   // ValueError naming the sequence, its length, n_new and max_len if any
   // length(b) + n_new[b] > max_len (or n_new has the wrong size or a negative entry).
   void check_room(const std::vector<std::int64_t>& n_new) const;
   // Copies the new keys and values of `layer` into place: k_new, v_new [B, H_kv, Tn, D] (any
   // strides); rows t < n_new[b] go to positions length(b) + t, rows t >= n_new[b] are ignored.
-  // Bitwise copies. Checks everything first (nothing is written on error).
+  // Bitwise copies (a float16 cache: each value rounded to the nearest half, kernels/half.h).
+  // Checks everything first (nothing is written on error).
   void write(std::int64_t layer, const Tensor& k_new, const Tensor& v_new, const std::vector<std::int64_t>& n_new);
   // Attention of the new queries q [B, H, Tn, D] (after write() of this layer, before advance()):
   // query t < n_new[b] of sequence b, at position p = length(b) + t, sees its keys [0, p]
@@ -80,14 +94,26 @@ class KVCache {
   void truncate(std::int64_t b, std::int64_t n);
   void reset();                // every slot
 
-  // The whole buffers [B, H_kv, T_max, D] (entries at or past length(b) are unspecified).
+  // The whole buffers [B, H_kv, T_max, D] (entries at or past length(b) are unspecified) of a
+  // float32 cache; TypeError for a float16 one.
   const Tensor& keys(std::int64_t layer) const;
   const Tensor& values(std::int64_t layer) const;
+  // A float16 cache's buffers, the same layout, IEEE half bits (kernels/half.h); TypeError for a
+  // float32 one. Writable for a model that appends its keys in place (as keys(l).data<float>()).
+  std::uint16_t* keys_f16(std::int64_t layer) const;
+  std::uint16_t* values_f16(std::int64_t layer) const;
+  // A float16 cache's keys and values of sequence b in `layer`, positions [0, Lk) of every
+  // key/value head, widened to float32 -> k_out, v_out [H_kv, Lk, D] each (threads share the
+  // heads). What a prefill's FlashAttention reads: the values the decode kernel widens as it goes.
+  void widen(std::int64_t layer, std::int64_t b, std::int64_t Lk, float* k_out, float* v_out) const;
 
  private:
   void check_slot(std::int64_t b, const char* what) const;
+  void check_layer(std::int64_t layer, const char* what, KVType want) const;
   KVCacheOptions opt_;
-  std::vector<Tensor> k_, v_;
+  std::vector<Tensor> k_, v_;  // float32
+  // float16 (shared by copies of the cache, as the float32 tensors' storage is)
+  std::vector<std::shared_ptr<std::uint16_t[]>> kh_, vh_;
   std::vector<std::int64_t> len_;
 };
 

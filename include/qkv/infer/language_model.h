@@ -33,6 +33,9 @@ struct LanguageModelOptions {
   // How activations meet quantized weights in the Llama family (kernels/qgemm.h): F32, exact
   // (the default), or Q8 (activations quantized per 32 values, integer products; faster, less exact).
   kernels::QActivations activations = kernels::QActivations::F32;
+  // The KV caches' element type (infer/kv_cache.h): float32 (the default) or float16 (half the
+  // cache's memory and of the bytes a decode step reads at depth; keys and values rounded once).
+  KVType kv_cache = KVType::F32;
 };
 
 struct LanguageModel {

@@ -50,6 +50,10 @@ struct DecodeParams {
 
 //   O [B,H,Lq,D] strides o_*; Q [B,H,Lq,D] strides q_*; K, V [B,H_kv,T,D] strides k_*, v_*
 void decode_attention_forward(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p);
+// The same over a float16 cache: K, V hold IEEE halves (kernels/half.h; strides in elements), widened
+// to float as they are read, so the arithmetic is decode_attention_forward's on the halves' values.
+void decode_attention_forward_f16(float* O, const float* Q, const std::uint16_t* K, const std::uint16_t* V,
+                                  const DecodeParams& p);
 
 // Naive twin (T = float or double): one exact softmax per query row, no splitting, keys checked
 // one by one against the causal and window rules.
