@@ -299,6 +299,9 @@ TEST(ServeCli, StartupErrorsAreNamed) {
   auto [c7, e7] = run({"--model", gpt2_tiny_dir(), "--activations", "q9"});
   EXPECT_EQ(c7, 2);
   EXPECT_NE(e7.find("--activations: q9 not in {f32,q8}"), std::string::npos) << e7;
+  auto [c8, e8] = run({"--model", gpt2_tiny_dir(), "--kv-cache", "f8"});
+  EXPECT_EQ(c8, 2);
+  EXPECT_NE(e8.find("--kv-cache: f8 not in {f32,f16}"), std::string::npos) << e8;
   auto [c5, e5] = run({"--model", gpt2_tiny_dir(), "--parallel", "0"});
   EXPECT_EQ(c5, 2);
   EXPECT_NE(e5.find("--parallel"), std::string::npos) << e5;

@@ -40,13 +40,14 @@ struct Reference {
   std::string text, finish_reason;
 };
 
-// `qkv generate --chat Q --json` (greedy), once per question and activations.
-const Reference& generated(std::size_t q, const std::string& activations = "f32") {
+// `qkv generate --chat Q --json` (greedy) with the model flags `flags` (as the server's), once
+// per question and flags.
+const Reference& generated(std::size_t q, const std::string& flags = "") {
   static std::map<std::pair<std::size_t, std::string>, Reference> cache;
-  if (auto it = cache.find({q, activations}); it != cache.end()) return it->second;
+  if (auto it = cache.find({q, flags}); it != cache.end()) return it->second;
   const auto& [question, max_new] = kQuestions[q];
   const auto r = qkv::cli_test::run("generate --model '" + kSmol + "' --chat '" + question + "' --max-new " +
-                                    std::to_string(max_new) + " --activations " + activations + " --logprobs 0 --json");
+                                    std::to_string(max_new) + " " + flags + " --logprobs 0 --json");
   EXPECT_EQ(r.code, 0) << r.err;
   Reference ref;
   const json j = json::parse(r.out);
@@ -55,7 +56,7 @@ const Reference& generated(std::size_t q, const std::string& activations = "f32"
   for (const json& t : j["logprobs"]) ref.logprobs.push_back(t["logprob"]);
   ref.text = j["text"];
   ref.finish_reason = j["stop_reason"] == "eos" ? "stop" : "length";
-  return cache[{q, activations}] = ref;
+  return cache[{q, flags}] = ref;
 }
 
 const qkv::tokenize::ByteLevelBPE& smol_tokenizer() {
@@ -121,8 +122,8 @@ Answer ask(int port, std::size_t q, bool stream) {
 
 // The answer is the reference, token for token (and bit for bit: each token's log-probability,
 // printed in full, is the same double).
-void expect_generated(const Answer& a, std::size_t q, const std::string& activations = "f32") {
-  const Reference& ref = generated(q, activations);
+void expect_generated(const Answer& a, std::size_t q, const std::string& flags = "") {
+  const Reference& ref = generated(q, flags);
   ASSERT_EQ(a.status, 200) << a.body;
   EXPECT_EQ(a.text, ref.text) << kQuestions[q].first;
   EXPECT_EQ(a.finish_reason, ref.finish_reason) << kQuestions[q].first;
@@ -166,7 +167,7 @@ TEST(ServeGguf, Q8ActivationsAreThoseOfGenerate) {
   need_smol();
   ServeProcess p({"--model", kSmol, "--parallel", "2", "--ctx", "512", "--activations", "q8"});
   ASSERT_GT(p.port(), 0) << p.first_output() << p.log();
-  for (std::size_t q : {std::size_t{0}, std::size_t{3}}) expect_generated(ask(p.port(), q, false), q, "q8");
+  for (std::size_t q : {std::size_t{0}, std::size_t{3}}) expect_generated(ask(p.port(), q, false), q, "--activations q8");
   p.signal(SIGTERM);
   EXPECT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.log();
 }
@@ -185,7 +186,27 @@ TEST(ServeGguf, Q8ConcurrentClientsEachGetWhatTheyGetAlone) {
   for (auto& t : clients) t.join();
   for (std::size_t i = 0; i < kClients; ++i) {
     SCOPED_TRACE("client " + std::to_string(i));
-    expect_generated(got[i], i % kQuestions.size(), "q8");
+    expect_generated(got[i], i % kQuestions.size(), "--activations q8");
+  }
+  p.signal(SIGTERM);
+  EXPECT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.log();
+}
+
+// --kv-cache f16 (keys and values kept as halves) with --activations q8: concurrent clients each
+// get what `qkv generate` with the same flags gives, bit for bit.
+TEST(ServeGguf, HalfCacheClientsEachGetWhatGenerateGives) {
+  need_smol();
+  ServeProcess p({"--model", kSmol, "--parallel", "3", "--ctx", "256", "--activations", "q8", "--kv-cache", "f16"});
+  ASSERT_GT(p.port(), 0) << p.first_output() << p.log();
+  constexpr std::size_t kClients = 4;
+  std::vector<Answer> got(kClients);
+  std::vector<std::thread> clients;
+  for (std::size_t i = 0; i < kClients; ++i)
+    clients.emplace_back([&, i] { got[i] = ask(p.port(), i % kQuestions.size(), i % 2 == 1); });
+  for (auto& t : clients) t.join();
+  for (std::size_t i = 0; i < kClients; ++i) {
+    SCOPED_TRACE("client " + std::to_string(i));
+    expect_generated(got[i], i % kQuestions.size(), "--activations q8 --kv-cache f16");
   }
   p.signal(SIGTERM);
   EXPECT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.log();
