@@ -172,64 +172,51 @@ TEST(ServeGguf, Q8ActivationsAreThoseOfGenerate) {
   EXPECT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.log();
 }
 
+// A server started with `flags` (besides the model), `clients` clients at once (client i asks
+// question i % n, streamed when i % stream_every == stream_at): each answer is what `qkv generate`
+// with the same flags gives it alone, bit for bit.
+void expect_concurrent_clients_get_generate(const std::vector<std::string>& flags, std::size_t clients,
+                                            std::size_t stream_every, std::size_t stream_at) {
+  std::vector<std::string> args = {"--model", kSmol};
+  args.insert(args.end(), flags.begin(), flags.end());
+  ServeProcess p(args);
+  ASSERT_GT(p.port(), 0) << p.first_output() << p.log();
+  std::vector<Answer> got(clients);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < clients; ++i)
+    threads.emplace_back([&, i] { got[i] = ask(p.port(), i % kQuestions.size(), i % stream_every == stream_at); });
+  for (auto& t : threads) t.join();
+  std::string generate_flags;  // the model flags only: the server's --parallel / --ctx are not generate's
+  for (std::size_t i = 0; i < flags.size(); i += 2)
+    if (flags[i] == "--activations" || flags[i] == "--kv-cache")
+      generate_flags += (generate_flags.empty() ? "" : " ") + flags[i] + " " + flags[i + 1];
+  for (std::size_t i = 0; i < clients; ++i) {
+    SCOPED_TRACE("client " + std::to_string(i));
+    expect_generated(got[i], i % kQuestions.size(), generate_flags);
+  }
+  p.signal(SIGTERM);
+  EXPECT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.log();
+}
+
 // With --activations q8 too: a decode step's rows take the Q8 path (Q4_1 / Q8_0 weights on AVX-512
 // VNNI), whose rows are independent of each other, so each client still gets its text alone.
 TEST(ServeGguf, Q8ConcurrentClientsEachGetWhatTheyGetAlone) {
   need_smol();
-  ServeProcess p({"--model", kSmol, "--parallel", "5", "--ctx", "256", "--activations", "q8"});
-  ASSERT_GT(p.port(), 0) << p.first_output() << p.log();
-  constexpr std::size_t kClients = 8;
-  std::vector<Answer> got(kClients);
-  std::vector<std::thread> clients;
-  for (std::size_t i = 0; i < kClients; ++i)
-    clients.emplace_back([&, i] { got[i] = ask(p.port(), i % kQuestions.size(), i % 3 == 1); });
-  for (auto& t : clients) t.join();
-  for (std::size_t i = 0; i < kClients; ++i) {
-    SCOPED_TRACE("client " + std::to_string(i));
-    expect_generated(got[i], i % kQuestions.size(), "--activations q8");
-  }
-  p.signal(SIGTERM);
-  EXPECT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.log();
+  expect_concurrent_clients_get_generate({"--parallel", "5", "--ctx", "256", "--activations", "q8"}, 8, 3, 1);
 }
 
 // --kv-cache f16 (keys and values kept as halves) with --activations q8: concurrent clients each
 // get what `qkv generate` with the same flags gives, bit for bit.
 TEST(ServeGguf, HalfCacheClientsEachGetWhatGenerateGives) {
   need_smol();
-  ServeProcess p({"--model", kSmol, "--parallel", "3", "--ctx", "256", "--activations", "q8", "--kv-cache", "f16"});
-  ASSERT_GT(p.port(), 0) << p.first_output() << p.log();
-  constexpr std::size_t kClients = 4;
-  std::vector<Answer> got(kClients);
-  std::vector<std::thread> clients;
-  for (std::size_t i = 0; i < kClients; ++i)
-    clients.emplace_back([&, i] { got[i] = ask(p.port(), i % kQuestions.size(), i % 2 == 1); });
-  for (auto& t : clients) t.join();
-  for (std::size_t i = 0; i < kClients; ++i) {
-    SCOPED_TRACE("client " + std::to_string(i));
-    expect_generated(got[i], i % kQuestions.size(), "--activations q8 --kv-cache f16");
-  }
-  p.signal(SIGTERM);
-  EXPECT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.log();
+  expect_concurrent_clients_get_generate({"--parallel", "3", "--ctx", "256", "--activations", "q8", "--kv-cache", "f16"}, 4, 2, 1);
 }
 
 TEST(ServeGguf, ConcurrentClientsEachGetWhatTheyGetAlone) {
   need_smol();
   // 12 slots: a decode pass of up to 12 rows (beyond the 8 the quantized products' decode path
   // takes at once); 18 clients, so some wait in the queue and join the running batch later.
-  ServeProcess p({"--model", kSmol, "--parallel", "12", "--ctx", "256"});
-  ASSERT_GT(p.port(), 0) << p.first_output() << p.log();
-  constexpr std::size_t kClients = 18;
-  std::vector<Answer> got(kClients);
-  std::vector<std::thread> clients;
-  for (std::size_t i = 0; i < kClients; ++i)
-    clients.emplace_back([&, i] { got[i] = ask(p.port(), i % kQuestions.size(), i % 3 == 2); });
-  for (auto& t : clients) t.join();
-  for (std::size_t i = 0; i < kClients; ++i) {
-    SCOPED_TRACE("client " + std::to_string(i));
-    expect_generated(got[i], i % kQuestions.size());
-  }
-  p.signal(SIGTERM);
-  EXPECT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.log();
+  expect_concurrent_clients_get_generate({"--parallel", "12", "--ctx", "256"}, 18, 3, 2);
 }
 
 }  // namespace
