@@ -15,5 +15,7 @@ set(QKV_ATTENTION_SOURCES
 # Scalar expressions (vector tails, the portable ISA) are never fused into FMAs behind our back:
 # a float16 cache's decode (values widened as they are loaded) then gives bitwise the float
 # kernel's results on the same values, whatever the compiler inlines (kernels/half.h).
-set_source_files_properties(kernels/flash_attention_scalar.cpp kernels/flash_attention_avx2.cpp
-  kernels/flash_attention_avx512.cpp PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
+# (Absolute paths: tests/ includes this file too, for test_attention_avx512_emulated.)
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/flash_attention_scalar.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/flash_attention_avx2.cpp ${CMAKE_CURRENT_LIST_DIR}/flash_attention_avx512.cpp
+  PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")

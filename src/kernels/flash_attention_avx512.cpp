@@ -12,8 +12,12 @@
 
 #if defined(QKV_FLASH_AVX512_EMULATED)
 // Test-only build (tests/kernels/attention.cmake): the same code on SIMDe's portable AVX-512
-// (included by fast_exp.h), so CPUs without AVX-512 can check it.
+// (included by fast_exp.h), so CPUs without AVX-512 can check it. On an AVX-512 CPU SIMDe calls
+// the native intrinsics, with GCC 12's false -Wmaybe-uninitialized (PR 105593) as below.
 #define QKV_FLASH_HAVE_AVX512 1
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #elif defined(__x86_64__) || defined(__i386__)
 #define QKV_FLASH_HAVE_AVX512 1
 #define QKV_FLASH_AVX512_PRAGMA 1
@@ -63,7 +67,14 @@ struct IsaAvx512 {
   QKV_INL V exp2(V t) { return fastexp::exp2_avx512(t); }
   // 16 IEEE halves widened to floats.
   QKV_INL V load_half(const std::uint16_t* p) {
+#if defined(QKV_FLASH_AVX512_EMULATED)
+    // SIMDe has no vcvtph2ps for 512 bits (and a CPU without AVX-512 none): the exact scalar widening.
+    alignas(64) float f[16];
+    for (int i = 0; i < 16; ++i) f[i] = qkv::kernels::f16_to_f32(p[i]);
+    return _mm512_load_ps(f);
+#else
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+#endif
   }
   // Lane k = the sum of a[k]'s 16 lanes (16 dot products reduced at once: 30 shuffles and 15 adds
   // instead of 16 x 4 shuffles and adds). A tree over halves: after three levels, 128-bit block c
@@ -73,11 +84,11 @@ struct IsaAvx512 {
     for (int i = 0; i < 8; ++i) {  // i -> inputs x = a[perm(2i)], y = a[perm(2i + 1)], perm(4k + c) = 4c + k
       const int m0 = 2 * i, m1 = 2 * i + 1;
       const V x = a[(m0 % 4) * 4 + m0 / 4], y = a[(m1 % 4) * 4 + m1 / 4];
-      t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
+      t[i] = _mm512_add_ps(QKV_SHUFFLE_F32X4(x, y, 0x44), QKV_SHUFFLE_F32X4(x, y, 0xEE));
     }
     for (int i = 0; i < 4; ++i)
-      u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], 0x88),
-                           _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], 0xDD));
+      u[i] = _mm512_add_ps(QKV_SHUFFLE_F32X4(t[2 * i], t[2 * i + 1], 0x88),
+                           QKV_SHUFFLE_F32X4(t[2 * i], t[2 * i + 1], 0xDD));
     const V v0 = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], 0x44), _mm512_shuffle_ps(u[0], u[1], 0xEE));
     const V v1 = _mm512_add_ps(_mm512_shuffle_ps(u[2], u[3], 0x44), _mm512_shuffle_ps(u[2], u[3], 0xEE));
     return _mm512_add_ps(_mm512_shuffle_ps(v0, v1, 0x88), _mm512_shuffle_ps(v0, v1, 0xDD));

@@ -11,6 +11,10 @@
 // Test-only build (tests/kernels/gemm.cmake): the same kernels on SIMDe's
 // portable AVX-512, so machines without AVX-512 can still check this file.
 #define QKV_GEMM_HAVE_AVX512 1
+// On an AVX-512 CPU SIMDe calls the native intrinsics: GCC 12's false -Wmaybe-uninitialized (PR 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 #elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

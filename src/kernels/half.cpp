@@ -1,10 +1,12 @@
 // Rows of float32 <-> IEEE half (kernels/half.h): AVX-512 (16 at a time), AVX2 with F16C (8 at a
 // time), else one by one as numpy converts. vcvtps2ph rounds to nearest even, as f32_to_f16 does.
+// In test_attention_avx512_emulated (QKV_FLASH_AVX512_EMULATED: an AVX-512 CPU pretended, maybe
+// on one without it) only the scalar conversions run.
 #include "qkv/kernels/half.h"
 
 #include "qkv/kernels/cpu.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(QKV_FLASH_AVX512_EMULATED)
 #include <immintrin.h>
 #endif
 
@@ -13,7 +15,7 @@ namespace {
 
 using i64 = std::int64_t;
 
-#if defined(__x86_64__) || defined(__i386__)
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(QKV_FLASH_AVX512_EMULATED)
 bool cpu_has_f16c() {
   static const bool has = __builtin_cpu_supports("f16c");
   return has;
@@ -50,7 +52,7 @@ __attribute__((target("avx2,f16c"))) void to_float_f16c(const std::uint16_t* x, 
 }  // namespace
 
 void float_to_half_rows(const float* x, std::uint16_t* y, i64 n) {
-#if defined(__x86_64__) || defined(__i386__)
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(QKV_FLASH_AVX512_EMULATED)
   switch (active_isa()) {
     case Isa::Avx512: return to_half_avx512(x, y, n);
     case Isa::Avx2:
@@ -63,7 +65,7 @@ void float_to_half_rows(const float* x, std::uint16_t* y, i64 n) {
 }
 
 void half_to_float_rows(const std::uint16_t* x, float* y, i64 n) {
-#if defined(__x86_64__) || defined(__i386__)
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(QKV_FLASH_AVX512_EMULATED)
   switch (active_isa()) {
     case Isa::Avx512: return to_float_avx512(x, y, n);
     case Isa::Avx2:

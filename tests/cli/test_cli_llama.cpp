@@ -166,6 +166,7 @@ TEST(CliLlama, BadInputsAreOneClearLine) {
   expect(run(M + "--activations int4 hi"), 1, "--activations must be f32 or q8, got 'int4'");
   expect(run(M + "--logprobs 21 hi"), 2, "--logprobs");
   expect(run(M + "--kv-cache int8 hi"), 1, "--kv-cache must be f32 or f16, got 'int8'");
+  expect(run(M + "--kv-cache f16 --no-cache hi"), 1, "--kv-cache f16 sets the KV cache's type; it cannot go with --no-cache");
   expect(run(M + "--messages '" + s.write("bad.json", R"([{"role": "user"}])") + "'"), 1, "has no \"content\"");
   expect(run(M + "--chat hi --chat-template '" + s.write("t.jinja", "{% for m in messages %}{{ m.content }") + "'"), 1,
          "t.jinja");

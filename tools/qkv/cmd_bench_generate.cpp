@@ -28,6 +28,8 @@ namespace qkv::tool {
 int run_bench_generate(const BenchGenerateOptions& o) {
   if (o.activations != "f32" && o.activations != "q8")
     throw ValueError("--activations must be f32 or q8, got '" + o.activations + "'");
+  if (o.no_cache && infer::parse_kv_type(o.kv_cache, "--kv-cache") != infer::KVType::F32)
+    throw ValueError("--kv-cache " + o.kv_cache + " sets the KV cache's type; it cannot go with --no-cache");
   std::shared_ptr<const infer::CausalLM> model;
   std::string arch = "gpt2";
   double weight_bytes = 0;  // bytes read per decode step

@@ -70,6 +70,8 @@ int run_generate(GenerateOptions o, std::ostream& out) {
     if (s.empty()) throw ValueError("--stop: an empty stop string would stop at once");
   if (o.activations != "f32" && o.activations != "q8")
     throw ValueError("--activations must be f32 or q8, got '" + o.activations + "'");
+  if (o.no_cache && infer::parse_kv_type(o.kv_cache, "--kv-cache") != infer::KVType::F32)
+    throw ValueError("--kv-cache " + o.kv_cache + " sets the KV cache's type; it cannot go with --no-cache");
   std::vector<tokenize::ChatMessage> messages;
   if (!o.messages_file.empty())
     messages = tokenize::parse_chat_messages_json(io::read_file(o.messages_file, "--messages"), o.messages_file);

@@ -34,7 +34,8 @@ namespace qkv::infer {
 // The element type of a cache's keys and values: float32 (exact, the default) or IEEE half
 // (float16: half the memory and half the bytes every decode step reads at depth, as llama.cpp's
 // default cache; each key and value rounded to nearest once when written, widened exactly when
-// read, and the attention's arithmetic is float32's on those values).
+// read, and the attention's arithmetic is float32's on those values; as in llama.cpp's f16 cache,
+// a key or value beyond the half range, |x| > 65504, becomes +-inf).
 enum class KVType { F32, F16 };
 const char* kv_type_name(KVType t);  // "f32", "f16"
 // "f32" / "f16" -> the type; ValueError naming `what` and the text otherwise.
