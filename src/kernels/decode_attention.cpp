@@ -22,15 +22,6 @@ constexpr i64 kMinKeysPerChunk = 256;
 // Split until there are about this many tasks (enough for a few cores).
 constexpr i64 kTargetTasks = 16;
 
-bool cpu_has_f16c() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool has = __builtin_cpu_supports("f16c");
-  return has;
-#else
-  return false;
-#endif
-}
-
 }  // namespace
 
 i64 decode_attention_splits(i64 B, i64 H_kv, i64 keys) {
@@ -55,9 +46,7 @@ void decode_attention_forward_f16(float* O, const float* Q, const std::uint16_t*
   // O [B,H,Lq,D] strides o_*;  Q [B,H,Lq,D] strides q_*;  K, V [B,H_kv,T,D] halves, strides k_*, v_*
   switch (active_isa()) {
     case Isa::Avx512: return flash::decode_forward_f16_avx512(O, Q, K, V, p);
-    case Isa::Avx2:
-      if (cpu_has_f16c()) return flash::decode_forward_f16_avx2(O, Q, K, V, p);
-      break;  // (every AVX2 CPU we know has F16C; without it, the portable widening)
+    case Isa::Avx2: return flash::decode_forward_f16_avx2(O, Q, K, V, p);  // (the AVX2 tier includes F16C)
     case Isa::Scalar: break;
   }
   flash::decode_forward_f16_scalar(O, Q, K, V, p);

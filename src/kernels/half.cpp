@@ -16,11 +16,6 @@ namespace {
 using i64 = std::int64_t;
 
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(QKV_FLASH_AVX512_EMULATED)
-bool cpu_has_f16c() {
-  static const bool has = __builtin_cpu_supports("f16c");
-  return has;
-}
-
 __attribute__((target("avx512f"))) void to_half_avx512(const float* x, std::uint16_t* y, i64 n) {
   i64 i = 0;
   for (; i + 16 <= n; i += 16)
@@ -55,9 +50,7 @@ void float_to_half_rows(const float* x, std::uint16_t* y, i64 n) {
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(QKV_FLASH_AVX512_EMULATED)
   switch (active_isa()) {
     case Isa::Avx512: return to_half_avx512(x, y, n);
-    case Isa::Avx2:
-      if (cpu_has_f16c()) return to_half_f16c(x, y, n);
-      break;
+    case Isa::Avx2: return to_half_f16c(x, y, n);  // (the AVX2 tier includes F16C: kernels/cpu.h)
     case Isa::Scalar: break;
   }
 #endif
@@ -68,9 +61,7 @@ void half_to_float_rows(const std::uint16_t* x, float* y, i64 n) {
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(QKV_FLASH_AVX512_EMULATED)
   switch (active_isa()) {
     case Isa::Avx512: return to_float_avx512(x, y, n);
-    case Isa::Avx2:
-      if (cpu_has_f16c()) return to_float_f16c(x, y, n);
-      break;
+    case Isa::Avx2: return to_float_f16c(x, y, n);
     case Isa::Scalar: break;
   }
 #endif
