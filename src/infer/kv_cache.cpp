@@ -29,8 +29,6 @@ void check_positive(i64 v, const char* name) {
 
 }  // namespace
 
-const char* kv_type_name(KVType t) { return t == KVType::F16 ? "f16" : "f32"; }
-
 KVType parse_kv_type(const std::string& text, const std::string& what) {
   if (text == "f32") return KVType::F32;
   if (text == "f16") return KVType::F16;

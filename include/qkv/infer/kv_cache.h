@@ -37,7 +37,6 @@ namespace qkv::infer {
 // read, and the attention's arithmetic is float32's on those values; as in llama.cpp's f16 cache,
 // a key or value beyond the half range, |x| > 65504, becomes +-inf).
 enum class KVType { F32, F16 };
-const char* kv_type_name(KVType t);  // "f32", "f16"
 // "f32" / "f16" -> the type; ValueError naming `what` and the text otherwise.
 KVType parse_kv_type(const std::string& text, const std::string& what);
 
