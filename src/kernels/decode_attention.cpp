@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "qkv/kernels/cpu.h"
@@ -31,25 +32,49 @@ i64 decode_attention_splits(i64 B, i64 H_kv, i64 keys) {
   return std::max<i64>(1, std::min(want, keys / kMinKeysPerChunk));
 }
 
-void decode_attention_forward(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p) {
+namespace {
+
+template <class KT>
+void dispatch(float* O, const float* Q, const KT* K, const KT* V, const DecodeParams& p, Team* tm, float* scratch) {
   // O [B,H,Lq,D] strides o_*;  Q [B,H,Lq,D] strides q_*;  K, V [B,H_kv,T,D] strides k_*, v_*
-  switch (active_isa()) {
-    case Isa::Avx512: return flash::decode_forward_avx512(O, Q, K, V, p);
-    case Isa::Avx2: return flash::decode_forward_avx2(O, Q, K, V, p);
-    case Isa::Scalar: break;
+  if constexpr (std::is_same_v<KT, float>) {
+    switch (active_isa()) {
+      case Isa::Avx512: return flash::decode_forward_avx512(O, Q, K, V, p, tm, scratch);
+      case Isa::Avx2: return flash::decode_forward_avx2(O, Q, K, V, p, tm, scratch);
+      case Isa::Scalar: break;
+    }
+    flash::decode_forward_scalar(O, Q, K, V, p, tm, scratch);
+  } else {  // float16 cache: the AVX2 tier includes F16C
+    switch (active_isa()) {
+      case Isa::Avx512: return flash::decode_forward_f16_avx512(O, Q, K, V, p, tm, scratch);
+      case Isa::Avx2: return flash::decode_forward_f16_avx2(O, Q, K, V, p, tm, scratch);
+      case Isa::Scalar: break;
+    }
+    flash::decode_forward_f16_scalar(O, Q, K, V, p, tm, scratch);
   }
-  flash::decode_forward_scalar(O, Q, K, V, p);
+}
+
+}  // namespace
+
+void decode_attention_forward(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p) {
+  dispatch(O, Q, K, V, p, nullptr, nullptr);
 }
 
 void decode_attention_forward_f16(float* O, const float* Q, const std::uint16_t* K, const std::uint16_t* V,
                                   const DecodeParams& p) {
-  // O [B,H,Lq,D] strides o_*;  Q [B,H,Lq,D] strides q_*;  K, V [B,H_kv,T,D] halves, strides k_*, v_*
-  switch (active_isa()) {
-    case Isa::Avx512: return flash::decode_forward_f16_avx512(O, Q, K, V, p);
-    case Isa::Avx2: return flash::decode_forward_f16_avx2(O, Q, K, V, p);  // (the AVX2 tier includes F16C)
-    case Isa::Scalar: break;
-  }
-  flash::decode_forward_f16_scalar(O, Q, K, V, p);
+  dispatch(O, Q, K, V, p, nullptr, nullptr);
+}
+
+std::int64_t decode_attention_team_scratch(const DecodeParams& p) { return flash::DecodePlan(p).scratch_floats(); }
+
+void decode_attention_forward(Team& tm, float* scratch, float* O, const float* Q, const float* K, const float* V,
+                              const DecodeParams& p) {
+  dispatch(O, Q, K, V, p, &tm, scratch);
+}
+
+void decode_attention_forward_f16(Team& tm, float* scratch, float* O, const float* Q, const std::uint16_t* K,
+                                  const std::uint16_t* V, const DecodeParams& p) {
+  dispatch(O, Q, K, V, p, &tm, scratch);
 }
 
 template <class T>

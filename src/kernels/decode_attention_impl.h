@@ -42,9 +42,7 @@ struct Decode {
 
   // The keys query row i of a sequence with nq new queries and nk keys sees: [lo, hi).
   static i64 key_hi(i64 nq, i64 nk, i64 i) { return nk - nq + i + 1; }
-  static i64 key_lo(const DecodeParams& p, i64 nq, i64 nk, i64 i) {
-    return p.window > 0 ? std::max<i64>(nk - nq + i - p.window + 1, 0) : 0;
-  }
+  static i64 key_lo(const DecodeParams& p, i64 nq, i64 nk, i64 i) { return decode_key_lo(p, nq, nk, i); }
 
   // S[r*KB + j] = <qs_r, K_j> for rows r < R (qs rows Dp wide, zero past D) and keys j < nb
   // (K_j = K + j * k_st, D elements), and up to round_up(nb, W) with copies of the last key. W
@@ -226,72 +224,79 @@ struct Decode {
     }
   }
 
-  static void forward(float* O, const float* Q, const KT* K, const KT* Vv, const DecodeParams& p) {
-    const i64 B = p.B, Hkv = p.H_kv > 0 ? p.H_kv : p.H, G = p.H / Hkv, Rmax = G * p.Lq, D = p.D;
-    if (B <= 0 || p.H <= 0 || p.Lq <= 0) return;
-    // Keys some query of sequence b sees: [first(b), k_len[b]), split into S(b) chunks of equal
-    // size (S from the sizes alone: the batch's largest, or each sequence's own when independent).
-    auto first = [&](i64 b) { return key_lo(p, p.q_len[b], p.k_len[b], 0); };
-    i64 most = 0;
-    for (i64 b = 0; b < B; ++b)
-      if (p.q_len[b] > 0) most = std::max(most, p.k_len[b] - first(b));
-    const i64 S_all = decode_attention_splits(B, Hkv, most);
-    auto splits = [&](i64 b) {
-      return p.independent ? decode_attention_splits(1, 1, p.q_len[b] > 0 ? p.k_len[b] - first(b) : 0) : S_all;
-    };
-    // Tasks of sequence b: [start[b], start[b + 1]) = its Hkv * S(b) (head, chunk) pairs.
-    std::vector<i64> start(static_cast<std::size_t>(B + 1), 0);
-    bool split = false;
-    for (i64 b = 0; b < B; ++b) {
-      const i64 S = splits(b);
-      split = split || S > 1;
-      start[static_cast<std::size_t>(b + 1)] = start[static_cast<std::size_t>(b)] + Hkv * S;
-    }
-    const i64 tasks = start[static_cast<std::size_t>(B)];
-    Out out{O, nullptr, D + 2};
-    if (split) {  // partials of every (b, hk, chunk, row), each task writing only its own
-      out.parts = call_workspace().decode_parts.get(static_cast<std::size_t>(tasks * Rmax * out.slot));
-    }
-    // Each task writes only its own rows (or partial slots), whoever runs it: tasks are handed out
-    // at run time (a worker that starts late or is slowed down gives its last tasks away).
-    qkv::parallel_claim(0, tasks, [&](const qkv::ClaimNext& next) {
-      for (i64 t; next(t);) {
-        const i64 b = static_cast<i64>(std::upper_bound(start.begin(), start.end(), t) - start.begin()) - 1;
-        const i64 S = splits(b), local = t - start[static_cast<std::size_t>(b)], c = local % S, hk = local / S;
-        const i64 lo = first(b), n = p.k_len[b] - lo;
-        Out o = out;
-        if (S == 1) o.parts = nullptr;  // this sequence's rows go straight to O
-        task(p, Q, K, Vv, o, b, hk, lo + c * n / S, lo + (c + 1) * n / S, t * Rmax);
+  // Task t of the plan (any order, any thread: each writes only its own rows or partial slots).
+  static void run_task(const DecodePlan& pl, const float* Q, const KT* K, const KT* Vv, const Out& out, i64 t) {
+    const DecodeParams& p = pl.p;
+    const i64 b = static_cast<i64>(std::upper_bound(pl.start.begin(), pl.start.end(), t) - pl.start.begin()) - 1;
+    const i64 S = pl.splits(b), local = t - pl.start[static_cast<std::size_t>(b)], c = local % S, hk = local / S;
+    const i64 lo = pl.first(b), n = p.k_len[b] - lo;
+    Out o = out;
+    if (S == 1) o.parts = nullptr;  // this sequence's rows go straight to O
+    task(p, Q, K, Vv, o, b, hk, lo + c * n / S, lo + (c + 1) * n / S, t * pl.Rmax);
+  }
+
+  // Merges the chunks of the split heads among units [u0, u1) of the B * Hkv (sequence, key/value
+  // head) pairs, each row in chunk order: O = sum_c 2^(m_c - M) o_c / sum_c 2^(m_c - M) l_c.
+  static void merge(const DecodePlan& pl, const Out& out, i64 u0, i64 u1) {
+    const DecodeParams& p = pl.p;
+    const i64 D = p.D, G = pl.G;
+    for (i64 u = u0; u < u1; ++u) {
+      const i64 b = u / pl.Hkv, hk = u % pl.Hkv, S = pl.splits(b), nq = p.q_len[b];
+      if (S == 1) continue;
+      for (i64 r = 0; r < G * nq; ++r) {
+        auto slot = [&](i64 c) {
+          return out.parts + ((pl.start[static_cast<std::size_t>(b)] + hk * S + c) * pl.Rmax + r) * out.slot;
+        };
+        float M = kNegInf;
+        for (i64 c = 0; c < S; ++c) M = std::max(M, slot(c)[0]);
+        float* orow = out.O + b * p.o_sb + (hk * G + r / nq) * p.o_sh + (r % nq) * p.o_st;
+        std::fill(orow, orow + D, 0.f);
+        float L = 0.f;
+        for (i64 c = 0; c < S; ++c) {
+          const float* sc = slot(c);
+          if (sc[1] == 0.f) continue;  // the row saw no key of this chunk
+          const float w = fastexp::exp2_scalar(sc[0] - M);
+          L += w * sc[1];
+          for (i64 d = 0; d < D; ++d) orow[d] += w * sc[2 + d];
+        }
+        const float inv = L > 0.f ? 1.f / L : 0.f;
+        for (i64 d = 0; d < D; ++d) orow[d] *= inv;
       }
+    }
+  }
+
+  // Without a team: the tasks are handed out at run time over the pool (a worker that starts late
+  // or is slowed down gives its last tasks away), the merge (O(rows * S * D) next to the tasks'
+  // O(rows * keys * D)) runs here, not worth waking the workers a second time. With a team
+  // (every member calling with the same arguments): member k runs its static share of the tasks,
+  // then of the merge, the partials in the team's `scratch` (DecodePlan::scratch_floats()); returns
+  // after a barrier. Either way the same tasks and the same merge: the same bits.
+  static void forward(float* O, const float* Q, const KT* K, const KT* Vv, const DecodeParams& p, Team* tm,
+                      float* scratch) {
+    const DecodePlan pl(p);
+    if (pl.empty()) {
+      if (tm) tm->barrier();
+      return;
+    }
+    Out out{O, nullptr, pl.slot()};
+    const i64 units = p.B * pl.Hkv;
+    if (tm) {
+      if (pl.split) out.parts = scratch;
+      const auto [t0, t1] = tm->part(0, pl.tasks);
+      for (i64 t = t0; t < t1; ++t) run_task(pl, Q, K, Vv, out, t);
+      if (pl.split) {
+        tm->barrier();
+        const auto [u0, u1] = tm->part(0, units);
+        merge(pl, out, u0, u1);
+      }
+      tm->barrier();
+      return;
+    }
+    if (pl.split) out.parts = call_workspace().decode_parts.get(static_cast<std::size_t>(pl.scratch_floats()));
+    qkv::parallel_claim(0, pl.tasks, [&](const qkv::ClaimNext& next) {
+      for (i64 t; next(t);) run_task(pl, Q, K, Vv, out, t);
     });
-    if (!split) return;
-    // Merge the chunks of each row in chunk order: O = sum_c 2^(m_c - M) o_c / sum_c 2^(m_c - M) l_c.
-    // O(rows * S * D) next to the tasks' O(rows * keys * D): run by the caller, not worth waking
-    // the workers a second time.
-    {
-      for (i64 b = 0; b < B; ++b) {
-        const i64 S = splits(b), nq = p.q_len[b];
-        if (S == 1) continue;
-        for (i64 hk = 0; hk < Hkv; ++hk)
-          for (i64 r = 0; r < G * nq; ++r) {
-            auto slot = [&](i64 c) { return out.parts + ((start[static_cast<std::size_t>(b)] + hk * S + c) * Rmax + r) * out.slot; };
-            float M = kNegInf;
-            for (i64 c = 0; c < S; ++c) M = std::max(M, slot(c)[0]);
-            float* orow = O + b * p.o_sb + (hk * G + r / nq) * p.o_sh + (r % nq) * p.o_st;
-            std::fill(orow, orow + D, 0.f);
-            float L = 0.f;
-            for (i64 c = 0; c < S; ++c) {
-              const float* sc = slot(c);
-              if (sc[1] == 0.f) continue;  // the row saw no key of this chunk
-              const float w = fastexp::exp2_scalar(sc[0] - M);
-              L += w * sc[1];
-              for (i64 d = 0; d < D; ++d) orow[d] += w * sc[2 + d];
-            }
-            const float inv = L > 0.f ? 1.f / L : 0.f;
-            for (i64 d = 0; d < D; ++d) orow[d] *= inv;
-          }
-      }
-    }
+    if (pl.split) merge(pl, out, 0, units);
   }
 };
 

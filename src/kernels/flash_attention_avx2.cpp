@@ -127,12 +127,13 @@ void rows_backward_avx2(float* dQ, float* dK, float* dV, const float* dO, const 
                          const float* V, const float* O, const float* LSE, const AttnParams& p) {
   Rows<IsaAvx2>::backward(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
 }
-void decode_forward_avx2(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p) {
-  Decode<IsaAvx2>::forward(O, Q, K, V, p);
+void decode_forward_avx2(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p, Team* tm,
+                    float* scratch) {
+  Decode<IsaAvx2>::forward(O, Q, K, V, p, tm, scratch);
 }
 void decode_forward_f16_avx2(float* O, const float* Q, const std::uint16_t* K, const std::uint16_t* V,
-                             const DecodeParams& p) {
-  Decode<IsaAvx2, std::uint16_t>::forward(O, Q, K, V, p);
+                             const DecodeParams& p, Team* tm, float* scratch) {
+  Decode<IsaAvx2, std::uint16_t>::forward(O, Q, K, V, p, tm, scratch);
 }
 
 }  // namespace qkv::kernels::flash
@@ -155,12 +156,13 @@ void rows_backward_avx2(float* dQ, float* dK, float* dV, const float* dO, const 
                          const float* V, const float* O, const float* LSE, const AttnParams& p) {
   rows_backward_scalar(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
 }
-void decode_forward_avx2(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p) {
-  decode_forward_scalar(O, Q, K, V, p);
+void decode_forward_avx2(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p, Team* tm,
+                    float* scratch) {
+  decode_forward_scalar(O, Q, K, V, p, tm, scratch);
 }
 void decode_forward_f16_avx2(float* O, const float* Q, const std::uint16_t* K, const std::uint16_t* V,
-                             const DecodeParams& p) {
-  decode_forward_f16_scalar(O, Q, K, V, p);
+                             const DecodeParams& p, Team* tm, float* scratch) {
+  decode_forward_f16_scalar(O, Q, K, V, p, tm, scratch);
 }
 }  // namespace qkv::kernels::flash
 #endif

@@ -129,12 +129,13 @@ void rows_backward_avx512(float* dQ, float* dK, float* dV, const float* dO, cons
                          const float* V, const float* O, const float* LSE, const AttnParams& p) {
   Rows<IsaAvx512>::backward(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
 }
-void decode_forward_avx512(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p) {
-  Decode<IsaAvx512>::forward(O, Q, K, V, p);
+void decode_forward_avx512(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p, Team* tm,
+                    float* scratch) {
+  Decode<IsaAvx512>::forward(O, Q, K, V, p, tm, scratch);
 }
 void decode_forward_f16_avx512(float* O, const float* Q, const std::uint16_t* K, const std::uint16_t* V,
-                               const DecodeParams& p) {
-  Decode<IsaAvx512, std::uint16_t>::forward(O, Q, K, V, p);
+                               const DecodeParams& p, Team* tm, float* scratch) {
+  Decode<IsaAvx512, std::uint16_t>::forward(O, Q, K, V, p, tm, scratch);
 }
 
 }  // namespace qkv::kernels::flash
@@ -159,12 +160,13 @@ void rows_backward_avx512(float* dQ, float* dK, float* dV, const float* dO, cons
                          const float* V, const float* O, const float* LSE, const AttnParams& p) {
   rows_backward_scalar(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
 }
-void decode_forward_avx512(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p) {
-  decode_forward_scalar(O, Q, K, V, p);
+void decode_forward_avx512(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p, Team* tm,
+                    float* scratch) {
+  decode_forward_scalar(O, Q, K, V, p, tm, scratch);
 }
 void decode_forward_f16_avx512(float* O, const float* Q, const std::uint16_t* K, const std::uint16_t* V,
-                               const DecodeParams& p) {
-  decode_forward_f16_scalar(O, Q, K, V, p);
+                               const DecodeParams& p, Team* tm, float* scratch) {
+  decode_forward_f16_scalar(O, Q, K, V, p, tm, scratch);
 }
 }  // namespace qkv::kernels::flash
 #endif

@@ -2,10 +2,12 @@
 // entry points (flash_attention_{scalar,avx2,avx512}.cpp, one template body in
 // flash_attention_impl.h). Not installed.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "qkv/core/parallel.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/decode_attention.h"
 
@@ -57,9 +59,50 @@ struct CallWorkspace {
   Buffer dq_slots;  // backward: per-worker dQ partials, [threads][2][Lq][Dp]
   std::vector<std::int64_t> slot_bh;  // which (b*H+h) each partial slot holds (-1: none)
   Buffer decode_parts;  // decode: per (b, key/value head, chunk, row) [m, l, o[D]] of a split head
-  std::vector<std::int64_t> decode_splits;  // decode: the key chunks of each sequence [B]
 };
 CallWorkspace& call_workspace();
+
+// The first key any query of a sequence with nq new queries and nk keys sees, by the causal and
+// window rules (kernels/decode_attention.h): query i's first key.
+inline std::int64_t decode_key_lo(const DecodeParams& p, std::int64_t nq, std::int64_t nk, std::int64_t i) {
+  return p.window > 0 ? std::max<std::int64_t>(nk - nq + i - p.window + 1, 0) : 0;
+}
+
+// How decode attention divides a call into tasks, from the sizes alone (never the threads): one
+// task per (sequence b, key/value head hk, key chunk c), sequence b's tasks numbered
+// [start[b], start[b + 1]) as hk * splits(b) + c. When some head is split (`split`), each task
+// leaves a partial [m, l, o[D]] per query row in a scratch of scratch_floats() floats, merged
+// afterwards; otherwise tasks write their rows of O directly.
+struct DecodePlan {
+  const DecodeParams& p;
+  std::int64_t Hkv = 1, G = 1, Rmax = 0, S_all = 1, tasks = 0;
+  bool split = false;
+  std::vector<std::int64_t> start;
+  explicit DecodePlan(const DecodeParams& pp) : p(pp) {
+    if (p.B <= 0 || p.H <= 0 || p.Lq <= 0) return;
+    Hkv = p.H_kv > 0 ? p.H_kv : p.H, G = p.H / Hkv, Rmax = G * p.Lq;
+    std::int64_t most = 0;
+    for (std::int64_t b = 0; b < p.B; ++b)
+      if (p.q_len[b] > 0) most = std::max(most, p.k_len[b] - first(b));
+    S_all = decode_attention_splits(p.B, Hkv, most);
+    start.assign(static_cast<std::size_t>(p.B + 1), 0);
+    for (std::int64_t b = 0; b < p.B; ++b) {
+      const std::int64_t S = splits(b);
+      split = split || S > 1;
+      start[static_cast<std::size_t>(b + 1)] = start[static_cast<std::size_t>(b)] + Hkv * S;
+    }
+    tasks = start[static_cast<std::size_t>(p.B)];
+  }
+  bool empty() const { return tasks == 0 && start.empty(); }
+  // Keys some query of sequence b sees: [first(b), k_len[b]), in splits(b) chunks of equal size
+  // (S from the sizes alone: the batch's largest, or each sequence's own when independent).
+  std::int64_t first(std::int64_t b) const { return decode_key_lo(p, p.q_len[b], p.k_len[b], 0); }
+  std::int64_t splits(std::int64_t b) const {
+    return p.independent ? decode_attention_splits(1, 1, p.q_len[b] > 0 ? p.k_len[b] - first(b) : 0) : S_all;
+  }
+  std::int64_t slot() const { return p.D + 2; }
+  std::int64_t scratch_floats() const { return split ? tasks * Rmax * slot() : 0; }
+};
 
 #define QKV_FLASH_DECLARE_ISA(name)                                                                            \
   void forward_##name(float* O, float* LSE, const float* Q, const float* K, const float* V, const AttnParams& p); \
@@ -70,9 +113,10 @@ CallWorkspace& call_workspace();
                            const AttnParams& p);                                                               \
   void rows_backward_##name(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,    \
                             const float* V, const float* O, const float* LSE, const AttnParams& p);       \
-  void decode_forward_##name(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p);     \
+  void decode_forward_##name(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p,     \
+                             Team* tm, float* scratch);                                                        \
   void decode_forward_f16_##name(float* O, const float* Q, const std::uint16_t* K, const std::uint16_t* V,       \
-                                 const DecodeParams& p);
+                                 const DecodeParams& p, Team* tm, float* scratch);
 
 QKV_FLASH_DECLARE_ISA(scalar)
 QKV_FLASH_DECLARE_ISA(avx2)

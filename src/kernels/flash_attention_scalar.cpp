@@ -49,12 +49,13 @@ void rows_backward_scalar(float* dQ, float* dK, float* dV, const float* dO, cons
                          const float* V, const float* O, const float* LSE, const AttnParams& p) {
   Rows<IsaScalar>::backward(dQ, dK, dV, dO, Q, K, V, O, LSE, p);
 }
-void decode_forward_scalar(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p) {
-  Decode<IsaScalar>::forward(O, Q, K, V, p);
+void decode_forward_scalar(float* O, const float* Q, const float* K, const float* V, const DecodeParams& p, Team* tm,
+                    float* scratch) {
+  Decode<IsaScalar>::forward(O, Q, K, V, p, tm, scratch);
 }
 void decode_forward_f16_scalar(float* O, const float* Q, const std::uint16_t* K, const std::uint16_t* V,
-                               const DecodeParams& p) {
-  Decode<IsaScalar, std::uint16_t>::forward(O, Q, K, V, p);
+                               const DecodeParams& p, Team* tm, float* scratch) {
+  Decode<IsaScalar, std::uint16_t>::forward(O, Q, K, V, p, tm, scratch);
 }
 
 }  // namespace qkv::kernels::flash

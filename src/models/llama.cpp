@@ -50,7 +50,7 @@ class Buf {
 // The workspace of the calling thread (forward_cached is const and may run on many threads at
 // once, each with its own cache; one call per thread at a time).
 struct Workspace {
-  Buf x, h, hp, q, k, v, att, g, u, cos, sin, qd, od, lse, last, wide;
+  Buf x, h, hp, q, k, v, att, g, u, cos, sin, qd, od, lse, last, wide, dscratch;
 };
 Workspace& workspace() {
   thread_local Workspace ws;
@@ -300,33 +300,20 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
       }
     }
   };
-  // Decode attention of layer l for one (sequence, key/value head) unit — B = 1, H_kv = 1 — for the
-  // members of a team to share; bitwise what one call over every unit with `independent` set
-  // gives (kernels/decode_attention.h), so a sequence's result never depends on the batch or
-  // on which path ran.
-  const i64 G = H / Hkv;
-  auto decode_unit = [&](i64 l, i64 u) {
-    const i64 b = u / Hkv, j = u % Hkv;
-    if (!q_len[static_cast<std::size_t>(b)]) return;
-    // Queries read from q and outputs written to att in place: the sequence's rows first[b] + t
-    // (t < q_len[b]), head columns (j * G + g) * D; no gathering afterwards.
-    kernels::DecodeParams p;
-    p.B = 1, p.H = G, p.H_kv = 1, p.Lq = Lq, p.D = D;
-    p.q_sb = 0, p.q_sh = D, p.q_st = HD;
-    p.o_sb = 0, p.o_sh = D, p.o_st = HD;
-    p.k_sb = Hkv * T * D, p.k_sh = T * D, p.k_st = D;
-    p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
-    p.q_len = q_len.data() + b;
-    p.k_len = k_len.data() + b;
-    p.scale = scale;
-    p.window = c.sliding_window;
-    const i64 ro = first[static_cast<std::size_t>(b)] * HD + j * G * D, ko = (b * Hkv + j) * T * D;
-    if (f16)
-      kernels::decode_attention_forward_f16(att + ro, q + ro, cache.keys_f16(l) + ko, cache.values_f16(l) + ko, p);
-    else
-      kernels::decode_attention_forward(att + ro, q + ro, cache.keys(l).data<float>() + ko,
-                                        cache.values(l).data<float>() + ko, p);
-  };
+  // The decode kernel's parameters: the new queries of every decoding sequence (qd [B, H, Lq, D],
+  // out to od) over the cache [B, Hkv, T, D]; `independent`: each sequence gets the bits it gets
+  // alone (how its keys are split depends on its own lengths only).
+  kernels::DecodeParams dp;
+  dp.B = B, dp.H = H, dp.H_kv = Hkv, dp.Lq = Lq, dp.D = D;
+  dp.q_sb = H * Lq * D, dp.q_sh = Lq * D, dp.q_st = D;
+  dp.o_sb = dp.q_sb, dp.o_sh = dp.q_sh, dp.o_st = dp.q_st;
+  dp.k_sb = Hkv * T * D, dp.k_sh = T * D, dp.k_st = D;
+  dp.v_sb = dp.k_sb, dp.v_sh = dp.k_sh, dp.v_st = dp.k_st;
+  dp.q_len = q_len.data();
+  dp.k_len = k_len.data();
+  dp.scale = scale;
+  dp.window = c.sliding_window;
+  dp.independent = true;
   // The decode kernel's output rows back into att [R, H*D] (rows r0..r1).
   auto gather_rows = [&](i64 r0, i64 r1) {
     for (i64 r = r0; r < r1; ++r) {
@@ -341,22 +328,11 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
   auto attention = [&](i64 l) {
     const float* Kc = f16 ? nullptr : cache.keys(l).data<float>();
     const float* Vc = f16 ? nullptr : cache.values(l).data<float>();
-    if (Lq) {  // one call for every (sequence, head): the same results as decode_unit's
-      kernels::DecodeParams p;
-      p.B = B, p.H = H, p.H_kv = Hkv, p.Lq = Lq, p.D = D;
-      p.q_sb = H * Lq * D, p.q_sh = Lq * D, p.q_st = D;
-      p.o_sb = p.q_sb, p.o_sh = p.q_sh, p.o_st = p.q_st;
-      p.k_sb = Hkv * T * D, p.k_sh = T * D, p.k_st = D;
-      p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
-      p.q_len = q_len.data();
-      p.k_len = k_len.data();
-      p.scale = scale;
-      p.window = c.sliding_window;
-      p.independent = true;
+    if (Lq) {
       if (f16)
-        kernels::decode_attention_forward_f16(od, qd, cache.keys_f16(l), cache.values_f16(l), p);
+        kernels::decode_attention_forward_f16(od, qd, cache.keys_f16(l), cache.values_f16(l), dp);
       else
-        kernels::decode_attention_forward(od, qd, Kc, Vc, p);
+        kernels::decode_attention_forward(od, qd, Kc, Vc, dp);
       gather_rows(0, R);
     }
     for (i64 b = 0; b < B; ++b) {
@@ -386,24 +362,28 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
       }
     }
   };
-  // A step where every sequence decodes over a short context (the common generation step) runs
-  // as a single team, attention included: the workers are woken once per step, not twice per
-  // layer (a futex wake-up costs tens of microseconds on a VM, against ~0.3 ms of work per layer).
+  // A step where every sequence decodes (the common generation step) runs as a single team,
+  // attention included: the workers are woken once per step, not twice per layer (a futex
+  // wake-up costs tens of microseconds on a VM, against ~0.3 ms of work per layer). The decode
+  // kernel shares its tasks among the members (long contexts split their keys over them), with the
+  // same bits as the call outside a team.
   bool one_team = Lq > 0;
-  i64 max_keys = 0;
-  for (i64 b = 0; b < B; ++b) {
+  for (i64 b = 0; b < B; ++b)
     if (n_new[static_cast<std::size_t>(b)] > 0 && !q_len[static_cast<std::size_t>(b)]) one_team = false;
-    max_keys = std::max(max_keys, k_len[static_cast<std::size_t>(b)]);
-  }
-  if (kernels::decode_attention_splits(1, 1, max_keys) > 1) one_team = false;  // long: split keys over threads
   if (one_team) {
+    float* scratch = ws.dscratch.get(std::max<i64>(kernels::decode_attention_team_scratch(dp), 1));
     parallel_team(num_threads(), [&](Team& tm) {
       for (i64 l = 0; l <= c.num_hidden_layers; ++l) {
         before(tm, l);
         if (l == c.num_hidden_layers) break;
         tm.barrier();
-        const auto [u0, u1] = tm.part(0, B * Hkv);
-        for (i64 u = u0; u < u1; ++u) decode_unit(l, u);
+        if (f16)
+          kernels::decode_attention_forward_f16(tm, scratch, od, qd, cache.keys_f16(l), cache.values_f16(l), dp);
+        else
+          kernels::decode_attention_forward(tm, scratch, od, qd, cache.keys(l).data<float>(),
+                                            cache.values(l).data<float>(), dp);
+        const auto [r0, r1] = tm.part(0, R);
+        gather_rows(r0, r1);
         tm.barrier();
       }
     });

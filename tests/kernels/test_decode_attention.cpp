@@ -287,6 +287,62 @@ TEST(DecodeAttention, IndependentSequencesEqualTheirCallsAlone) {
   }
 }
 
+// Called by the members of a team together (decode_attention_forward(Team&, ...), a model's
+// one-team decoding step): bitwise the call outside a team, for teams of 1, 2 and 3 members,
+// split heads or not, windows, `independent`, float and half caches; rows past q_len untouched;
+// no scratch needed when no head is split.
+TEST(DecodeAttention, TeamCallsGiveTheBitsOfTheCallOutsideATeam) {
+  qkv::testing::ThreadsGuard tg;
+  qkv::testing::IsaGuard ig;
+  const std::vector<std::pair<Case, bool>> cases = {
+      {Case{1, 9, 1, 64, 2100, {1}, {2048}, 3}, false},             // SmolLM2 at depth 2048: 6 chunks per head
+      {Case{1, 9, 1, 64, 2100, {1}, {2048}, 3}, true},
+      {Case{4, 6, 2, 40, 2300, {1, 2, 0, 2}, {2300, 300, 700, 5}, 2}, true},  // mixed, one sequence idle
+      {Case{2, 4, 4, 59, 1500, {4, 1}, {1500, 900}, 1, 700}, false},  // window, multi-query
+      {Case{3, 2, 3, 21, 113, {3, 2, 1}, {3, 113, 8}}, false},       // short: no split
+  };
+  for (auto isa : isas()) {
+    qkv::kernels::set_isa(isa);
+    for (const auto& [c, independent] : cases) {
+      const Buffers x = make(c, 21);
+      DecodeParams p = x.p;
+      p.q_len = c.q_len.data();
+      p.k_len = c.k_len.data();
+      p.independent = independent;
+      const i64 need = qkv::kernels::decode_attention_team_scratch(p);
+      const bool split = c.k_len[0] >= 1000;
+      EXPECT_EQ(need > 0, split) << "scratch " << need;
+      std::vector<std::uint16_t> kh(x.k.size()), vh(x.v.size());
+      qkv::kernels::float_to_half_rows(x.k.data(), kh.data(), static_cast<i64>(x.k.size()));
+      qkv::kernels::float_to_half_rows(x.v.data(), vh.data(), static_cast<i64>(x.v.size()));
+      qkv::set_num_threads(1);
+      std::vector<float> want(x.q.size(), -7.f), want16(x.q.size(), -7.f);
+      qkv::kernels::decode_attention_forward(want.data(), x.q.data(), x.k.data(), x.v.data(), p);
+      qkv::kernels::decode_attention_forward_f16(want16.data(), x.q.data(), kh.data(), vh.data(), p);
+      for (int threads : {1, 2, 3}) {
+        qkv::set_num_threads(threads);
+        std::vector<float> got(x.q.size(), -7.f), got16(x.q.size(), -7.f);
+        std::vector<float> scratch(static_cast<std::size_t>(std::max<i64>(need, 1)), std::nanf(""));
+        int members = 0;
+        qkv::parallel_team(threads, [&](qkv::Team& tm) {
+          if (tm.rank() == 0) members = tm.size();
+          qkv::kernels::decode_attention_forward(tm, scratch.data(), got.data(), x.q.data(), x.k.data(), x.v.data(), p);
+          qkv::kernels::decode_attention_forward_f16(tm, scratch.data(), got16.data(), x.q.data(), kh.data(), vh.data(),
+                                                     p);
+        });
+        if (threads > 1) {
+          EXPECT_GT(members, 1) << "the pool must run a real team here";
+        }
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+            << threads << " members, B " << c.B << " T " << c.T << " isa " << qkv::kernels::isa_name(isa);
+        EXPECT_EQ(0, std::memcmp(want16.data(), got16.data(), want16.size() * sizeof(float)))
+            << threads << " members (f16), B " << c.B << " T " << c.T << " isa " << qkv::kernels::isa_name(isa);
+      }
+      if (HasFailure()) return;
+    }
+  }
+}
+
 // A float16 cache (decode_attention_forward_f16): bitwise the float kernel on the halves' values
 // (each key and value rounded to half, then widened exactly), every ISA, awkward head dims, groups,
 // windows, long contexts split over threads, NaN in the unused slots.

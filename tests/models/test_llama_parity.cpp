@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -17,11 +18,14 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/infer/generate.h"
+#include "qkv/core/parallel.h"
 #include "qkv/infer/kv_cache.h"
 #include "qkv/io/tensors.h"
 #include "qkv/kernels/cpu.h"
+#include "qkv/kernels/decode_attention.h"
 #include "qkv/models/llama.h"
 #include "testing/fixture.h"
+#include "testing/guards.h"
 
 namespace {
 
@@ -144,6 +148,42 @@ TEST(LlamaModel, DecodingTokenByTokenGivesThePromptLogits) {
       EXPECT_LE(qkv::max_abs_diff(step.select(0, 0), whole.select(0, t)), 1e-4) << name << " position " << t;
     }
   }
+}
+
+// A decoding step over a long context (1000 cached keys: each key/value head's keys split into
+// chunks) runs as one team, the decode kernel's chunks shared among its members; a step where
+// another sequence prefills runs the kernel outside a team. The decoding sequence's logits are
+// the same bits either way and for 1 or 2 threads, and those of the whole prompt at once.
+TEST(LlamaModel, LongContextDecodeStepGivesTheSameBitsInATeamOrNot) {
+  qkv::testing::ThreadsGuard tg;
+  const auto m = qkv::models::load_llama(smollm2_path());
+  const i64 V = m->vocab_size(), n0 = 1000;
+  ASSERT_GT(qkv::kernels::decode_attention_splits(1, 1, n0 + 1), 1) << "the step must split its keys";
+  std::vector<i64> prompt(static_cast<std::size_t>(n0 + 1));
+  for (i64 j = 0; j <= n0; ++j) prompt[static_cast<std::size_t>(j)] = (j * 7919 + 13) % V;
+  qkv::set_num_threads(2);
+  qkv::infer::KVCache cache(m->cache_options(2, n0 + 16));
+  {  // sequence 0: n0 tokens; sequence 1: 5
+    std::vector<i64> ids(static_cast<std::size_t>(2 * n0), 1);
+    std::copy(prompt.begin(), prompt.begin() + n0, ids.begin());
+    m->forward_cached(Tensor::from_vector(ids, {2, n0}), {n0, 5}, cache);
+  }
+  const i64 last = prompt[static_cast<std::size_t>(n0)];
+  auto step = [&](int threads, i64 other_new) {
+    qkv::set_num_threads(threads);
+    qkv::infer::KVCache c = cache;
+    const i64 w = std::max<i64>(1, other_new);
+    std::vector<i64> ids(static_cast<std::size_t>(2 * w), 3);
+    ids[0] = last;
+    return m->forward_cached(Tensor::from_vector(ids, {2, w}), {1, other_new}, c).select(0, 0).contiguous();
+  };
+  const Tensor team2 = step(2, 0), team1 = step(1, 0);
+  const Tensor mixed = step(2, qkv::infer::kDecodeKernelMaxQueries + 3);  // sequence 1 prefills: no team
+  EXPECT_EQ(0, std::memcmp(team2.data<float>(), team1.data<float>(), static_cast<std::size_t>(V) * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(team2.data<float>(), mixed.data<float>(), static_cast<std::size_t>(V) * sizeof(float)));
+  qkv::set_num_threads(2);
+  const Tensor whole = prompt_logits(*m, prompt);
+  EXPECT_LE(qkv::max_abs_diff(team2, whole.select(0, n0)), 2e-3);
 }
 
 TEST(LlamaModel, AvxTwoPathGivesTheSameTokens) {

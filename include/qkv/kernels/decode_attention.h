@@ -29,6 +29,10 @@
 #pragma once
 #include <cstdint>
 
+namespace qkv {
+class Team;
+}
+
 namespace qkv::kernels {
 
 struct DecodeParams {
@@ -54,6 +58,18 @@ void decode_attention_forward(float* O, const float* Q, const float* K, const fl
 // to float as they are read, so the arithmetic is decode_attention_forward's on the halves' values.
 void decode_attention_forward_f16(float* O, const float* Q, const std::uint16_t* K, const std::uint16_t* V,
                                   const DecodeParams& p);
+
+// The same, run by the members of a team (core/parallel.h) together: every member calls it with
+// the same arguments, and `scratch`, shared by the team, holds decode_attention_team_scratch(p)
+// floats (none may be needed: 0). Each member runs its static share of the tasks, then of the
+// chunk merge; the call returns after a barrier, with O complete. Bitwise the result of the call
+// without a team, for any team size. For a model that runs a whole decoding step as one team:
+// long contexts split their keys over the members without waking the workers again.
+std::int64_t decode_attention_team_scratch(const DecodeParams& p);
+void decode_attention_forward(Team& tm, float* scratch, float* O, const float* Q, const float* K, const float* V,
+                              const DecodeParams& p);
+void decode_attention_forward_f16(Team& tm, float* scratch, float* O, const float* Q, const std::uint16_t* K,
+                                  const std::uint16_t* V, const DecodeParams& p);
 
 // Naive twin (T = float or double): one exact softmax per query row, no splitting, keys checked
 // one by one against the causal and window rules.
