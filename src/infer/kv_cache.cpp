@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <string>
 
 #include "qkv/core/error.h"
@@ -56,8 +57,11 @@ KVCache::KVCache(const KVCacheOptions& options) : opt_(options) {
                      " floats overflow 64-bit sizes");
   }
   const bool f16 = o.dtype == KVType::F16;
+  // A float16 cache's prefill widens one sequence's keys and values of a layer to float32 at a
+  // time (attend_prefill), up to [2, H_kv, T, D] floats.
   MemoryEstimate()
       .add({o.batch, o.num_kv_heads, o.max_len, o.head_dim}, 2 * o.num_layers, f16 ? 2 : 4)
+      .add({2, o.num_kv_heads, o.max_len, o.head_dim}, f16 ? 1 : 0, 4)
       .check("KVCache (" + std::to_string(o.num_layers) + " layers x 2 x " + shape_str(s) +
              (f16 ? " float16)" : " float32)"));
   if (f16) {
@@ -201,39 +205,58 @@ Tensor KVCache::attend(i64 layer, const Tensor& q, const std::vector<i64>& n_new
       kernels::decode_attention_forward(O, q.data<float>(), Kf, Vf, p);
     return out;
   }
-  // Prefill: one tiled FlashAttention call per sequence over its own key range (causal,
-  // bottom-right aligned: its n new queries are the last n of its k_len keys).
-  thread_local std::vector<float> lse, wide;
+  // Prefill: one tiled FlashAttention call per sequence over its own key range.
   for (i64 b = 0; b < B; ++b) {
     const i64 n = n_new[static_cast<std::size_t>(b)];
     if (n == 0) continue;
-    kernels::AttnParams p;
-    p.B = 1, p.H = H, p.Lq = n, p.Lk = k_len[static_cast<std::size_t>(b)], p.D = D, p.Dv = D, p.H_kv = Hkv;
-    p.window = window;
-    p.q_sb = q.stride(0), p.q_sh = q.stride(1), p.q_st = q.stride(2);
-    p.k_sb = Hkv * T * D, p.k_sh = T * D, p.k_st = D;
-    p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
-    p.o_sb = o_sb, p.o_sh = o_sh, p.o_st = o_st;
-    p.scale = static_cast<float>(scale);
-    p.causal = true;
-    lse.resize(static_cast<std::size_t>(H * n));
-    const std::size_t kv_off = static_cast<std::size_t>(b * Hkv * T * D);
-    if (f16) {
-      // The sequence's keys and values widened to float32 first ([H_kv, Lk, D] each: O(Lk D)
-      // beside the O(n Lk D) the kernel computes), the same values the decode kernel reads.
-      const i64 Lk = p.Lk, nv = Hkv * Lk * D;
-      wide.resize(static_cast<std::size_t>(2 * nv));
-      widen(layer, b, Lk, wide.data(), wide.data() + nv);
-      p.k_sb = nv, p.k_sh = Lk * D;
-      p.v_sb = p.k_sb, p.v_sh = p.k_sh;
-      kernels::flash_attention_forward(O + b * o_sb, lse.data(), q.data<float>() + b * q.stride(0), wide.data(),
-                                       wide.data() + nv, p);
-    } else {
-      kernels::flash_attention_forward(O + b * o_sb, lse.data(), q.data<float>() + b * q.stride(0), Kf + kv_off,
-                                       Vf + kv_off, p);
-    }
+    attend_prefill(layer, b, n, k_len[static_cast<std::size_t>(b)], q.data<float>() + b * q.stride(0), q.stride(1),
+                   q.stride(2), O + b * o_sb, o_sh, o_st, scale, window);
   }
   return out;
+}
+
+void KVCache::attend_prefill(i64 layer, i64 b, i64 n, i64 Lk, const float* q, i64 q_sh, i64 q_st, float* o, i64 o_sh,
+                             i64 o_st, double scale, i64 window) const {
+  if (layer < 0 || layer >= opt_.num_layers)
+    throw IndexError("KVCache::attend_prefill: layer " + std::to_string(layer) + " out of range");
+  check_slot(b, "attend_prefill");
+  const i64 H = opt_.num_heads, Hkv = opt_.num_kv_heads, D = opt_.head_dim, T = opt_.max_len;
+  if (n < 1 || n > Lk || Lk > T)
+    throw ValueError("KVCache::attend_prefill: " + std::to_string(n) + " queries over " + std::to_string(Lk) +
+                     " keys of a cache of " + std::to_string(T) + " (need 1 <= queries <= keys <= capacity)");
+  if (window < 0) throw ValueError("KVCache::attend_prefill: window must be >= 0 (0: none), got " + std::to_string(window));
+  kernels::AttnParams p;
+  p.B = 1, p.H = H, p.Lq = n, p.Lk = Lk, p.D = D, p.Dv = D, p.H_kv = Hkv;
+  p.window = window;
+  p.q_sb = 0, p.q_sh = q_sh, p.q_st = q_st;
+  p.o_sb = 0, p.o_sh = o_sh, p.o_st = o_st;
+  p.k_sb = Hkv * T * D, p.k_sh = T * D, p.k_st = D;
+  p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
+  p.scale = static_cast<float>(scale);
+  p.causal = true;  // bottom-right aligned: the n queries are the last n of the Lk keys
+  thread_local std::vector<float> lse, wide;
+  lse.resize(static_cast<std::size_t>(H * n));
+  if (opt_.dtype == KVType::F16) {
+    // The keys some query sees (a window hides those before query 0's), from k0 on, widened to
+    // float32 first ([H_kv, Lk - k0, D] each: O(Lk D) beside the O(n Lk D) the kernel computes):
+    // the values the decode kernel widens as it goes. Shifting every position by k0 keeps the
+    // causal alignment and the window; k0 a multiple of the kernel's key tiles keeps its tiles,
+    // so the result is bitwise a float32 cache's holding the same values.
+    const kernels::FlashTileSizes ts = kernels::flash_attention_tile_sizes();
+    const i64 align = std::lcm<i64>(std::max(ts.key_panel, 1), std::max(ts.fwd_k_block, 1));
+    const i64 k0 = window > 0 ? std::max<i64>(Lk - n - window + 1, 0) / align * align : 0;
+    const i64 L = Lk - k0, nv = Hkv * L * D;
+    wide.resize(static_cast<std::size_t>(2 * nv));
+    widen_range(layer, b, k0, Lk, wide.data(), wide.data() + nv);
+    p.Lk = L;
+    p.k_sb = nv, p.k_sh = L * D;
+    p.v_sb = p.k_sb, p.v_sh = p.k_sh;
+    kernels::flash_attention_forward(o, lse.data(), q, wide.data(), wide.data() + nv, p);
+  } else {
+    const std::size_t kv_off = static_cast<std::size_t>(b * Hkv * T * D);
+    kernels::flash_attention_forward(o, lse.data(), q, k_[static_cast<std::size_t>(layer)].data<float>() + kv_off,
+                                     v_[static_cast<std::size_t>(layer)].data<float>() + kv_off, p);
+  }
 }
 
 void KVCache::advance(const std::vector<i64>& n_new) {
@@ -289,15 +312,20 @@ std::uint16_t* KVCache::values_f16(i64 layer) const {
 void KVCache::widen(i64 layer, i64 b, i64 Lk, float* k_out, float* v_out) const {
   check_layer(layer, "widen", KVType::F16);
   check_slot(b, "widen");
-  const i64 Hkv = opt_.num_kv_heads, D = opt_.head_dim, T = opt_.max_len;
-  if (Lk < 0 || Lk > T)
-    throw ValueError("KVCache::widen: " + std::to_string(Lk) + " positions of a cache of " + std::to_string(T));
-  const std::uint16_t* K = kh_[static_cast<std::size_t>(layer)].get() + b * Hkv * T * D;
-  const std::uint16_t* V = vh_[static_cast<std::size_t>(layer)].get() + b * Hkv * T * D;
+  if (Lk < 0 || Lk > opt_.max_len)
+    throw ValueError("KVCache::widen: " + std::to_string(Lk) + " positions of a cache of " +
+                     std::to_string(opt_.max_len));
+  widen_range(layer, b, 0, Lk, k_out, v_out);
+}
+
+void KVCache::widen_range(i64 layer, i64 b, i64 k0, i64 k1, float* k_out, float* v_out) const {
+  const i64 Hkv = opt_.num_kv_heads, D = opt_.head_dim, T = opt_.max_len, L = k1 - k0;
+  const std::uint16_t* K = kh_[static_cast<std::size_t>(layer)].get() + (b * Hkv * T + k0) * D;
+  const std::uint16_t* V = vh_[static_cast<std::size_t>(layer)].get() + (b * Hkv * T + k0) * D;
   parallel_for(0, Hkv, 1, [&](i64 h0, i64 h1) {
     for (i64 h = h0; h < h1; ++h) {
-      kernels::half_to_float_rows(K + h * T * D, k_out + h * Lk * D, Lk * D);
-      kernels::half_to_float_rows(V + h * T * D, v_out + h * Lk * D, Lk * D);
+      kernels::half_to_float_rows(K + h * T * D, k_out + h * L * D, L * D);
+      kernels::half_to_float_rows(V + h * T * D, v_out + h * L * D, L * D);
     }
   });
 }

@@ -50,7 +50,7 @@ class Buf {
 // The workspace of the calling thread (forward_cached is const and may run on many threads at
 // once, each with its own cache; one call per thread at a time).
 struct Workspace {
-  Buf x, h, hp, q, k, v, att, g, u, cos, sin, qd, od, lse, last, wide, dscratch;
+  Buf x, h, hp, q, k, v, att, g, u, cos, sin, qd, od, last, dscratch;
 };
 Workspace& workspace() {
   thread_local Workspace ws;
@@ -326,40 +326,19 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
   // Attention of layer l over the cache, outside a team: decode calls one by one, then one
   // FlashAttention call per prefilling sequence (the kernels split their work over the threads).
   auto attention = [&](i64 l) {
-    const float* Kc = f16 ? nullptr : cache.keys(l).data<float>();
-    const float* Vc = f16 ? nullptr : cache.values(l).data<float>();
     if (Lq) {
       if (f16)
         kernels::decode_attention_forward_f16(od, qd, cache.keys_f16(l), cache.values_f16(l), dp);
       else
-        kernels::decode_attention_forward(od, qd, Kc, Vc, dp);
+        kernels::decode_attention_forward(od, qd, cache.keys(l).data<float>(), cache.values(l).data<float>(), dp);
       gather_rows(0, R);
     }
     for (i64 b = 0; b < B; ++b) {
       const i64 n = n_new[static_cast<std::size_t>(b)];
       if (n == 0 || q_len[static_cast<std::size_t>(b)]) continue;
       const i64 r0 = first[static_cast<std::size_t>(b)];
-      kernels::AttnParams p;
-      p.B = 1, p.H = H, p.H_kv = Hkv, p.Lq = n, p.Lk = k_len[static_cast<std::size_t>(b)], p.D = D, p.Dv = D;
-      p.q_sb = n * HD, p.q_sh = D, p.q_st = HD;
-      p.o_sb = p.q_sb, p.o_sh = p.q_sh, p.o_st = p.q_st;
-      p.k_sb = Hkv * T * D, p.k_sh = T * D, p.k_st = D;
-      p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
-      p.scale = scale;
-      p.causal = true;
-      p.window = c.sliding_window;
-      float* lse = ws.lse.get(H * n);
-      if (f16) {  // the sequence's keys and values widened first (KVCache::widen: O(Lk D) work)
-        const i64 Lk = p.Lk, nv = Hkv * Lk * D;
-        float* wide = ws.wide.get(2 * nv);
-        cache.widen(l, b, Lk, wide, wide + nv);
-        p.k_sb = nv, p.k_sh = Lk * D;
-        p.v_sb = p.k_sb, p.v_sh = p.k_sh;
-        kernels::flash_attention_forward(att + r0 * HD, lse, q + r0 * HD, wide, wide + nv, p);
-      } else {
-        kernels::flash_attention_forward(att + r0 * HD, lse, q + r0 * HD, Kc + b * Hkv * T * D, Vc + b * Hkv * T * D,
-                                         p);
-      }
+      cache.attend_prefill(l, b, n, k_len[static_cast<std::size_t>(b)], q + r0 * HD, D, HD, att + r0 * HD, D, HD, scale,
+                           c.sliding_window);
     }
   };
   // A step where every sequence decodes (the common generation step) runs as a single team,
