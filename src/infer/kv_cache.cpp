@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <numeric>
 #include <string>
 
 #include "qkv/core/error.h"
@@ -58,7 +57,8 @@ KVCache::KVCache(const KVCacheOptions& options) : opt_(options) {
   }
   const bool f16 = o.dtype == KVType::F16;
   // A float16 cache's prefill widens one sequence's keys and values of a layer to float32 at a
-  // time (attend_prefill), up to [2, H_kv, T, D] floats.
+  // time (attend_prefill), up to [2, H_kv, T, D] floats: counted once, though the buffer belongs
+  // to the calling thread (an estimate for one thread using the cache).
   MemoryEstimate()
       .add({o.batch, o.num_kv_heads, o.max_len, o.head_dim}, 2 * o.num_layers, f16 ? 2 : 4)
       .add({2, o.num_kv_heads, o.max_len, o.head_dim}, f16 ? 1 : 0, 4)
@@ -237,19 +237,14 @@ void KVCache::attend_prefill(i64 layer, i64 b, i64 n, i64 Lk, const float* q, i6
   thread_local std::vector<float> lse, wide;
   lse.resize(static_cast<std::size_t>(H * n));
   if (opt_.dtype == KVType::F16) {
-    // The keys some query sees (a window hides those before query 0's), from k0 on, widened to
-    // float32 first ([H_kv, Lk - k0, D] each: O(Lk D) beside the O(n Lk D) the kernel computes):
-    // the values the decode kernel widens as it goes. Shifting every position by k0 keeps the
-    // causal alignment and the window; k0 a multiple of the kernel's key tiles keeps its tiles,
-    // so the result is bitwise a float32 cache's holding the same values.
-    const kernels::FlashTileSizes ts = kernels::flash_attention_tile_sizes();
-    const i64 align = std::lcm<i64>(std::max(ts.key_panel, 1), std::max(ts.fwd_k_block, 1));
-    const i64 k0 = window > 0 ? std::max<i64>(Lk - n - window + 1, 0) / align * align : 0;
-    const i64 L = Lk - k0, nv = Hkv * L * D;
+    // The keys and values widened to float32 first ([H_kv, Lk, D] each: O(Lk D) beside the
+    // O(n Lk D) the kernel computes): the values the decode kernel widens as it goes. All Lk of
+    // them, even behind a window: the kernel's choice of path and tiles depends on Lk, and the
+    // same Lk is what makes the result bitwise a float32 cache's holding the same values.
+    const i64 nv = Hkv * Lk * D;
     wide.resize(static_cast<std::size_t>(2 * nv));
-    widen_range(layer, b, k0, Lk, wide.data(), wide.data() + nv);
-    p.Lk = L;
-    p.k_sb = nv, p.k_sh = L * D;
+    widen(layer, b, Lk, wide.data(), wide.data() + nv);
+    p.k_sb = nv, p.k_sh = Lk * D;
     p.v_sb = p.k_sb, p.v_sh = p.k_sh;
     kernels::flash_attention_forward(o, lse.data(), q, wide.data(), wide.data() + nv, p);
   } else {
@@ -312,20 +307,15 @@ std::uint16_t* KVCache::values_f16(i64 layer) const {
 void KVCache::widen(i64 layer, i64 b, i64 Lk, float* k_out, float* v_out) const {
   check_layer(layer, "widen", KVType::F16);
   check_slot(b, "widen");
-  if (Lk < 0 || Lk > opt_.max_len)
-    throw ValueError("KVCache::widen: " + std::to_string(Lk) + " positions of a cache of " +
-                     std::to_string(opt_.max_len));
-  widen_range(layer, b, 0, Lk, k_out, v_out);
-}
-
-void KVCache::widen_range(i64 layer, i64 b, i64 k0, i64 k1, float* k_out, float* v_out) const {
-  const i64 Hkv = opt_.num_kv_heads, D = opt_.head_dim, T = opt_.max_len, L = k1 - k0;
-  const std::uint16_t* K = kh_[static_cast<std::size_t>(layer)].get() + (b * Hkv * T + k0) * D;
-  const std::uint16_t* V = vh_[static_cast<std::size_t>(layer)].get() + (b * Hkv * T + k0) * D;
+  const i64 Hkv = opt_.num_kv_heads, D = opt_.head_dim, T = opt_.max_len;
+  if (Lk < 0 || Lk > T)
+    throw ValueError("KVCache::widen: " + std::to_string(Lk) + " positions of a cache of " + std::to_string(T));
+  const std::uint16_t* K = kh_[static_cast<std::size_t>(layer)].get() + b * Hkv * T * D;
+  const std::uint16_t* V = vh_[static_cast<std::size_t>(layer)].get() + b * Hkv * T * D;
   parallel_for(0, Hkv, 1, [&](i64 h0, i64 h1) {
     for (i64 h = h0; h < h1; ++h) {
-      kernels::half_to_float_rows(K + h * T * D, k_out + h * L * D, L * D);
-      kernels::half_to_float_rows(V + h * T * D, v_out + h * L * D, L * D);
+      kernels::half_to_float_rows(K + h * T * D, k_out + h * Lk * D, Lk * D);
+      kernels::half_to_float_rows(V + h * T * D, v_out + h * Lk * D, Lk * D);
     }
   });
 }

@@ -557,7 +557,9 @@ struct Engine {
             if (k0 >= pend) continue;  // causal: tile fully masked for this panel
             // Score columns: the tile's keys rounded up to whole vectors (a key panel's last
             // vectors past them are not computed).
-            const i64 kn = std::min(BK, pend - k0), ncols = round_up(kn, W);
+            // The tile ends at the chunk's end too: with a window, sbeg is a key panel past c0,
+            // not a tile boundary, and the next chunk counts the keys from c0 + KC on.
+            const i64 kn = std::min(BK, std::min(pend, send) - k0), ncols = round_up(kn, W);
             if (k0 + kn <= row_key_begin(p, i0 + r0)) continue;  // sliding window: tile before every row's keys
             bool fused = kvs.Kp && !p.bias;  // no row masks any of the tile's keys
             for (i64 r = 0; r < mr; ++r) {

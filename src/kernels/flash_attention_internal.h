@@ -93,7 +93,7 @@ struct DecodePlan {
     }
     tasks = start[static_cast<std::size_t>(p.B)];
   }
-  bool empty() const { return tasks == 0 && start.empty(); }
+  bool empty() const { return start.empty(); }  // no queries at all (B, H or Lq <= 0)
   // Keys some query of sequence b sees: [first(b), k_len[b]), in splits(b) chunks of equal size
   // (S from the sizes alone: the batch's largest, or each sequence's own when independent).
   std::int64_t first(std::int64_t b) const { return decode_key_lo(p, p.q_len[b], p.k_len[b], 0); }

@@ -246,7 +246,8 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
     return hm;
   };
   // The steps between two attentions run as one team of threads (a barrier between steps):
-  // a decode step wakes the workers twice per layer, not once per product.
+  // a step with a prefilling sequence wakes the workers twice per layer, not once per product
+  // (a decoding step runs as one team throughout, below).
   //   before(l): the rest of layer l-1 (o_proj and the feed-forward), then layer l's norm, q/k/v
   //              products, RoPE and cache write; before(L): the rest of the last layer.
   auto before = [&](Team& tm, i64 l) {
@@ -323,8 +324,8 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
         std::memcpy(att + r * HD + hh * D, od + ((b * H + hh) * Lq + t) * D, static_cast<std::size_t>(D) * sizeof(float));
     }
   };
-  // Attention of layer l over the cache, outside a team: decode calls one by one, then one
-  // FlashAttention call per prefilling sequence (the kernels split their work over the threads).
+  // Attention of layer l over the cache, outside a team: one decode call for every decoding
+  // sequence, then one FlashAttention call per prefilling sequence (the kernels split their work over the threads).
   auto attention = [&](i64 l) {
     if (Lq) {
       if (f16)

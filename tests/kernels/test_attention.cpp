@@ -577,6 +577,16 @@ TEST(FlashAttention, LongHeadsWalkKeyChunksPerGroupOfBlocks) {
       check_case(s, false, 0, {1, 2});
       if (HasFailure()) return;
     }
+  // A sliding window over long heads: a query block's keys start past its chunk's start, on a
+  // key panel that is not a tile boundary; its last tile of a chunk must end at the chunk's end
+  // (the next chunk counts the keys after it).
+  for (i64 window : {700, 301}) {
+    Spec s;
+    s.B = 1, s.H = 2, s.H_kv = 1, s.Lq = 230, s.Lk = 3001, s.D = 128, s.causal = true, s.window = window;
+    s.seed = 44 + window;
+    check_case(s, false, 0, {1, 2});
+    if (HasFailure()) return;
+  }
 }
 
 // Heads split between workers (B*H odd; 3 threads give a worker two partial heads; odd D takes

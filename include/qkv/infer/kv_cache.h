@@ -85,13 +85,14 @@ class KVCache {
   // ones the tiled FlashAttention kernel.
   Tensor attend(std::int64_t layer, const Tensor& q, const std::vector<std::int64_t>& n_new, double scale,
                 std::int64_t window = 0) const;
-  // The prefill half of attend for one sequence: the tiled FlashAttention of sequence b's n new
+  // The prefill half of attend for one sequence: FlashAttention (kernels/attention.h; the
+  // tiled or row kernel, as it chooses) of sequence b's n new
   // queries over its first Lk cached keys and values (1 <= n <= Lk <= capacity; causal, bottom-
   // right aligned: query t sits at position Lk - n + t, and with a window W >= 1 sees keys
   // j > its position - W). Query t of head h is read from q + h * q_sh + t * q_st (D contiguous
   // floats), its output written to o + h * o_sh + t * o_st. A float16 cache first widens to
-  // float32 the keys and values some query sees (the window's only; O(Lk D) beside the kernel's
-  // O(n Lk D), in a buffer of the calling thread): the values the decode kernel widens as it
+  // float32 its Lk keys and values (KVCache::widen; O(Lk D) beside the kernel's O(n Lk D), in a
+  // buffer of the calling thread): the values the decode kernel widens as it
   // goes. For a model that attends in place (Llama) as attend does.
   void attend_prefill(std::int64_t layer, std::int64_t b, std::int64_t n, std::int64_t Lk, const float* q,
                       std::int64_t q_sh, std::int64_t q_st, float* o, std::int64_t o_sh, std::int64_t o_st, double scale,
@@ -115,15 +116,13 @@ class KVCache {
   std::uint16_t* values_f16(std::int64_t layer) const;
   // A float16 cache's keys and values of sequence b in `layer`, positions [0, Lk) of every
   // key/value head, widened to float32 -> k_out, v_out [H_kv, Lk, D] each (threads share the
-  // heads). What a prefill's FlashAttention reads: the values the decode kernel widens as it goes.
+  // heads). What attend_prefill's FlashAttention reads: the values the decode kernel widens as it
+  // goes.
   void widen(std::int64_t layer, std::int64_t b, std::int64_t Lk, float* k_out, float* v_out) const;
 
  private:
   void check_slot(std::int64_t b, const char* what) const;
   void check_layer(std::int64_t layer, const char* what, KVType want) const;
-  // widen's body for positions [k0, k1) -> [H_kv, k1 - k0, D] each (arguments checked by the caller).
-  void widen_range(std::int64_t layer, std::int64_t b, std::int64_t k0, std::int64_t k1, float* k_out,
-                   float* v_out) const;
   KVCacheOptions opt_;
   std::vector<Tensor> k_, v_;  // float32
   // float16 (shared by copies of the cache, as the float32 tensors' storage is)
