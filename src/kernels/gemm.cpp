@@ -49,16 +49,21 @@ constexpr i64 kDirectBMaxM = 24;
 // in L2 across the M loop; 64^3 runs ~1.4x faster than with packing).
 constexpr i64 kDirectBMaxBytes = 256 * 1024;
 
+// A set is made only for an ISA the CPU has: filling one may itself run that ISA's instructions
+// (GCC vectorises the table fills compiled under its target pragma), so an AVX-512 set made on an
+// AVX2-only CPU stopped every process at its first product with SIGILL.
 template <class T>
 GemmKernelSet<T> make_set(Isa isa);
 template <>
 GemmKernelSet<float> make_set<float>(Isa isa) {
+  if (isa > detected_isa()) return {};
   if (isa == Isa::Avx512) return detail::sgemm_kernels_avx512();
   if (isa == Isa::Avx2) return detail::sgemm_kernels_avx2();
   return detail::sgemm_kernels_scalar();
 }
 template <>
 GemmKernelSet<double> make_set<double>(Isa isa) {
+  if (isa > detected_isa()) return {};
   if (isa == Isa::Avx512) return detail::dgemm_kernels_avx512();
   if (isa == Isa::Avx2) return detail::dgemm_kernels_avx2();
   return detail::dgemm_kernels_scalar();

@@ -22,9 +22,16 @@ using detail::i64;
 using detail::QGemmKernels;
 using detail::u8;
 
+// The sets of the ISAs the CPU has (making one may run its instructions: see gemm.cpp's make_set).
+QGemmKernels make_set(Isa isa) {
+  if (isa > detected_isa()) return {};
+  if (isa == Isa::Avx512) return detail::qgemm_kernels_avx512();
+  if (isa == Isa::Avx2) return detail::qgemm_kernels_avx2();
+  return detail::qgemm_kernels_scalar();
+}
+
 const QGemmKernels& kernels() {
-  static const QGemmKernels sets[3] = {detail::qgemm_kernels_scalar(), detail::qgemm_kernels_avx2(),
-                                       detail::qgemm_kernels_avx512()};
+  static const QGemmKernels sets[3] = {make_set(Isa::Scalar), make_set(Isa::Avx2), make_set(Isa::Avx512)};
   int i = static_cast<int>(active_isa());
   while (i > 0 && sets[i].dot_rows == nullptr) --i;
   return sets[i];
@@ -33,8 +40,7 @@ const QGemmKernels& kernels() {
 // The Q8 path's kernels: the active ISA's, or the next one down that has them (AVX-512 without
 // VNNI runs the AVX2 kernel).
 const QGemmKernels& q8_kernels() {
-  static const QGemmKernels sets[3] = {detail::qgemm_kernels_scalar(), detail::qgemm_kernels_avx2(),
-                                       detail::qgemm_kernels_avx512()};
+  static const QGemmKernels sets[3] = {make_set(Isa::Scalar), make_set(Isa::Avx2), make_set(Isa::Avx512)};
   int i = static_cast<int>(active_isa());
   while (i > 0 && sets[i].q8_tile == nullptr) --i;
   return sets[i];
