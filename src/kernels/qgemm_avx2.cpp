@@ -8,6 +8,7 @@
 // bits; the k-quants' d * sc * q at most 23).
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "qgemm_internal.h"
 
@@ -337,6 +338,137 @@ void q8_tile(int mr, i64 nsb, int sb, bool signed_codes, const u8* wq, const flo
   q8_tile_mr<2>(nsb, sb, signed_codes, wq, ws, wo, A, lda, asc, ldas, out, ldo, resume);
 }
 
+// ---- the Q8 path's packer (Q4_0, Q4_1, Q8_0): a full panel of 16 rows of W, vectorised ----
+//
+// The layout of qgemm_q8.cpp's pack_panel, bitwise: codes [K/4][16][4] (column j's 4 codes of
+// k-quad q at (q*16 + j)*4), ws/wo [K/32][16]. Per block, 8 rows at a time: row r + 4l's 16 bytes
+// go to 128-bit lane l of register r (r < 4, l < 2), and a 4 x 4 transpose of dwords within the
+// lanes (unpack 32, then 64) leaves dword q of the 8 rows in register q, in row order; 4-bit codes
+// are its low nibbles (quads 0-3) and its high nibbles (quads 4-7). Q8_0's codes are its int8
+// quants themselves (signed codes, wo = 0: AVX2's vpmaddubsw would saturate on q + 128). The
+// scales: each row's first 4 bytes copied as one word, converted 8 halves at a time and split
+// into d (ws) and m (wo; -8 d for Q4_0, 0 for Q8_0).
+
+// Dwords q = 0..3 of the 16 bytes at p + r * rb (r < 8) -> out[q] (8 rows each, in order).
+inline void transpose8x4(const u8* p, i64 rb, __m256i out[4]) {
+  __m256i z[4];
+  for (int r = 0; r < 4; ++r)
+    z[r] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + r * rb))),
+                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + (r + 4) * rb)), 1);
+  const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+  out[0] = _mm256_unpacklo_epi64(t0, t2);
+  out[1] = _mm256_unpackhi_epi64(t0, t2);
+  out[2] = _mm256_unpacklo_epi64(t1, t3);
+  out[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+template <QType t>
+void q8_pack_t(const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, float* wo, const u8* pf) {
+  constexpr int kNp = 16;
+  constexpr int kBytes = t == QType::Q8_0 ? 34 : t == QType::Q4_1 ? 20 : 18;
+  const __m256i nib = _mm256_set1_epi8(0x0F);
+  for (i64 b = 0; b < nb; ++b) {
+    const u8* blk = W + (b0 + b) * kBytes;
+    if (pf != nullptr)
+      for (int o = 0; o < kNp * kBytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(pf + (b0 + b) * kNp * kBytes + o), _MM_HINT_T1);
+    alignas(32) std::uint32_t raw[kNp];
+    for (int j = 0; j < kNp; ++j) {
+      std::uint32_t v;
+      std::memcpy(&v, blk + j * rb, 4);
+      asm("" : "+r"(v));
+      raw[j] = v;
+    }
+    asm("" ::: "memory");
+    for (int h = 0; h < 2; ++h) {  // columns 8h .. 8h + 7
+      // [d0 m0 d1 m1 d2 m2 d3 m3] and the next four rows' -> the d and the m of the 8 rows in order.
+      const __m256 lo = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(raw + 8 * h)));
+      const __m256 hi = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(raw + 8 * h + 4)));
+      const __m256 d = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xD8));
+      __m256 o;
+      if constexpr (t == QType::Q4_1)
+        o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
+      else if constexpr (t == QType::Q4_0)
+        o = _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
+      else
+        o = _mm256_setzero_ps();
+      _mm256_storeu_ps(ws + b * kNp + 8 * h, d);
+      _mm256_storeu_ps(wo + b * kNp + 8 * h, o);
+      const u8* rows = blk + 8 * h * rb;
+      u8* out = wq + (8 * b * kNp + 8 * h) * 4;  // quad q of this block at out + q * kNp * 4
+      __m256i v[4];
+      if constexpr (t == QType::Q8_0) {
+        for (int half = 0; half < 2; ++half) {
+          transpose8x4(rows + 2 + 16 * half, rb, v);
+          for (int q = 0; q < 4; ++q)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (4 * half + q) * kNp * 4), v[q]);
+        }
+      } else {
+        transpose8x4(rows + (t == QType::Q4_1 ? 4 : 2), rb, v);
+        for (int q = 0; q < 4; ++q) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + q * kNp * 4), _mm256_and_si256(v[q], nib));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (q + 4) * kNp * 4),
+                              _mm256_and_si256(_mm256_srli_epi32(v[q], 4), nib));
+        }
+      }
+    }
+  }
+}
+
+void q8_pack(QType t, const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, float* wo, const u8* pf) {
+  switch (t) {
+    case QType::Q8_0: return q8_pack_t<QType::Q8_0>(W, rb, b0, nb, wq, ws, wo, pf);
+    case QType::Q4_0: return q8_pack_t<QType::Q4_0>(W, rb, b0, nb, wq, ws, wo, pf);
+    case QType::Q4_1: return q8_pack_t<QType::Q4_1>(W, rb, b0, nb, wq, ws, wo, pf);
+    default: return;
+  }
+}
+
+// quantize_q8, 32 values at a time: the same amax, the same float divisions, the same
+// round-half-even (vcvtps2dq under the default rounding mode, as nearbyint) and clamp.
+void q8_quantize(const float* a, i64 K, qkv::kernels::detail::Q8Act* out) {
+  const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 big = _mm256_set1_ps(std::numeric_limits<float>::max());
+  const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
+  for (i64 b = 0; b < K / 32; ++b) {
+    __m256 x[4], ax[4];
+    for (int i = 0; i < 4; ++i) {
+      x[i] = _mm256_loadu_ps(a + 32 * b + 8 * i);
+      ax[i] = _mm256_and_ps(x[i], sign);
+    }
+    qkv::kernels::detail::Q8Act& q = out[b];
+    // |x| <= FLT_MAX is false for NaN and infinity.
+    const __m256 ok = _mm256_and_ps(_mm256_and_ps(_mm256_cmp_ps(ax[0], big, _CMP_LE_OQ), _mm256_cmp_ps(ax[1], big, _CMP_LE_OQ)),
+                                    _mm256_and_ps(_mm256_cmp_ps(ax[2], big, _CMP_LE_OQ), _mm256_cmp_ps(ax[3], big, _CMP_LE_OQ)));
+    if (_mm256_movemask_ps(ok) != 0xFF) {
+      q.d = std::numeric_limits<float>::quiet_NaN();
+      q.sum = 0;
+      std::memset(q.q, 0, 32);
+      continue;
+    }
+    __m256 m = _mm256_max_ps(_mm256_max_ps(ax[0], ax[1]), _mm256_max_ps(ax[2], ax[3]));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    q.d = amax / 127.0f;
+    const __m256 id = _mm256_set1_ps(amax == 0.0f ? 0.0f : 127.0f / amax);
+    __m256i v[4];
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(x[i], id)), lim), nlim);
+    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    q.sum = _mm_cvtsi128_si32(s4);
+    // int32 -> int8 in order: packs works within 128-bit lanes, the permute puts the dwords back.
+    const __m256i p01 = _mm256_packs_epi32(v[0], v[1]), p23 = _mm256_packs_epi32(v[2], v[3]);
+    const __m256i p = _mm256_packs_epi16(p01, p23);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q.q),
+                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
+}
+
 }  // namespace
 
 #pragma GCC pop_options
@@ -353,6 +485,10 @@ QGemmKernels qgemm_kernels_avx2() {
   k.q8_mr = 2;
   k.q8_signed_q8_0 = true;
   k.q8_tile = &q8_tile;
+  k.q8_pack = &q8_pack;
+  k.q8_quantize = &q8_quantize;
+  k.q8_pack_types = qkv::kernels::detail::qtype_bit(QType::Q4_0) | qkv::kernels::detail::qtype_bit(QType::Q4_1) |
+                    qkv::kernels::detail::qtype_bit(QType::Q8_0);
 #endif
   return k;
 }

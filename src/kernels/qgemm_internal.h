@@ -53,9 +53,10 @@ struct QGemmKernels {
   // same order), else they start from 0.
   void (*q8_tile)(int mr, i64 nsb, int sb, bool signed_codes, const u8* wq, const float* ws, const float* wo,
                   const Q8Act* A, i64 lda, const float* asc, i64 ldas, float* out, i64 ldo, bool resume) = nullptr;
-  // A vectorised packer of a full panel (q8_np rows of W from W, rb apart, unsigned codes) for the
-  // types in q8_pack_types (bits qtype_bit(t)): blocks [b0, b0 + nb) of the rows, in the layout
-  // qgemm_q8.cpp's scalar packer writes for all of K (bitwise; offsets relative to block b0). pf,
+  // A vectorised packer of a full panel (q8_np rows of W from W, rb apart) for the types in
+  // q8_pack_types (bits qtype_bit(t)): blocks [b0, b0 + nb) of the rows, in the layout qgemm_q8.cpp's
+  // scalar packer writes for all of K (bitwise, signed Q8_0 codes where q8_signed_q8_0; offsets
+  // relative to block b0). pf,
   // when not null: the next panel's bytes, prefetched a 32-row block at a time alongside.
   // With it, the Q8 path is cheap enough to take every M of those types (a decode row too): see
   // qgemm_q8_every_m.

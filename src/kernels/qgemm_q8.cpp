@@ -202,7 +202,7 @@ void qgemm_q8_run(const QGemmKernels& ks, const QGemmQ8Args& a, bool accumulate,
     }
   }
   const bool signed_codes = ks.q8_signed_q8_0 && a.type == QType::Q8_0;
-  const bool vector_pack = ks.q8_pack != nullptr && !signed_codes && (ks.q8_pack_types & qtype_bit(a.type)) != 0;
+  const bool vector_pack = ks.q8_pack != nullptr && (ks.q8_pack_types & qtype_bit(a.type)) != 0;
   const i64 panels = (a.N + np - 1) / np;
   // Every row tile of a panel walks K in stretches of kQ8Stretch values (the vector packer's
   // panels: 8 KiB of codes for Q4_*, in L1 with the tiles' reads), each tile resuming its sums

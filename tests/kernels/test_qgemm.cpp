@@ -489,12 +489,18 @@ TEST_P(QGemmIsa, PrequantizedRowsGiveTheSameBits) {
   }
 }
 
-// The AVX-512 activation quantizer of the Q8 path (where the CPU has VNNI) writes bitwise what
-// quantize_q8 writes: random blocks, blocks of halves that round to even (x * 127 / amax = k + 0.5),
-// zeros, one NaN or infinity.
-TEST(QGemmQ8, VectorQuantizerEqualsTheScalarOne) {
-  const detail::QGemmKernels ks = detail::qgemm_kernels_avx512();
-  if (ks.q8_quantize == nullptr) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+// The vector activation quantizers of the Q8 path (AVX2, and AVX-512 where the CPU has VNNI) write
+// bitwise what quantize_q8 writes: random blocks, blocks of halves that round to even (x * 127 /
+// amax = k + 0.5), zeros, one NaN or infinity.
+class QGemmQ8Quantizer : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(QGemmQ8Quantizer, EqualsTheScalarOne) {
+  const bool avx512 = GetParam() == Isa::Avx512;
+  if (avx512 ? !__builtin_cpu_supports("avx512f") : !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
+    GTEST_SKIP() << "the CPU has no " << isa_name(GetParam()) << " (the AVX-512 build is checked under emulation in CI)";
+  const detail::QGemmKernels ks = avx512 ? detail::qgemm_kernels_avx512() : detail::qgemm_kernels_avx2();
+  if (avx512 && ks.q8_quantize == nullptr) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  ASSERT_NE(ks.q8_quantize, nullptr);
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-3.0f, 3.0f);
   const i64 K = 32 * 40;
@@ -515,6 +521,9 @@ TEST(QGemmQ8, VectorQuantizerEqualsTheScalarOne) {
     EXPECT_EQ(std::memcmp(fast[b].q, ref[b].q, 32), 0) << "block " << b;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(VectorIsas, QGemmQ8Quantizer, ::testing::Values(Isa::Avx2, Isa::Avx512),
+                         [](const ::testing::TestParamInfo<Isa>& i) { return std::string(isa_name(i.param)); });
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, QGemmIsa, ::testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512),
                          [](const ::testing::TestParamInfo<Isa>& i) { return std::string(isa_name(i.param)); });
