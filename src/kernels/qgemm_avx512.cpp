@@ -13,14 +13,123 @@
 
 #include "qgemm_internal.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(QKV_GEMM_AVX512_EMULATED)
+// Test-only build (tests/kernels/gemm.cmake): the same kernels on SIMDe's portable AVX-512 and
+// VNNI, so machines without AVX-512 still check this file.
 #define QKV_QGEMM_HAVE_AVX512 1
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#include <simde/x86/f16c.h>
+
+#include <cmath>
+#include <cstdint>
+// Debian 12's SIMDe (0.7.4) lacks these: built lane by lane from what it has (max and integer
+// sums are exact in any order, so the results are the native instructions').
+namespace qkv_simde_compat {
+inline __m512 cvtph_ps(__m256i h) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_cvtph_ps(_mm256_castsi256_si128(h)))),
+                                             _mm256_castps_pd(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1))), 1));
+}
+inline __m512i cvtepu16_epi32(__m256i x) {
+  alignas(32) std::uint16_t in[16];
+  alignas(64) std::int32_t out[16];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(in), x);
+  for (int i = 0; i < 16; ++i) out[i] = in[i];
+  return _mm512_load_si512(out);
+}
+inline __m128i cvtepi32_epi8(__m512i x) {
+  alignas(64) std::int32_t in[16];
+  alignas(16) std::int8_t out[16];
+  _mm512_store_si512(in, x);
+  for (int i = 0; i < 16; ++i) out[i] = static_cast<std::int8_t>(in[i]);
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(out));
+}
+inline int reduce_add_epi32(__m512i x) {
+  alignas(64) std::int32_t in[16];
+  _mm512_store_si512(in, x);
+  std::uint32_t s = 0;
+  for (int i = 0; i < 16; ++i) s += static_cast<std::uint32_t>(in[i]);
+  return static_cast<int>(s);
+}
+inline float reduce_max_ps(__m512 x) {
+  alignas(64) float in[16];
+  _mm512_store_ps(in, x);
+  float m = in[0];
+  for (int i = 1; i < 16; ++i) m = in[i] > m ? in[i] : m;
+  return m;
+}
+// Only the class set the quantizer asks (0x99: NaN or infinity).
+inline __mmask16 fpclass_ps_mask(__m512 x, int imm) {
+  alignas(64) float in[16];
+  _mm512_store_ps(in, x);
+  __mmask16 m = 0;
+  for (int i = 0; i < 16; ++i)
+    if (imm == 0x99 && !std::isfinite(in[i])) m = static_cast<__mmask16>(m | (1u << i));
+  return m;
+}
+inline __mmask16 test_epi8_mask(__m128i a, __m128i b) {
+  alignas(16) std::uint8_t x[16], y[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(x), a);
+  _mm_store_si128(reinterpret_cast<__m128i*>(y), b);
+  __mmask16 m = 0;
+  for (int i = 0; i < 16; ++i)
+    if ((x[i] & y[i]) != 0) m = static_cast<__mmask16>(m | (1u << i));
+  return m;
+}
+inline __m512 cvtepi32_ps(__m512i x) {
+  alignas(64) std::int32_t in[16];
+  alignas(64) float out[16];
+  _mm512_store_si512(in, x);
+  for (int i = 0; i < 16; ++i) out[i] = static_cast<float>(in[i]);
+  return _mm512_load_ps(out);
+}
+// Round to nearest even (the default mode), out of range -> INT_MIN, as vcvtps2dq.
+inline __m512i cvtps_epi32(__m512 x) {
+  alignas(64) float in[16];
+  alignas(64) std::int32_t out[16];
+  _mm512_store_ps(in, x);
+  for (int i = 0; i < 16; ++i)
+    out[i] = std::fabs(in[i]) < 2147483648.0f ? static_cast<std::int32_t>(std::nearbyint(in[i])) : INT32_MIN;
+  return _mm512_load_si512(out);
+}
+template <class T>
+inline __m512i widen8(__m128i x) {
+  alignas(16) T in[16];
+  alignas(64) std::int32_t out[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(in), x);
+  for (int i = 0; i < 16; ++i) out[i] = in[i];
+  return _mm512_load_si512(out);
+}
+inline __m512i cvtepi8_epi32(__m128i x) { return widen8<std::int8_t>(x); }
+inline __m512i cvtepu8_epi32(__m128i x) { return widen8<std::uint8_t>(x); }
+}  // namespace qkv_simde_compat
+#define _mm512_cvtepi32_ps qkv_simde_compat::cvtepi32_ps
+#define _mm512_cvtps_epi32 qkv_simde_compat::cvtps_epi32
+#define _mm512_cvtepi8_epi32 qkv_simde_compat::cvtepi8_epi32
+#define _mm512_cvtepu8_epi32 qkv_simde_compat::cvtepu8_epi32
+#define _mm512_cvtph_ps qkv_simde_compat::cvtph_ps
+#define _mm512_cvtepu16_epi32 qkv_simde_compat::cvtepu16_epi32
+#define _mm512_cvtepi32_epi8 qkv_simde_compat::cvtepi32_epi8
+#define _mm512_reduce_add_epi32 qkv_simde_compat::reduce_add_epi32
+#define _mm512_reduce_max_ps qkv_simde_compat::reduce_max_ps
+#define _mm512_fpclass_ps_mask qkv_simde_compat::fpclass_ps_mask
+#define _mm_test_epi8_mask qkv_simde_compat::test_epi8_mask
+#elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define QKV_QGEMM_HAVE_AVX512 1
+#define QKV_QGEMM_AVX512_PRAGMA 1
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw,avx512vnni,avx2,fma,f16c")
 // GCC 12's AVX-512 intrinsics trip a false -W(maybe-)uninitialized once inlined (GCC PR 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#endif
+
+#ifdef QKV_QGEMM_HAVE_AVX512
 
 #include "qgemm_impl.h"
 
@@ -45,7 +154,7 @@ struct V16 {
   static inline R add(R a, R b) { return _mm512_add_ps(a, b); }
   static inline R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
   static inline float hsum(R v) {
-    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))  /* SIMDe lacks extractf32x8 */);
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));
     x = _mm_add_ss(x, _mm_movehdup_ps(x));
@@ -364,7 +473,11 @@ struct Dec<QType::Q6_K> {
 // acc += the products of the uint8 codes w and the int8 quants a, 4 per lane (vpdpbusd), in place:
 // through the intrinsic GCC 12 copied every accumulator to a scratch register and back around each
 // one (24 register moves per 12 products in the 6-row tile, ~40% of the VNNI ports' peak).
+#ifdef QKV_GEMM_AVX512_EMULATED
+inline void dpbusd(__m512i& acc, __m512i w, __m512i a) { acc = _mm512_dpbusd_epi32(acc, w, a); }
+#else
 inline void dpbusd(__m512i& acc, __m512i w, __m512i a) { asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(a)); }
+#endif
 
 template <int MR>
 void q8_tile_mr(i64 nsb, int sb, const u8* wq, const float* ws, const float* wo, const qkv::kernels::detail::Q8Act* A,
@@ -534,7 +647,9 @@ void q8_pack(QType t, const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, fl
 
 }  // namespace
 
+#ifdef QKV_QGEMM_AVX512_PRAGMA
 #pragma GCC pop_options
+#endif
 #endif
 
 namespace qkv::kernels::detail {
@@ -545,7 +660,12 @@ QGemmKernels qgemm_kernels_avx512() {
   k.dot_rows = &dot_rows_any<V16, Dec>;
   k.dequant_rows = &dequant_rows_any<V16, Dec>;
   // vpdpbusd is AVX-512 VNNI: without it the Q8 path runs on the AVX2 kernel (qgemm.cpp).
-  if (__builtin_cpu_supports("avx512vnni")) {
+#ifdef QKV_GEMM_AVX512_EMULATED
+  const bool vnni = true;  // SIMDe's
+#else
+  const bool vnni = __builtin_cpu_supports("avx512vnni");
+#endif
+  if (vnni) {
     k.q8_np = 32;
     k.q8_mr = 6;
     k.q8_tile = &q8_tile;
