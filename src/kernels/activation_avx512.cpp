@@ -32,6 +32,9 @@
 #define QKV_ACT_AVX512_PRAGMA 1
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*() and trip a false
+// -Wmaybe-uninitialized once inlined (GCC PR 105593, fixed in GCC 13).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #endif
 

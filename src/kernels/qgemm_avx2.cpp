@@ -425,6 +425,87 @@ void q8_pack(QType t, const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, fl
   }
 }
 
+// q8_row: one row of A against 16 rows of W, 8 rows at a time, from the blocks as stored. Per
+// block, transpose8x4 gives the codes q8_pack would store (in registers), vpmaddubsw multiplies
+// them by the broadcast quads of A, and the block's integer sums and float steps are q8_tile_mr<1>'s.
+// The 4-bit codes (<= 15) add their 8 vpmaddubsw results in int16 before one vpmaddwd (|sum| <=
+// 8 * 2 * 15 * 127 = 30480: exact), half the multiplies of the tile; Q8_0's signed codes take a
+// vpmaddwd per quad as in the tile.
+template <QType t>
+void q8_row_t(const u8* W, i64 rb, i64 nblk, const qkv::kernels::detail::Q8Act* A, const float* asc, float* out,
+              const u8* pf) {
+  constexpr int kBytes = t == QType::Q8_0 ? 34 : t == QType::Q4_1 ? 20 : 18;
+  const __m256i nib = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int h = 0; h < 2; ++h) {
+    const u8* rows = W + 8 * h * rb;
+    const u8* next = pf != nullptr ? pf + 8 * h * rb : nullptr;
+    __m256 f = _mm256_setzero_ps();
+    for (i64 b = 0; b < nblk; ++b) {
+      const u8* blk = rows + b * kBytes;
+      if (next != nullptr)
+        for (int o = 0; o < 8 * kBytes; o += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(next + b * 8 * kBytes + o), _MM_HINT_T1);
+      alignas(32) std::uint32_t raw[8];
+      for (int j = 0; j < 8; ++j) {
+        std::uint32_t v;
+        std::memcpy(&v, blk + j * rb, 4);
+        asm("" : "+r"(v));
+        raw[j] = v;
+      }
+      asm("" ::: "memory");
+      const __m256 lo = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(raw)));
+      const __m256 hi = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(raw + 4)));
+      const __m256 d = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xD8));
+      __m256 o;
+      if constexpr (t == QType::Q4_1)
+        o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
+      else if constexpr (t == QType::Q4_0)
+        o = _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
+      else
+        o = _mm256_setzero_ps();
+      const std::int8_t* a = A[b].q;
+      auto quad = [&](int q) {
+        std::int32_t a4;
+        std::memcpy(&a4, a + 4 * q, 4);
+        return _mm256_set1_epi32(a4);
+      };
+      __m256i v[4];
+      __m256i acc;
+      if constexpr (t == QType::Q8_0) {
+        acc = _mm256_setzero_si256();
+        for (int half = 0; half < 2; ++half) {
+          transpose8x4(blk + 2 + 16 * half, rb, v);
+          for (int q = 0; q < 4; ++q) {
+            const __m256i aq = _mm256_sign_epi8(quad(4 * half + q), v[q]);
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(v[q]), aq), ones));
+          }
+        }
+      } else {
+        transpose8x4(blk + (t == QType::Q4_1 ? 4 : 2), rb, v);
+        __m256i s16 = _mm256_setzero_si256();
+        for (int q = 0; q < 4; ++q) {
+          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(v[q], nib), quad(q)));
+          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi32(v[q], 4), nib), quad(q + 4)));
+        }
+        acc = _mm256_madd_epi16(s16, ones);
+      }
+      const __m256 da = _mm256_set1_ps(asc[2 * b]), sa = _mm256_set1_ps(asc[2 * b + 1]);
+      f = _mm256_fmadd_ps(o, sa, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(d, da), f));
+    }
+    _mm256_storeu_ps(out + 8 * h, f);
+  }
+}
+
+void q8_row(QType t, const u8* W, i64 rb, i64 nblk, const qkv::kernels::detail::Q8Act* A, const float* asc, float* out,
+            const u8* pf) {
+  switch (t) {
+    case QType::Q8_0: return q8_row_t<QType::Q8_0>(W, rb, nblk, A, asc, out, pf);
+    case QType::Q4_0: return q8_row_t<QType::Q4_0>(W, rb, nblk, A, asc, out, pf);
+    case QType::Q4_1: return q8_row_t<QType::Q4_1>(W, rb, nblk, A, asc, out, pf);
+    default: return;
+  }
+}
+
 // quantize_q8, 32 values at a time: the same amax, the same float divisions, the same
 // round-half-even (vcvtps2dq under the default rounding mode, as nearbyint) and clamp.
 void q8_quantize(const float* a, i64 K, qkv::kernels::detail::Q8Act* out) {
@@ -487,6 +568,7 @@ QGemmKernels qgemm_kernels_avx2() {
   k.q8_tile = &q8_tile;
   k.q8_pack = &q8_pack;
   k.q8_quantize = &q8_quantize;
+  k.q8_row = &q8_row;
   k.q8_pack_types = qkv::kernels::detail::qtype_bit(QType::Q4_0) | qkv::kernels::detail::qtype_bit(QType::Q4_1) |
                     qkv::kernels::detail::qtype_bit(QType::Q8_0);
 #endif

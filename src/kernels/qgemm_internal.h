@@ -61,6 +61,12 @@ struct QGemmKernels {
   // With it, the Q8 path is cheap enough to take every M of those types (a decode row too): see
   // qgemm_q8_every_m.
   void (*q8_pack)(QType t, const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, float* wo, const u8* pf) = nullptr;
+  // One row of A against a full panel (q8_np rows of W, rb apart) of a type in q8_pack_types, all
+  // K (nblk blocks) straight from the blocks as stored: bitwise q8_tile's out for mr = 1 on the
+  // panel q8_pack writes (the same integer sums, the same float operations in the same order),
+  // without writing the panel. pf as q8_pack's (the next panel's bytes, or null). Or null.
+  void (*q8_row)(QType t, const u8* W, i64 rb, i64 nblk, const Q8Act* A, const float* asc, float* out,
+                 const u8* pf) = nullptr;
   // quantize_q8 with vectors (bitwise its result), or null.
   void (*q8_quantize)(const float* a, i64 K, Q8Act* out) = nullptr;
   std::uint32_t q8_pack_types = 0;

@@ -204,6 +204,9 @@ void qgemm_q8_run(const QGemmKernels& ks, const QGemmQ8Args& a, bool accumulate,
   const bool signed_codes = ks.q8_signed_q8_0 && a.type == QType::Q8_0;
   const bool vector_pack = ks.q8_pack != nullptr && (ks.q8_pack_types & qtype_bit(a.type)) != 0;
   const i64 panels = (a.N + np - 1) / np;
+  // A decode row (M = 1) of a full panel skips the packing where the ISA has q8_row (bitwise the
+  // same products: the panel would be used once).
+  const bool one_row = a.M == 1 && ks.q8_row != nullptr && vector_pack;
   // Every row tile of a panel walks K in stretches of kQ8Stretch values (the vector packer's
   // panels: 8 KiB of codes for Q4_*, in L1 with the tiles' reads), each tile resuming its sums
   // where the last stretch left them (the same float additions as one pass over K).
@@ -217,7 +220,10 @@ void qgemm_q8_run(const QGemmKernels& ks, const QGemmQ8Args& a, bool accumulate,
       const bool direct = nn == np && !accumulate;
       const i64 kc = stretches ? std::min<i64>(a.K, kQ8Stretch) : a.K;
       const u8* next = stretches && p + 1 < p1 && n0 + 2 * np <= a.N ? a.W + (n0 + np) * a.row_bytes : nullptr;
-      for (i64 k0 = 0; k0 < a.K; k0 += kc) {
+      const bool fused = one_row && stretches;
+      if (fused)  // one row: the panel's products straight from its blocks
+        ks.q8_row(a.type, a.W + n0 * a.row_bytes, a.row_bytes, a.K / 32, aq, asc, direct ? a.C + n0 : pan.out.data(), next);
+      for (i64 k0 = 0; !fused && k0 < a.K; k0 += kc) {
         const i64 kn = std::min(kc, a.K - k0), b0 = k0 / sb, nsbc = kn / sb;
         if (stretches) {
           pan.wq.resize(static_cast<std::size_t>(kn * np));

@@ -374,7 +374,7 @@ TEST_P(QGemmIsa, Q8ActivationsMatchTheirTwin) {
 // wide tiles (8 rows of A), long ones (over 32 KiB for 8 rows) its 4-row tiles.
 TEST_P(QGemmIsa, RowsAloneGiveEachRowItsOwnBits) {
   std::uint32_t seed = 6000;
-  for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q6_K, QType::F16})
+  for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q4_0, QType::Q6_K, QType::F16})
     for (const bool long_rows : {false, true})
     for (i64 M : {qgemm_decode_max_m() + 1, i64{12}, i64{33}}) {
       if (long_rows && M == 12) continue;
