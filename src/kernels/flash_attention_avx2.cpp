@@ -6,7 +6,8 @@
 
 #include <utility>
 
-#if defined(__x86_64__) || defined(__i386__)
+// (clang ignores GCC's target pragma, so it builds these only when it targets AVX2 already.)
+#if (defined(__x86_64__) || defined(__i386__)) && ((defined(__GNUC__) && !defined(__clang__)) || (defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)))
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 
@@ -139,7 +140,7 @@ void decode_forward_f16_avx2(float* O, const float* Q, const std::uint16_t* K, c
 }  // namespace qkv::kernels::flash
 
 #pragma GCC pop_options
-#else  // not x86: the dispatcher never selects this ISA; keep the symbols.
+#else  // not x86, or clang not targeting this ISA: the dispatcher never selects it here; keep the symbols.
 namespace qkv::kernels::flash {
 void forward_avx2(float* O, float* LSE, const float* Q, const float* K, const float* V, const AttnParams& p) {
   forward_scalar(O, LSE, Q, K, V, p);

@@ -18,7 +18,8 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-#elif defined(__x86_64__) || defined(__i386__)
+// (clang ignores GCC's target pragma, so it builds these only when it targets AVX-512 already.)
+#elif (defined(__x86_64__) || defined(__i386__)) && ((defined(__GNUC__) && !defined(__clang__)) || (defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)))
 #define QKV_FLASH_HAVE_AVX512 1
 #define QKV_FLASH_AVX512_PRAGMA 1
 #pragma GCC push_options
@@ -143,7 +144,7 @@ void decode_forward_f16_avx512(float* O, const float* Q, const std::uint16_t* K,
 #ifdef QKV_FLASH_AVX512_PRAGMA
 #pragma GCC pop_options
 #endif
-#else  // not x86: the dispatcher never selects this ISA; keep the symbols.
+#else  // not x86, or clang not targeting this ISA: the dispatcher never selects it here; keep the symbols.
 namespace qkv::kernels::flash {
 void forward_avx512(float* O, float* LSE, const float* Q, const float* K, const float* V, const AttnParams& p) {
   forward_scalar(O, LSE, Q, K, V, p);

@@ -6,7 +6,8 @@
 
 #include "gemm_internal.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// (clang ignores GCC's target pragma, so it builds these only when it targets AVX2 already.)
+#if defined(__x86_64__) && ((defined(__GNUC__) && !defined(__clang__)) || (defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)))
 #define QKV_GEMM_HAVE_AVX2 1
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")

@@ -10,7 +10,8 @@
 #define QKV_SKINNY_HAVE_AVX512 1
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
-#elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// (clang ignores GCC's target pragma, so it builds these only when it targets AVX-512 already.)
+#elif defined(__x86_64__) && ((defined(__GNUC__) && !defined(__clang__)) || (defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)))
 #define QKV_SKINNY_HAVE_AVX512 1
 #define QKV_SKINNY_AVX512_PRAGMA 1
 #pragma GCC push_options

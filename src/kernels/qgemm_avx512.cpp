@@ -118,7 +118,8 @@ inline __m512i cvtepu8_epi32(__m128i x) { return widen8<std::uint8_t>(x); }
 #define _mm512_reduce_max_ps qkv_simde_compat::reduce_max_ps
 #define _mm512_fpclass_ps_mask qkv_simde_compat::fpclass_ps_mask
 #define _mm_test_epi8_mask qkv_simde_compat::test_epi8_mask
-#elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// (clang ignores GCC's target pragma, so it builds these only when it targets AVX-512 already.)
+#elif defined(__x86_64__) && ((defined(__GNUC__) && !defined(__clang__)) || (defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)))
 #define QKV_QGEMM_HAVE_AVX512 1
 #define QKV_QGEMM_AVX512_PRAGMA 1
 #pragma GCC push_options
