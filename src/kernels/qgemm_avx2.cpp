@@ -347,8 +347,7 @@ void q8_tile(int mr, i64 nsb, int sb, bool signed_codes, const u8* wq, const flo
 // lanes (unpack 32, then 64) leaves dword q of the 8 rows in register q, in row order; 4-bit codes
 // are its low nibbles (quads 0-3) and its high nibbles (quads 4-7). Q8_0's codes are its int8
 // quants themselves (signed codes, wo = 0: AVX2's vpmaddubsw would saturate on q + 128). The
-// scales: each row's first 4 bytes copied as one word, converted 8 halves at a time and split
-// into d (ws) and m (wo; -8 d for Q4_0, 0 for Q8_0).
+// scales come from scales8.
 
 // Dwords q = 0..3 of the 16 bytes at p + r * rb (r < 8) -> out[q] (8 rows each, in order).
 inline void transpose8x4(const u8* p, i64 rb, __m256i out[4]) {
@@ -364,39 +363,51 @@ inline void transpose8x4(const u8* p, i64 rb, __m256i out[4]) {
   out[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
+// Bytes of a block of the packed types.
+template <QType t>
+constexpr int kQ8Bytes = t == QType::Q8_0 ? 34 : t == QType::Q4_1 ? 20 : 18;
+
+// The scales of the blocks at blk + r * rb (r < 8) as the packer stores them: d, and o = m (Q4_1),
+// -8 d (Q4_0) or 0 (Q8_0). Each row's first 4 bytes are copied as one word (an empty asm pins each
+// scalar copy: GCC would gather them with shuffles), all 8 before any is converted, then
+// [d0 m0 d1 m1 d2 m2 d3 m3] and the next four rows' halves are converted and split in row order.
+template <QType t>
+inline void scales8(const u8* blk, i64 rb, __m256& d, __m256& o) {
+  alignas(32) std::uint32_t raw[8];
+  for (int j = 0; j < 8; ++j) {
+    std::uint32_t v;
+    std::memcpy(&v, blk + j * rb, 4);
+    asm("" : "+r"(v));
+    raw[j] = v;
+  }
+  asm("" ::: "memory");
+  const __m256 lo = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(raw)));
+  const __m256 hi = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(raw + 4)));
+  d = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xD8));
+  if constexpr (t == QType::Q4_1)
+    o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
+  else if constexpr (t == QType::Q4_0)
+    o = _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
+  else
+    o = _mm256_setzero_ps();
+}
+
 template <QType t>
 void q8_pack_t(const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, float* wo, const u8* pf) {
   constexpr int kNp = 16;
-  constexpr int kBytes = t == QType::Q8_0 ? 34 : t == QType::Q4_1 ? 20 : 18;
+  constexpr int kBytes = kQ8Bytes<t>;
   const __m256i nib = _mm256_set1_epi8(0x0F);
   for (i64 b = 0; b < nb; ++b) {
     const u8* blk = W + (b0 + b) * kBytes;
     if (pf != nullptr)
       for (int o = 0; o < kNp * kBytes; o += 64)
         _mm_prefetch(reinterpret_cast<const char*>(pf + (b0 + b) * kNp * kBytes + o), _MM_HINT_T1);
-    alignas(32) std::uint32_t raw[kNp];
-    for (int j = 0; j < kNp; ++j) {
-      std::uint32_t v;
-      std::memcpy(&v, blk + j * rb, 4);
-      asm("" : "+r"(v));
-      raw[j] = v;
-    }
-    asm("" ::: "memory");
     for (int h = 0; h < 2; ++h) {  // columns 8h .. 8h + 7
-      // [d0 m0 d1 m1 d2 m2 d3 m3] and the next four rows' -> the d and the m of the 8 rows in order.
-      const __m256 lo = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(raw + 8 * h)));
-      const __m256 hi = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(raw + 8 * h + 4)));
-      const __m256 d = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xD8));
-      __m256 o;
-      if constexpr (t == QType::Q4_1)
-        o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
-      else if constexpr (t == QType::Q4_0)
-        o = _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
-      else
-        o = _mm256_setzero_ps();
+      const u8* rows = blk + 8 * h * rb;
+      __m256 d, o;
+      scales8<t>(rows, rb, d, o);
       _mm256_storeu_ps(ws + b * kNp + 8 * h, d);
       _mm256_storeu_ps(wo + b * kNp + 8 * h, o);
-      const u8* rows = blk + 8 * h * rb;
       u8* out = wq + (8 * b * kNp + 8 * h) * 4;  // quad q of this block at out + q * kNp * 4
       __m256i v[4];
       if constexpr (t == QType::Q8_0) {
@@ -435,7 +446,7 @@ void q8_pack(QType t, const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, fl
 template <QType t>
 void q8_row_t(const u8* W, i64 rb, i64 nblk, const qkv::kernels::detail::Q8Act* A, const float* asc, float* out,
               const u8* pf) {
-  constexpr int kBytes = t == QType::Q8_0 ? 34 : t == QType::Q4_1 ? 20 : 18;
+  constexpr int kBytes = kQ8Bytes<t>;
   const __m256i nib = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int h = 0; h < 2; ++h) {
     const u8* rows = W + 8 * h * rb;
@@ -446,24 +457,8 @@ void q8_row_t(const u8* W, i64 rb, i64 nblk, const qkv::kernels::detail::Q8Act* 
       if (next != nullptr)
         for (int o = 0; o < 8 * kBytes; o += 64)
           _mm_prefetch(reinterpret_cast<const char*>(next + b * 8 * kBytes + o), _MM_HINT_T1);
-      alignas(32) std::uint32_t raw[8];
-      for (int j = 0; j < 8; ++j) {
-        std::uint32_t v;
-        std::memcpy(&v, blk + j * rb, 4);
-        asm("" : "+r"(v));
-        raw[j] = v;
-      }
-      asm("" ::: "memory");
-      const __m256 lo = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(raw)));
-      const __m256 hi = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(raw + 4)));
-      const __m256 d = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xD8));
-      __m256 o;
-      if constexpr (t == QType::Q4_1)
-        o = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
-      else if constexpr (t == QType::Q4_0)
-        o = _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
-      else
-        o = _mm256_setzero_ps();
+      __m256 d, o;
+      scales8<t>(blk, rb, d, o);
       const std::int8_t* a = A[b].q;
       auto quad = [&](int q) {
         std::int32_t a4;

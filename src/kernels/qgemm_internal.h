@@ -56,8 +56,8 @@ struct QGemmKernels {
   // A vectorised packer of a full panel (q8_np rows of W from W, rb apart) for the types in
   // q8_pack_types (bits qtype_bit(t)): blocks [b0, b0 + nb) of the rows, in the layout qgemm_q8.cpp's
   // scalar packer writes for all of K (bitwise, signed Q8_0 codes where q8_signed_q8_0; offsets
-  // relative to block b0). pf,
-  // when not null: the next panel's bytes, prefetched a 32-row block at a time alongside.
+  // relative to block b0). pf, when not null: the next panel's bytes, prefetched alongside (as many
+  // bytes per block as the panel's block of rows).
   // With it, the Q8 path is cheap enough to take every M of those types (a decode row too): see
   // qgemm_q8_every_m.
   void (*q8_pack)(QType t, const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, float* wo, const u8* pf) = nullptr;

@@ -309,7 +309,8 @@ TEST_P(QGemmIsa, PartsTogetherEqualTheWhole) {
 // block sums) within float32 summation of the block terms, and against the exact product within
 // the activation quantization's error (|a| / 254 per value at most). Prefill rows, and decode rows
 // (taken by the Q8 path for the types of qgemm_q8_every_m, by the exact path otherwise). N = 75:
-// two full panels of 32 columns (the ISA's vector packer, where it has one) and a partial one.
+// full panels of the ISA's width (32 or 16 columns: its vector packer, or for M = 1 its q8_row,
+// where it has them) and a partial one.
 TEST_P(QGemmIsa, Q8ActivationsMatchTheirTwin) {
   std::uint32_t seed = 5000;
   double worst = 0;
