@@ -37,13 +37,15 @@ test-python: models data build
 
 # ThreadSanitizer over the concurrency tests (label `concurrency`: one model serving 8 threads,
 # threaded kernels from 8 user threads, the thread pool's own tests) in $(TSAN_BUILD). Builds
-# only those tests; any report fails the target (halt_on_error, and any file in tsan-logs/).
+# only those tests, at -O1 (the kernels at -O2) with line tables, to keep the instrumented build
+# short; any report fails the target (halt_on_error, and any file in tsan-logs/).
 # ThreadPool.WorksInAForkedChild is left to `make test`: TSan cannot start threads in the child
 # of a multi-threaded fork ("starting new threads after multi-threaded fork is not supported").
 TSAN_BUILD ?= build-tsan
 TSAN_TESTS := test_concurrent test_concurrent_kernels test_parallel test_scheduler
 test-tsan: models
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQKV_SANITIZE=thread \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DQKV_OPT_KERNELS=-O2 -DQKV_OPT_LIBRARY=-O1 \
 	  -DQKV_BUILD_TOOLS=OFF -DQKV_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)
 	@rm -rf $(TSAN_BUILD)/tsan-logs && mkdir -p $(TSAN_BUILD)/tsan-logs

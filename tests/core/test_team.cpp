@@ -58,7 +58,9 @@ TEST(Team, PartSplitsARangeExactlyAndAligned) {
       qkv::parallel_team(3, [&](qkv::Team& team) {
         const auto [b, e] = team.part(7, 7 + n, align);
         EXPECT_LE(b, e);
-        if (b < 7 + n && b > 7) EXPECT_EQ((b - 7) % align, 0) << "n " << n << " align " << align;
+        if (b < 7 + n && b > 7) {
+          EXPECT_EQ((b - 7) % align, 0) << "n " << n << " align " << align;
+        }
         for (i64 i = b; i < e; ++i) ++hit[static_cast<std::size_t>(i - 7)];
       });
       for (i64 i = 0; i < n; ++i) EXPECT_EQ(hit[static_cast<std::size_t>(i)].load(), 1) << "n " << n << " item " << i;

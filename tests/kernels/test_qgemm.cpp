@@ -522,10 +522,18 @@ TEST_P(QGemmQ8Quantizer, EqualsTheScalarOne) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(VectorIsas, QGemmQ8Quantizer, ::testing::Values(Isa::Avx2, Isa::Avx512),
+#ifdef QKV_GEMM_AVX512_EMULATED
+// test_gemm_avx512_emulated: only the (SIMDe-emulated) AVX-512 kernels; test_qgemm runs the others.
+#define QKV_QGEMM_VECTOR_ISAS Isa::Avx512
+#define QKV_QGEMM_ISAS Isa::Avx512
+#else
+#define QKV_QGEMM_VECTOR_ISAS Isa::Avx2, Isa::Avx512
+#define QKV_QGEMM_ISAS Isa::Scalar, Isa::Avx2, Isa::Avx512
+#endif
+INSTANTIATE_TEST_SUITE_P(VectorIsas, QGemmQ8Quantizer, ::testing::Values(QKV_QGEMM_VECTOR_ISAS),
                          [](const ::testing::TestParamInfo<Isa>& i) { return std::string(isa_name(i.param)); });
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, QGemmIsa, ::testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512),
+INSTANTIATE_TEST_SUITE_P(AllIsas, QGemmIsa, ::testing::Values(QKV_QGEMM_ISAS),
                          [](const ::testing::TestParamInfo<Isa>& i) { return std::string(isa_name(i.param)); });
 
 // Every bad argument is a ValueError naming the argument and the shape.
