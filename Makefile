@@ -45,7 +45,7 @@ TSAN_BUILD ?= build-tsan
 TSAN_TESTS := test_concurrent test_concurrent_kernels test_parallel test_scheduler
 test-tsan: models
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQKV_SANITIZE=thread \
-	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DQKV_OPT_KERNELS=-O2 -DQKV_OPT_LIBRARY=-O1 \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DQKV_OPT_KERNELS=-O2 -DQKV_OPT_LIBRARY=-O1 -DQKV_OPT_FRONTENDS=-O1 \
 	  -DQKV_BUILD_TOOLS=OFF -DQKV_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)
 	@rm -rf $(TSAN_BUILD)/tsan-logs && mkdir -p $(TSAN_BUILD)/tsan-logs
@@ -56,8 +56,8 @@ test-tsan: models
 	  exit $$rc
 
 # AddressSanitizer + UndefinedBehaviorSanitizer over the whole CTest suite, in $(ASAN_BUILD).
-# Built with clang (half GCC's build time with the sanitizers on): tests and tools at -O1, the
-# kernels at -O2, line tables only. Any report fails the target: UB is fatal
+# Built with clang (half GCC's build time with the sanitizers on): the library at -O1, the kernels
+# at -O2, tests and tools at -O0 (half the build time of -O1), line tables only. Any report fails the target: UB is fatal
 # (-fno-sanitize-recover), ASan halts on the first error, and every report of any process (the
 # tests and the qkv binaries they run) is written to asan-logs/, which must stay empty.
 # QKV_TEST_REDUCED=1: the tests too slow under the sanitizers run in reduced size (never skipped).
@@ -70,6 +70,7 @@ FUZZ_SECONDS ?= 60
 define asan_configure
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=$(ASAN_CXX) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" -DQKV_OPT_KERNELS=-O2 -DQKV_OPT_LIBRARY=-O1 \
+	  -DQKV_OPT_FRONTENDS=-O0 \
 	  -DQKV_SANITIZE=address,undefined -DQKV_BUILD_FUZZERS=ON -DQKV_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 endef
 test-asan: models data
