@@ -12,7 +12,6 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_test_util.h"
-#include "testing/sanitizers.h"
 
 namespace fs = std::filesystem;
 using namespace qkv::cli_test;
@@ -231,11 +230,7 @@ TEST(Cli, DemoRunsEverySection) {
   const fs::path out_dir = unique_temp("demo");
   const std::string model = std::string(QKV_SOURCE_DIR) + "/models/all-MiniLM-L6-v2";
   ASSERT_TRUE(fs::exists(model + "/model.safetensors")) << model << " is missing: run `make models` first";
-  // The whole King James Bible (`make data`, as `make demo` uses it), or under the sanitizers
-  // (QKV_TEST_REDUCED; its tokenization alone takes a minute there) the committed Genesis excerpt.
-  const std::string corpus = qkv::testing::reduced_size()
-                                 ? std::string(QKV_SOURCE_DIR) + "/tests/fixtures/text/kjv_genesis.txt"
-                                 : std::string(QKV_SOURCE_DIR) + "/data/kjv.txt";
+  const std::string corpus = std::string(QKV_SOURCE_DIR) + "/data/kjv.txt";
   ASSERT_TRUE(fs::exists(corpus)) << corpus << " is missing: run `make data` first";
   const std::string chat = std::string(QKV_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
   ASSERT_TRUE(fs::exists(chat)) << chat << " is missing: run `make models` first";

@@ -1,6 +1,5 @@
 qkv_add_test(test_gemm SOURCES kernels/test_gemm.cpp kernels/test_gemm_fused.cpp LIBS qkv_gemm)
 
-
 # Quantized block types: dequantize/quantize against gguf-py's fixtures.
 qkv_add_test(test_quant SOURCES kernels/test_quant.cpp LIBS qkv_gemm qkv_safetensors)
 qkv_add_test(test_qgemm SOURCES kernels/test_qgemm.cpp LIBS qkv_gemm)

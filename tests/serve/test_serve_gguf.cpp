@@ -36,7 +36,7 @@ const std::vector<std::pair<std::string, i64>> kQuestions = {
 };
 
 // The questions the tests ask: all of them, or under the sanitizers (QKV_TEST_REDUCED, where a
-// token costs ~13x) the first (it runs to its length) and the two short ones.
+// token costs ~13x) three: two end at <|im_end|> (0, 4), one at its max_tokens (5).
 const std::vector<std::size_t>& asked() {
   static const std::vector<std::size_t> all = {0, 1, 2, 3, 4, 5}, reduced = {0, 4, 5};
   return reduced_size() ? reduced : all;

@@ -3,8 +3,9 @@
 // The first SIGINT asks the training loop to stop once the step it is in is complete
 // (train::request_stop); the command then saves that step and prints the command that
 // resumes it, and exits with status 130. A second SIGINT exits at once (130), also once the
-// TrainingInterrupt is gone and the command is saving or exiting, leaving the last complete save: folders are replaced whole (io::StagedFolder) and files renamed into
-// place, so a save is never half there. Outside a TrainingInterrupt, SIGINT keeps its
+// TrainingInterrupt is gone and the command is saving or exiting, leaving the last complete
+// save: folders are replaced whole (io::StagedFolder) and files renamed into place, so a save
+// is never half there. Outside a TrainingInterrupt, SIGINT keeps its
 // default action (the process ends; an output not yet committed is simply not there).
 #pragma once
 
