@@ -8,6 +8,8 @@
 //     forward pass runs them; prefill (M = 512): qgemm, forking itself
 //     hot: one copy of W, in cache after the first call; cold: calls cycle through copies of W
 //     filling 512 MiB, so every call streams W from memory (as a token streams the whole model)
+//     /rows8: the same decode product reading W's decode layout (qgemm_repack_rows8), where the
+//     CPU's kernels read it
 //   read_bandwidth/t<threads>: kernels::measure_read_bandwidth over 512 MiB (best of 3 passes)
 //   sgemm_nt/<N>x<K>/M=<M>/t<threads>: the float32 GEMM on the same shape (W as floats [N, K])
 //
@@ -83,7 +85,7 @@ constexpr int kTeamCalls = 16;
 // The rows of a serving decode step (qkv serve --parallel 16): M = 16 runs as decode (rows_alone).
 constexpr i64 kStepRows = 16;
 
-void run_qgemm(benchmark::State& st, QType t, i64 N, i64 K, i64 M, bool q8, int threads, bool cold) {
+void run_qgemm(benchmark::State& st, QType t, i64 N, i64 K, i64 M, bool q8, int threads, bool cold, bool rows8) {
   qkv::set_num_threads(threads);
   const i64 rb = qkv::kernels::qtype_row_bytes(t, K);
   const i64 copies = cold ? std::max<i64>(1, kColdBytes / (N * rb)) : 1;
@@ -98,7 +100,18 @@ void run_qgemm(benchmark::State& st, QType t, i64 N, i64 K, i64 M, bool q8, int 
   o.activations = q8 ? qkv::kernels::QActivations::Q8 : qkv::kernels::QActivations::F32;
   // A continuous-batching decode step (M independent sequences) takes the decode path for any M.
   o.rows_alone = M > qkv::kernels::qgemm_decode_max_m() && M <= kStepRows;
-  auto matrix = [&](i64 i) { return qkv::kernels::qmatrix(t, w.p + (i % copies) * N * rb, N, K); };
+  // rows8: each copy's decode layout too (qgemm_repack_rows8), which the Q8 path's decode rows read.
+  const Bytes w8(rows8 ? static_cast<std::size_t>(N * rb * copies) : 1);
+  if (rows8)
+    for (i64 c = 0; c < copies; ++c) {
+      const qkv::kernels::QMatrix m = qkv::kernels::qmatrix(t, w.p + c * N * rb, N, K);
+      qkv::kernels::qgemm_repack_rows8(m, w8.p + c * N * rb, 0, N / 8);
+    }
+  auto matrix = [&](i64 i) {
+    qkv::kernels::QMatrix m = qkv::kernels::qmatrix(t, w.p + (i % copies) * N * rb, N, K);
+    if (rows8) m.rows8 = w8.p + (i % copies) * N * rb;
+    return m;
+  };
   const bool team = M <= kStepRows;
   i64 i = 0;
   for (auto _ : st) {
@@ -168,8 +181,12 @@ void register_all() {
                                      std::to_string(s.N) + "x" + std::to_string(s.K) + "/M=" + std::to_string(M) +
                                      (q8 ? "/q8" : "/f32") + ts + (cold ? "/cold" : "/hot");
             benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
-              run_qgemm(st, s.t, s.N, s.K, M, q8, threads, cold);
+              run_qgemm(st, s.t, s.N, s.K, M, q8, threads, cold, false);
             })->Unit(benchmark::kMicrosecond)->UseRealTime();
+            if (M == 1 && q8 && qkv::kernels::qgemm_rows8_wanted(s.t))
+              benchmark::RegisterBenchmark((name + "/rows8").c_str(), [=](benchmark::State& st) {
+                run_qgemm(st, s.t, s.N, s.K, M, q8, threads, cold, true);
+              })->Unit(benchmark::kMicrosecond)->UseRealTime();
           }
     for (const Shape& s : shapes) {
       if (s.N > 4096) continue;  // the head's float copy would be 113 MB

@@ -94,6 +94,15 @@ void MappedFile::prefetch(std::uint64_t offset, std::uint64_t length) const {
             MADV_WILLNEED);  // a hint: its failure changes nothing
 }
 
+void MappedFile::release(std::uint64_t offset, std::uint64_t length) const {
+  if (!mapped_ || offset >= size_) return;
+  length = std::min(length, size_ - offset);
+  const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t begin = (offset + page - 1) / page * page, end = (offset + length) / page * page;
+  if (end > begin)  // a hint for memory: its failure changes nothing
+    ::madvise(const_cast<std::uint8_t*>(data_) + begin, static_cast<std::size_t>(end - begin), MADV_DONTNEED);
+}
+
 FilePrefix read_file_prefix(const std::string& path, std::uint64_t max_bytes, const std::string& what) {
   const OpenFile f(path, what);
   FilePrefix out;

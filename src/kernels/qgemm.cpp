@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -124,7 +125,8 @@ void run(const char* op, i64 M, const float* A, i64 lda, const QMatrix& W, float
   const QGemmKernels& ks = kernels();
   if (qgemm_uses_q8(M, W.type, o)) {
     const detail::QGemmQ8Args args{M,          A, lda, W.type, static_cast<const u8*>(W.data), N, K, W.row_bytes, C, ldc,
-                                   o.a_q8 ? reinterpret_cast<const detail::Q8Act*>(o.a_q8->blocks.data()) : nullptr};
+                                   o.a_q8 ? reinterpret_cast<const detail::Q8Act*>(o.a_q8->blocks.data()) : nullptr,
+                                   static_cast<const u8*>(W.rows8)};
     detail::qgemm_q8_run(q8_kernels(), args, o.accumulate, o.epilogue, o.threaded, part, parts);
     return;
   }
@@ -171,6 +173,81 @@ void qgemm_part(i64 M, const float* A, i64 lda, const QMatrix& W, float* C, i64 
 }
 
 std::int64_t qgemm_decode_max_m() { return detail::kQDecodeMaxM; }
+
+namespace {
+
+bool rows8_type(QType t) { return t == QType::Q4_0 || t == QType::Q4_1 || t == QType::Q8_0; }
+
+void check_rows8(const QMatrix& W, const char* op) {
+  if (!rows8_type(W.type))
+    throw ValueError(std::string(op) + ": the decode layout is for Q4_0, Q4_1 and Q8_0, not " + qtype_name(W.type));
+  if (W.rows < 0 || W.cols < 0 || W.cols % 32 || W.row_bytes != qtype_row_bytes(W.type, W.cols) ||
+      (W.rows > 0 && W.cols > 0 && W.data == nullptr))
+    throw ValueError(std::string(op) + ": needs dense rows (rows=" + std::to_string(W.rows) +
+                     ", cols=" + std::to_string(W.cols) + ", row_bytes=" + std::to_string(W.row_bytes) + ")");
+}
+
+// Bytes of a block, of its scales (1 or 2 halves) and of its code words (4 bytes each).
+struct Rows8Block {
+  int bytes, scales, code0, words;
+  explicit Rows8Block(const QMatrix& W)
+      : bytes(static_cast<int>(W.row_bytes / std::max<i64>(W.cols / 32, 1))),
+        scales(W.type == QType::Q4_1 ? 2 : 1),
+        code0(2 * scales),
+        words((bytes - code0) / 4) {}
+};
+
+}  // namespace
+
+bool qgemm_rows8_wanted(QType type) { return rows8_type(type) && q8_kernels().q8_row8 != nullptr && q8_every_m(type); }
+
+std::int64_t qgemm_rows8_bytes(const QMatrix& W) {
+  check_rows8(W, "qgemm_rows8_bytes");
+  return W.rows / 8 * 8 * W.row_bytes;
+}
+
+void qgemm_repack_rows8(const QMatrix& W, void* out, i64 g0, i64 g1) {
+  check_rows8(W, "qgemm_repack_rows8");
+  const i64 groups = W.rows / 8;
+  if (g0 < 0 || g1 > groups || g0 > g1)
+    throw ValueError("qgemm_repack_rows8: groups [" + std::to_string(g0) + ", " + std::to_string(g1) + ") not in [0, " +
+                     std::to_string(groups) + "]");
+  const i64 nblk = W.cols / 32, rb = W.row_bytes;
+  const Rows8Block k(W);
+  const auto* w = static_cast<const u8*>(W.data);
+  auto* o = static_cast<u8*>(out);
+  if (const QGemmKernels& ks = q8_kernels(); ks.q8_repack8 != nullptr && W.cols > 0) {
+    ks.q8_repack8(W.type, w, rb, nblk, g0, g1, o);
+    return;
+  }
+  for (i64 g = g0; g < g1; ++g)
+    for (i64 b = 0; b < nblk; ++b) {
+      u8* dst = o + (g * nblk + b) * 8 * k.bytes;
+      for (int r = 0; r < 8; ++r) {
+        const u8* blk = w + (g * 8 + r) * rb + b * k.bytes;
+        for (int s = 0; s < k.scales; ++s) std::memcpy(dst + 16 * s + 2 * r, blk + 2 * s, 2);
+        for (int q = 0; q < k.words; ++q) std::memcpy(dst + 16 * k.scales + 32 * q + 4 * r, blk + k.code0 + 4 * q, 4);
+      }
+    }
+}
+
+void qgemm_rows8_row(const QMatrix& W, i64 r, void* out) {
+  check_rows8(W, "qgemm_rows8_row");
+  if (W.rows8 == nullptr || r < 0 || r >= W.rows / 8 * 8)
+    throw ValueError("qgemm_rows8_row: row " + std::to_string(r) + " is not in the decode layout (" +
+                     std::to_string(W.rows8 ? W.rows / 8 * 8 : 0) + " rows)");
+  const i64 nblk = W.cols / 32, g = r / 8;
+  const int j = static_cast<int>(r % 8);
+  const Rows8Block k(W);
+  const auto* p = static_cast<const u8*>(W.rows8);
+  auto* o = static_cast<u8*>(out);
+  for (i64 b = 0; b < nblk; ++b) {
+    const u8* src = p + (g * nblk + b) * 8 * k.bytes;
+    u8* blk = o + b * k.bytes;
+    for (int s = 0; s < k.scales; ++s) std::memcpy(blk + 2 * s, src + 16 * s + 2 * j, 2);
+    for (int q = 0; q < k.words; ++q) std::memcpy(blk + k.code0 + 4 * q, src + 16 * k.scales + 32 * q + 4 * j, 4);
+  }
+}
 
 void quantize_rows_q8(i64 M, const float* A, i64 lda, i64 K, Q8Rows& out) {
   if (M < 0 || K < 0 || K % 32 || lda < K || (M > 0 && K > 0 && A == nullptr))

@@ -67,6 +67,15 @@ struct QGemmKernels {
   // without writing the panel. pf as q8_pack's (the next panel's bytes, or null). Or null.
   void (*q8_row)(QType t, const u8* W, i64 rb, i64 nblk, const Q8Act* A, const float* asc, float* out,
                  const u8* pf) = nullptr;
+  // q8_row on the decode layout (qgemm_repack_rows8): P at the panel's first group of 8 rows (the
+  // second follows it), bitwise q8_row's out; or null (then `rows8` is not read).
+  void (*q8_row8)(QType t, const u8* P, i64 nblk, const Q8Act* A, const float* asc, float* out) = nullptr;
+  // qgemm_repack_rows8's groups [g0, g1) of W (nblk blocks per row, rb bytes apart) with vectors,
+  // bitwise the scalar copy; or null.
+  void (*q8_repack8)(QType t, const u8* W, i64 rb, i64 nblk, i64 g0, i64 g1, u8* out) = nullptr;
+  // q8_pack on the decode layout: the panel's blocks [b0, b0 + nb) (of nblk) from P as q8_row8's,
+  // bitwise q8_pack's panel; or null.
+  void (*q8_pack8)(QType t, const u8* P, i64 nblk, i64 b0, i64 nb, u8* wq, float* ws, float* wo) = nullptr;
   // quantize_q8 with vectors (bitwise its result), or null.
   void (*q8_quantize)(const float* a, i64 K, Q8Act* out) = nullptr;
   std::uint32_t q8_pack_types = 0;
@@ -95,6 +104,7 @@ struct QGemmQ8Args {
   float* C;
   i64 ldc;
   const Q8Act* aq = nullptr;  // A already quantized (M * K/32 blocks), or null: quantize it here
+  const u8* rows8 = nullptr;  // W's decode layout (QMatrix::rows8), or null
 };
 void qgemm_q8_run(const QGemmKernels& ks, const QGemmQ8Args& a, bool accumulate, const GemmEpilogue& e, bool threaded,
                   int part, int parts);

@@ -221,7 +221,11 @@ void qgemm_q8_run(const QGemmKernels& ks, const QGemmQ8Args& a, bool accumulate,
       const i64 kc = stretches ? std::min<i64>(a.K, kQ8Stretch) : a.K;
       const u8* next = stretches && p + 1 < p1 && n0 + 2 * np <= a.N ? a.W + (n0 + np) * a.row_bytes : nullptr;
       const bool fused = one_row && stretches;
-      if (fused)  // one row: the panel's products straight from its blocks
+      // One row: the panel's products straight from its blocks, in the decode layout when W has one
+      // (its panel starts where the panel's rows start in W: both are dense).
+      if (fused && a.rows8 != nullptr && ks.q8_row8 != nullptr)
+        ks.q8_row8(a.type, a.rows8 + n0 * a.row_bytes, a.K / 32, aq, asc, direct ? a.C + n0 : pan.out.data());
+      else if (fused)
         ks.q8_row(a.type, a.W + n0 * a.row_bytes, a.row_bytes, a.K / 32, aq, asc, direct ? a.C + n0 : pan.out.data(), next);
       for (i64 k0 = 0; !fused && k0 < a.K; k0 += kc) {
         const i64 kn = std::min(kc, a.K - k0), b0 = k0 / sb, nsbc = kn / sb;
@@ -229,8 +233,12 @@ void qgemm_q8_run(const QGemmKernels& ks, const QGemmQ8Args& a, bool accumulate,
           pan.wq.resize(static_cast<std::size_t>(kn * np));
           pan.ws.resize(static_cast<std::size_t>(nsbc * np));
           pan.wo.resize(static_cast<std::size_t>(nsbc * np));
-          ks.q8_pack(a.type, a.W + n0 * a.row_bytes, a.row_bytes, k0 / 32, kn / 32, pan.wq.data(), pan.ws.data(),
-                     pan.wo.data(), next);
+          if (a.rows8 != nullptr && ks.q8_pack8 != nullptr)  // from the decode layout (the blocks untouched)
+            ks.q8_pack8(a.type, a.rows8 + n0 * a.row_bytes, a.K / 32, k0 / 32, kn / 32, pan.wq.data(), pan.ws.data(),
+                        pan.wo.data());
+          else
+            ks.q8_pack(a.type, a.W + n0 * a.row_bytes, a.row_bytes, k0 / 32, kn / 32, pan.wq.data(), pan.ws.data(),
+                       pan.wo.data(), next);
         } else {
           pack_panel(a, np, sb, signed_codes, n0, pan);
         }

@@ -11,6 +11,7 @@
 #include "qkv/core/parallel.h"
 #include "qkv/core/storage.h"
 #include "qkv/infer/kv_cache.h"
+#include "qkv/io/mapped_file.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/decode_attention.h"
 #include "qkv/kernels/half.h"
@@ -68,6 +69,59 @@ void check_matrix(const kernels::QMatrix& m, i64 rows, i64 cols, const std::stri
 }
 
 }  // namespace
+
+LlamaForCausalLM::Rows8Buffer::Rows8Buffer(std::size_t bytes)
+    : p(aligned_alloc_bytes(bytes, "decode layout of a weight")), n(bytes) {}
+LlamaForCausalLM::Rows8Buffer::~Rows8Buffer() { aligned_free(p, n); }
+
+void LlamaForCausalLM::set_activations(kernels::QActivations a) {
+  act_ = a;
+  std::vector<kernels::QMatrix*> ms;
+  for (LlamaLayer& L : w_.layers)
+    for (LlamaLinear* lin : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) ms.push_back(&lin->w);
+  ms.push_back(&w_.lm_head);
+  if (a != kernels::QActivations::Q8) {  // the blocks as stored again (pages come back as read)
+    for (kernels::QMatrix* m : ms) m->rows8 = nullptr;
+    w_.embed.rows8 = nullptr;
+    rows8_.clear();
+    return;
+  }
+  if (!rows8_.empty()) return;
+  for (kernels::QMatrix* m : ms) {
+    if (m->rows8 != nullptr || !kernels::qgemm_rows8_wanted(m->type) || m->rows < 8 ||
+        m->row_bytes != kernels::qtype_row_bytes(m->type, m->cols))
+      continue;
+    const std::int64_t bytes = kernels::qgemm_rows8_bytes(*m), groups = m->rows / 8, group_bytes = 8 * m->row_bytes;
+    rows8_.push_back(std::make_unique<Rows8Buffer>(static_cast<std::size_t>(bytes)));
+    void* out = rows8_.back()->p;
+    const auto* d = static_cast<const std::uint8_t*>(m->data);
+    const io::MappedFile* file = w_.mapping.get();
+    if (file && (d < file->data() || d + bytes > file->data() + file->size())) file = nullptr;
+    // ~1 MiB of rows at a time, their pages given back as soon as they are copied (the resident
+    // set never holds a matrix twice).
+    const std::int64_t step = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / group_bytes);
+    parallel_for(0, groups, step, [&](std::int64_t g0, std::int64_t g1) {
+      for (std::int64_t c0 = g0; c0 < g1; c0 += step) {
+        const std::int64_t c1 = std::min(g1, c0 + step);
+        kernels::qgemm_repack_rows8(*m, out, c0, c1);
+        if (file)
+          file->release(static_cast<std::uint64_t>(d - file->data() + c0 * group_bytes),
+                        static_cast<std::uint64_t>((c1 - c0) * group_bytes));
+      }
+    });
+    m->rows8 = out;
+  }
+  // Tied embeddings: the lookups read the output head's decode layout (its pages were given back).
+  if (w_.embed.data == w_.lm_head.data && w_.embed.type == w_.lm_head.type && w_.embed.rows == w_.lm_head.rows &&
+      w_.embed.row_bytes == w_.lm_head.row_bytes)
+    w_.embed.rows8 = w_.lm_head.rows8;
+}
+
+std::int64_t LlamaForCausalLM::decode_layout_bytes() const {
+  std::int64_t n = 0;
+  for (const auto& b : rows8_) n += static_cast<std::int64_t>(b->n);
+  return n;
+}
 
 LlamaForCausalLM::LlamaForCausalLM(LlamaConfig config, LlamaWeights weights)
     : cfg_(std::move(config)), w_(std::move(weights)) {
@@ -187,10 +241,17 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
   float* sinv = ws.sin.get(R * half);
   kernels::rope_tables(cosv, sinv, pos.data(), R, inv_freq_.data(), half);
 
+  // (A row in the decode layout is read from it: the blocks' pages were given back.)
+  std::vector<std::uint8_t> row_bytes;
   for (i64 r = 0; r < R; ++r) {
     const i64 id = s[row_b[static_cast<std::size_t>(r)] * Tn + row_t[static_cast<std::size_t>(r)]];
-    kernels::dequantize_row(w_.embed.type, static_cast<const std::uint8_t*>(w_.embed.data) + id * w_.embed.row_bytes,
-                            x + r * C, C);
+    const std::uint8_t* src = static_cast<const std::uint8_t*>(w_.embed.data) + id * w_.embed.row_bytes;
+    if (w_.embed.rows8 != nullptr && id < w_.embed.rows / 8 * 8) {
+      row_bytes.resize(static_cast<std::size_t>(w_.embed.row_bytes));
+      kernels::qgemm_rows8_row(w_.embed, id, row_bytes.data());
+      src = row_bytes.data();
+    }
+    kernels::dequantize_row(w_.embed.type, src, x + r * C, C);
   }
 
   // Sequences with few new tokens attend through the decode kernel (one call for all of them),

@@ -375,6 +375,7 @@ std::shared_ptr<LlamaForCausalLM> load_llama_gguf(std::shared_ptr<const io::GGUF
     t[info.name] = TensorSource{info.type, f.data(info), info.shape};
   LlamaWeights w = assemble(c, t, f.source(), /*gguf=*/true);
   w.keep_alive.push_back(file);
+  w.mapping = file->mapping();
   return std::make_shared<LlamaForCausalLM>(c, std::move(w));
 }
 

@@ -447,6 +447,80 @@ TEST_P(QGemmIsa, Q8VectorPackerEqualsTheScalarOne) {
     }
 }
 
+// The decode layout (qgemm_repack_rows8): a product reading it gives bitwise the product of the
+// blocks as stored, on every path (decode rows, several rows, rows_alone, prefill rows packed
+// from it, accumulate and the epilogue, parts), with N off the 16-row panels and 8-row groups and
+// K from one block to past a packing stretch; where the ISA reads it (qgemm_rows8_wanted),
+// zeroing it zeroes a full panel's products for a decode row and for prefill rows (it is read,
+// not the blocks), it is written group by group as in one call, and each of its rows reads back as
+// stored. Other types, padded rows and rows outside it are refused.
+TEST_P(QGemmIsa, DecodeLayoutGivesTheSameBits) {
+  std::uint32_t seed = 9000;
+  for (QType t : {QType::Q4_0, QType::Q4_1, QType::Q8_0})
+    for (i64 K : {i64{32}, i64{160}, i64{576}})
+      for (i64 N : {i64{8}, i64{40}, i64{75}, i64{200}}) {
+        const Weights w = make_weights(t, N, K, 0, seed++);
+        const i64 bytes = qgemm_rows8_bytes(w.W);
+        ASSERT_EQ(bytes, N / 8 * 8 * w.W.row_bytes);
+        std::vector<std::uint8_t> r8(static_cast<std::size_t>(std::max<i64>(bytes, 1)), 0xAB), r8b(r8);
+        qgemm_repack_rows8(w.W, r8.data(), 0, N / 8);
+        for (i64 g = N / 8; g > 0; --g) qgemm_repack_rows8(w.W, r8b.data(), g - 1, g);
+        ASSERT_EQ(r8, r8b) << qtype_name(t) << " written group by group";
+        QMatrix W8 = w.W;
+        W8.rows8 = r8.data();
+        std::vector<std::uint8_t> row(static_cast<std::size_t>(w.W.row_bytes));
+        for (i64 r = 0; r < N / 8 * 8; ++r) {  // each row read back as stored
+          qgemm_rows8_row(W8, r, row.data());
+          ASSERT_EQ(std::memcmp(row.data(), w.bytes.data() + r * w.W.row_bytes, row.size()), 0) << qtype_name(t) << " row " << r;
+        }
+        EXPECT_THROW(qgemm_rows8_row(W8, N / 8 * 8, row.data()), ValueError);
+        EXPECT_THROW(qgemm_rows8_row(w.W, 0, row.data()), ValueError);  // no layout
+        const std::vector<float> bias = make_a(1, N, N, seed++);
+        for (i64 M : {i64{1}, i64{3}, i64{5}, i64{40}})
+          for (int variant = 0; variant < 3; ++variant) {
+            const std::vector<float> a = make_a(M, K, K + 1, seed++);
+            QGemmOptions o;
+            o.activations = QActivations::Q8;
+            o.rows_alone = M == 5;
+            o.accumulate = variant == 1;
+            if (variant == 2) o.epilogue = GemmEpilogue{bias.data(), GemmAct::GeluTanh, nullptr, 0};
+            std::vector<float> init(static_cast<std::size_t>(M * N));
+            for (std::size_t i = 0; i < init.size(); ++i) init[i] = 0.25f * static_cast<float>(i % 3);
+            std::vector<float> plain = init, with = init, parts = init;
+            qgemm(M, a.data(), K + 1, w.W, plain.data(), N, o);
+            qgemm(M, a.data(), K + 1, W8, with.data(), N, o);
+            ASSERT_EQ(std::memcmp(plain.data(), with.data(), plain.size() * 4), 0)
+                << qtype_name(t) << " N=" << N << " K=" << K << " M=" << M << " variant " << variant;
+            for (int p = 0; p < 3; ++p) qgemm_part(M, a.data(), K + 1, W8, parts.data(), N, o, p, 3);
+            ASSERT_EQ(std::memcmp(plain.data(), parts.data(), plain.size() * 4), 0)
+                << qtype_name(t) << " N=" << N << " K=" << K << " M=" << M << " parts";
+          }
+        if (qgemm_rows8_wanted(t) && N >= 16) {  // a full panel reads the layout, not the blocks
+          std::vector<std::uint8_t> zero(r8.size(), 0);
+          QMatrix Z = w.W;
+          Z.rows8 = zero.data();
+          for (i64 M : {i64{1}, i64{40}}) {
+            const std::vector<float> a = make_a(M, K, K, seed++);
+            QGemmOptions o;
+            o.activations = QActivations::Q8;
+            std::vector<float> C(static_cast<std::size_t>(M * N), 1.0f);
+            qgemm(M, a.data(), K, Z, C.data(), N, o);
+            EXPECT_EQ(C[0], 0.0f) << qtype_name(t) << " M=" << M << ": the decode layout was not read";
+            EXPECT_EQ(C[(M - 1) * N + 15], 0.0f) << qtype_name(t) << " M=" << M << ": the decode layout was not read";
+          }
+        }
+      }
+  const Weights k = make_weights(QType::Q6_K, 16, 256, 0, seed++);
+  EXPECT_THROW(qgemm_rows8_bytes(k.W), ValueError);
+  const Weights pad = make_weights(QType::Q4_1, 16, 64, 4, seed++);
+  EXPECT_THROW(qgemm_rows8_bytes(pad.W), ValueError);
+  const Weights ok = make_weights(QType::Q4_1, 16, 64, 0, seed++);
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(qgemm_rows8_bytes(ok.W)));
+  EXPECT_THROW(qgemm_repack_rows8(ok.W, out.data(), 0, 3), ValueError);
+  EXPECT_THROW(qgemm_repack_rows8(ok.W, out.data(), 1, 0), ValueError);
+  EXPECT_FALSE(qgemm_rows8_wanted(QType::Q6_K));
+}
+
 // a_q8 (A quantized once by quantize_rows_q8, for products sharing it) gives bitwise the products
 // qgemm gives quantizing A itself, on every path and part; a_q8 of another A's shape is refused.
 TEST_P(QGemmIsa, PrequantizedRowsGiveTheSameBits) {

@@ -22,6 +22,7 @@
 #include "qkv/infer/kv_cache.h"
 #include "qkv/io/tensors.h"
 #include "qkv/kernels/cpu.h"
+#include "qkv/kernels/qgemm.h"
 #include "qkv/kernels/decode_attention.h"
 #include "qkv/models/llama.h"
 #include "testing/fixture.h"
@@ -186,6 +187,62 @@ TEST(LlamaModel, LongContextDecodeStepGivesTheSameBitsInATeamOrNot) {
   qkv::set_num_threads(2);
   const Tensor whole = prompt_logits(*m, prompt);
   EXPECT_LE(qkv::max_abs_diff(team2, whole.select(0, n0)), 2e-3);
+}
+
+// Q8 activations put SmolLM2's Q4_1 and Q8_0 matrices in the decode layout where the CPU reads
+// it (AVX2) and give the file's pages back. The prompt's logits (prefill panels packed from the
+// layout) and a token-by-token decode (decode rows from it, the tied embedding looked up in it)
+// are bit for bit those of the same model without the layout (set to Q8 while the scalar kernels,
+// which do not read it, were active), and within the Q8 path's error of the exact ones; the
+// layout holds the matrices' bytes; back on F32 it is gone and the logits are the exact ones
+// again, bit for bit (the given-back pages read from the file again).
+TEST(LlamaModel, QEightDecodeLayoutKeepsTheLogits) {
+  qkv::testing::IsaGuard isa_guard;
+  const auto m = qkv::models::load_llama(smollm2_path());
+  const auto plain = qkv::models::load_llama(smollm2_path());
+  const std::vector<i64> ids = {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 28, 7018, 288, 253, 30, 2};
+  const i64 n = static_cast<i64>(ids.size());
+  const Tensor exact = prompt_logits(*m, ids);
+  const qkv::kernels::Isa was = qkv::kernels::active_isa();
+  qkv::kernels::set_isa(qkv::kernels::Isa::Scalar);
+  plain->set_activations(qkv::kernels::QActivations::Q8);
+  qkv::kernels::set_isa(was);
+  m->set_activations(qkv::kernels::QActivations::Q8);
+  EXPECT_EQ(plain->decode_layout_bytes(), 0);
+  const bool layout = qkv::kernels::qgemm_rows8_wanted(qkv::kernels::QType::Q4_1);
+  if (layout)
+    EXPECT_GT(m->decode_layout_bytes(), m->weight_bytes() * 9 / 10);
+  else
+    EXPECT_EQ(m->decode_layout_bytes(), 0);
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    return a.numel() == b.numel() &&
+           std::memcmp(a.data<float>(), b.data<float>(), static_cast<std::size_t>(a.numel()) * 4) == 0;
+  };
+  const Tensor q8 = prompt_logits(*m, ids);
+  EXPECT_TRUE(same_bits(q8, prompt_logits(*plain, ids))) << "prompt logits with and without the decode layout";
+  qkv::infer::KVCache cache(m->cache_options(1, n)), cache2(plain->cache_options(1, n));
+  double worst = 0, steps = 0;
+  i64 same = 0;
+  for (i64 t = 0; t < n; ++t) {
+    const Tensor id = Tensor::from_vector(std::vector<i64>{ids[static_cast<std::size_t>(t)]}, {1, 1});
+    const Tensor step = m->forward_cached(id, {1}, cache).select(0, 0);
+    EXPECT_TRUE(same_bits(step, plain->forward_cached(id, {1}, cache2).select(0, 0))) << "decode step " << t;
+    const Tensor e = exact.select(0, t);
+    worst = std::max(worst, qkv::max_abs_diff(q8.select(0, t), e));
+    steps = std::max(steps, qkv::max_abs_diff(step, e));
+    const float* a = step.data<float>();
+    const float* b = e.data<float>();
+    const i64 V = e.numel();
+    same += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
+  }
+  std::printf("[ q8 layout ] max |q8 - exact| prompt %.4g, decode %.4g; argmax equal at %lld of %lld\n", worst, steps,
+              static_cast<long long>(same), static_cast<long long>(n));
+  EXPECT_LT(worst, 4.0);
+  EXPECT_LT(steps, 4.0);
+  EXPECT_GE(same, n - 3);
+  m->set_activations(qkv::kernels::QActivations::F32);
+  EXPECT_EQ(m->decode_layout_bytes(), 0);
+  EXPECT_TRUE(same_bits(prompt_logits(*m, ids), exact)) << "exact logits after the layout was dropped";
 }
 
 TEST(LlamaModel, AvxTwoPathGivesTheSameTokens) {

@@ -38,6 +38,11 @@ class MappedFile {
   // Asks the kernel to read [offset, offset + length) ahead (madvise WILLNEED; clamped to the
   // file; a no-op for bytes in memory). Useful before streaming weights once.
   void prefetch(std::uint64_t offset, std::uint64_t length) const;
+  // Gives back this process's pages wholly inside [offset, offset + length) (madvise DONTNEED;
+  // clamped to the file; a no-op for bytes in memory): they leave the resident set and a later
+  // read maps them from the file again, as before. For ranges nothing has written (a private
+  // mapping's written pages would read the file's bytes again): weights copied elsewhere.
+  void release(std::uint64_t offset, std::uint64_t length) const;
 
  private:
   MappedFile() = default;

@@ -54,11 +54,33 @@ struct QMatrix {
   std::int64_t rows = 0;       // N
   std::int64_t cols = 0;       // K, the GGUF row length (dims[0])
   std::int64_t row_bytes = 0;  // >= qtype_row_bytes(type, cols)
+  // Optional: the same weights in the decode layout (qgemm_repack_rows8), which the Q8 path's
+  // decode rows read instead of `data` where the CPU's kernels have a reader for it; or null.
+  const void* rows8 = nullptr;
 };
 
 // A QMatrix of densely stored rows (row_bytes = qtype_row_bytes(type, cols); ValueError if cols
 // is not a multiple of the type's block).
 QMatrix qmatrix(QType type, const void* data, std::int64_t rows, std::int64_t cols);
+
+// The decode layout ("rows8") of a Q4_0, Q4_1 or Q8_0 matrix of dense rows: the rows in groups
+// of 8 (the last rows % 8 rows left out: they are read from `data`), and per group and block b
+// (K / 32 of them) the 8 rows' blocks as 16 bytes of their fp16 d (row order), for Q4_1 16 bytes
+// of their fp16 m, then their codes transposed: code bytes 4q .. 4q + 3 of row r at 32 q + 4 r.
+// A decode row reads it from start to end (the hardware prefetcher follows it), where the blocks
+// as stored make it read 8 rows at once; qgemm's results are bitwise the same with or without it.
+// qgemm_rows8_wanted: the CPU's kernels read the layout (AVX2 today), for this type.
+bool qgemm_rows8_wanted(QType type);
+// Bytes of W's decode layout (rows / 8 * 8 rows of qtype_row_bytes); ValueError for another
+// type or rows that are not dense.
+std::int64_t qgemm_rows8_bytes(const QMatrix& W);
+// Writes W's decode layout to out (qgemm_rows8_bytes(W) bytes), rows [g0 * 8, g1 * 8) of it
+// (groups g0 .. g1 - 1, for threads sharing the work); ValueError as qgemm_rows8_bytes.
+void qgemm_repack_rows8(const QMatrix& W, void* out, std::int64_t g0, std::int64_t g1);
+// Row r of W (r < rows / 8 * 8) as stored (row_bytes bytes), read back from W.rows8 (an embedding
+// lookup that need not touch the blocks' pages); ValueError as qgemm_rows8_bytes, for a row
+// outside the layout or without one.
+void qgemm_rows8_row(const QMatrix& W, std::int64_t r, void* out);
 
 // Rows of A quantized as the Q8 path quantizes them (quantize_rows_q8), for several products
 // with the same A (a Llama layer's q, k and v projections; gate and up): QGemmOptions::a_q8.

@@ -44,6 +44,7 @@
 
 namespace qkv::io {
 class GGUFFile;
+class MappedFile;
 }
 
 namespace qkv::models {
@@ -106,6 +107,9 @@ struct LlamaWeights {
   kernels::QMatrix lm_head;  // [V, C] (embed when tied)
   std::vector<float> rope_freq_factors;  // [rope_dim/2] divisors of inv_freq (GGUF rope_freqs), or empty
   std::vector<std::shared_ptr<const void>> keep_alive;
+  // The file mapping the matrices view (a GGUF file), or null: pages of it the model no longer
+  // reads (matrices copied to their decode layout) are given back to the system.
+  std::shared_ptr<const io::MappedFile> mapping;
 };
 
 class LlamaForCausalLM : public infer::CausalLM {
@@ -118,8 +122,14 @@ class LlamaForCausalLM : public infer::CausalLM {
   // Bytes of the weights the products read per token (every matrix once), for bandwidth bounds.
   std::int64_t weight_bytes() const;
   // How activations meet quantized weights (kernels/qgemm.h): F32 (exact, the default) or Q8.
-  void set_activations(kernels::QActivations a) { act_ = a; }
+  // Q8 also copies the Q4_0 / Q4_1 / Q8_0 matrices into their decode layout where the CPU's
+  // kernels read it (kernels::qgemm_repack_rows8: a decode step then reads memory in order; the
+  // same bits), and gives the file's pages of those matrices back (the resident set stays about
+  // the weights' size); F32 frees the copies. Call it before the model computes, not meanwhile.
+  void set_activations(kernels::QActivations a);
   kernels::QActivations activations() const { return act_; }
+  // Bytes of the matrices held in their decode layout (0 unless Q8 activations on such a CPU).
+  std::int64_t decode_layout_bytes() const;
 
   // infer::CausalLM
   std::int64_t vocab_size() const override { return cfg_.vocab_size; }
@@ -139,6 +149,16 @@ class LlamaForCausalLM : public infer::CausalLM {
   LlamaWeights w_;
   std::vector<float> inv_freq_;  // [rope_dim / 2]
   kernels::QActivations act_ = kernels::QActivations::F32;
+  // The decode layouts set_activations made (QMatrix::rows8 of w_'s matrices point into them).
+  struct Rows8Buffer {
+    void* p = nullptr;
+    std::size_t n = 0;
+    explicit Rows8Buffer(std::size_t bytes);
+    ~Rows8Buffer();
+    Rows8Buffer(const Rows8Buffer&) = delete;
+    Rows8Buffer& operator=(const Rows8Buffer&) = delete;
+  };
+  std::vector<std::unique_ptr<Rows8Buffer>> rows8_;
 };
 
 // Loads a Llama-family model from a Hugging Face folder (config.json + model.safetensors or a
