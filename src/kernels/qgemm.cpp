@@ -77,6 +77,9 @@ void check_args(const char* op, i64 M, const float* A, i64 lda, const QMatrix& W
     fail("K must be a multiple of " + std::string(tr.name) + "'s block of " + std::to_string(tr.block));
   if (W.row_bytes < qtype_row_bytes(W.type, W.cols))
     fail("row_bytes must be >= " + std::to_string(qtype_row_bytes(W.type, W.cols)) + ", the bytes of a row");
+  if (W.rows8 != nullptr && W.row_bytes != qtype_row_bytes(W.type, W.cols))
+    fail("a decode layout (rows8) needs dense rows: row_bytes must be " +
+         std::to_string(qtype_row_bytes(W.type, W.cols)));
   if (lda < W.cols) fail("lda must be >= K");
   if (ldc < W.rows) fail("ldc must be >= N");
   if (M > 0 && W.rows > 0 && W.cols > 0 && (A == nullptr || W.data == nullptr))

@@ -367,13 +367,12 @@ inline void transpose8x4(const u8* p, i64 rb, __m256i out[4]) {
 template <QType t>
 constexpr int kQ8Bytes = t == QType::Q8_0 ? 34 : t == QType::Q4_1 ? 20 : 18;
 
-// The scales of the blocks at blk + r * rb (r < 8) as the packer stores them: d, and o = m (Q4_1),
-// -8 d (Q4_0) or 0 (Q8_0). The first dword of each block ([d, m], or [d, two codes]) comes out of
-// the transpose8x4 pattern (dword 0 only: no scalar copies, which cost 22% of a Q4_1 decode row's
-// time as 8 GPR loads and inserts), a byte shuffle splits its halves ([d0..d3 | m0..m3] in each
-// lane), one permute puts the quarters in order, and the halves are converted.
-template <QType t>
-inline void scales8(const u8* blk, i64 rb, __m256& d, __m256& o) {
+// The two 16-bit halves of the first dword of the blocks at blk + r * rb (r < 8) ([d, m], or
+// [d, two codes]): [first halves of rows 0..7 | second halves of rows 0..7], the decode layout's
+// scales. The dwords come out of the transpose8x4 pattern (dword 0 only, no scalar copies), a
+// byte shuffle splits their halves (lane 0: rows 0..3, lane 1: rows 4..7), one permute puts the
+// quarters in order.
+inline __m256i first_halves8(const u8* blk, i64 rb) {
   __m256i z[4];
   for (int r = 0; r < 4; ++r)
     z[r] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + r * rb))),
@@ -381,7 +380,13 @@ inline void scales8(const u8* blk, i64 rb, __m256& d, __m256& o) {
   const __m256i w = _mm256_unpacklo_epi64(_mm256_unpacklo_epi32(z[0], z[1]), _mm256_unpacklo_epi32(z[2], z[3]));
   const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,  //
                                          0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
-  const __m256i x = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(w, split), 0xD8);  // [d0..7 | m0..7]
+  return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(w, split), 0xD8);
+}
+
+// The scales the packer stores from [d0..d7 | m0..m7] (fp16): d, and o = m (Q4_1), -8 d (Q4_0)
+// or 0 (Q8_0).
+template <QType t>
+inline void halves_to_scales(__m256i x, __m256& d, __m256& o) {
   d = _mm256_cvtph_ps(_mm256_castsi256_si128(x));
   if constexpr (t == QType::Q4_1)
     o = _mm256_cvtph_ps(_mm256_extracti128_si256(x, 1));
@@ -389,6 +394,12 @@ inline void scales8(const u8* blk, i64 rb, __m256& d, __m256& o) {
     o = _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
   else
     o = _mm256_setzero_ps();
+}
+
+// The scales of the blocks at blk + r * rb (r < 8) as the packer stores them.
+template <QType t>
+inline void scales8(const u8* blk, i64 rb, __m256& d, __m256& o) {
+  halves_to_scales<t>(first_halves8(blk, rb), d, o);
 }
 
 template <QType t>
@@ -436,6 +447,36 @@ void q8_pack(QType t, const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, fl
   }
 }
 
+// The exact integer sums of one block for 8 rows against A's block a: v holds the rows' codes
+// transposed (word q: code bytes 4q .. 4q + 3 of the 8 rows), 8 words of signed codes for Q8_0
+// (vpmaddubsw on |code| and a signed by the code, one vpmaddwd per word, as q8_tile), else 4 words
+// of 4-bit pairs (<= 15), whose 8 vpmaddubsw results add in int16 before one vpmaddwd (|sum| <=
+// 8 * 2 * 15 * 127 = 30480: exact).
+template <QType t>
+inline __m256i block_sums(const __m256i* v, const std::int8_t* a) {
+  const __m256i nib = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  auto quad = [&](int q) {
+    std::int32_t a4;
+    std::memcpy(&a4, a + 4 * q, 4);
+    return _mm256_set1_epi32(a4);
+  };
+  if constexpr (t == QType::Q8_0) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int q = 0; q < 8; ++q) {
+      const __m256i aq = _mm256_sign_epi8(quad(q), v[q]);
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(v[q]), aq), ones));
+    }
+    return acc;
+  } else {
+    __m256i s16 = _mm256_setzero_si256();
+    for (int q = 0; q < 4; ++q) {
+      s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(v[q], nib), quad(q)));
+      s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi32(v[q], 4), nib), quad(q + 4)));
+    }
+    return _mm256_madd_epi16(s16, ones);
+  }
+}
+
 // q8_row: one row of A against 16 rows of W, 8 rows at a time, from the blocks as stored. Per
 // block, transpose8x4 gives the codes q8_pack would store (in registers), vpmaddubsw multiplies
 // them by the broadcast quads of A, and the block's integer sums and float steps are q8_tile_mr<1>'s.
@@ -446,7 +487,6 @@ template <QType t>
 void q8_row_t(const u8* W, i64 rb, i64 nblk, const qkv::kernels::detail::Q8Act* A, const float* asc, float* out,
               const u8* pf) {
   constexpr int kBytes = kQ8Bytes<t>;
-  const __m256i nib = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int h = 0; h < 2; ++h) {
     const u8* rows = W + 8 * h * rb;
     const u8* next = pf != nullptr ? pf + 8 * h * rb : nullptr;
@@ -458,32 +498,14 @@ void q8_row_t(const u8* W, i64 rb, i64 nblk, const qkv::kernels::detail::Q8Act* 
           _mm_prefetch(reinterpret_cast<const char*>(next + b * 8 * kBytes + o), _MM_HINT_T1);
       __m256 d, o;
       scales8<t>(blk, rb, d, o);
-      const std::int8_t* a = A[b].q;
-      auto quad = [&](int q) {
-        std::int32_t a4;
-        std::memcpy(&a4, a + 4 * q, 4);
-        return _mm256_set1_epi32(a4);
-      };
-      __m256i v[4];
-      __m256i acc;
+      __m256i v[8];
       if constexpr (t == QType::Q8_0) {
-        acc = _mm256_setzero_si256();
-        for (int half = 0; half < 2; ++half) {
-          transpose8x4(blk + 2 + 16 * half, rb, v);
-          for (int q = 0; q < 4; ++q) {
-            const __m256i aq = _mm256_sign_epi8(quad(4 * half + q), v[q]);
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(v[q]), aq), ones));
-          }
-        }
+        transpose8x4(blk + 2, rb, v);
+        transpose8x4(blk + 18, rb, v + 4);
       } else {
         transpose8x4(blk + (t == QType::Q4_1 ? 4 : 2), rb, v);
-        __m256i s16 = _mm256_setzero_si256();
-        for (int q = 0; q < 4; ++q) {
-          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(v[q], nib), quad(q)));
-          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi32(v[q], 4), nib), quad(q + 4)));
-        }
-        acc = _mm256_madd_epi16(s16, ones);
       }
+      const __m256i acc = block_sums<t>(v, A[b].q);
       const __m256 da = _mm256_set1_ps(asc[2 * b]), sa = _mm256_set1_ps(asc[2 * b + 1]);
       f = _mm256_fmadd_ps(o, sa, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(d, da), f));
     }
@@ -507,49 +529,32 @@ void q8_row(QType t, const u8* W, i64 rb, i64 nblk, const qkv::kernels::detail::
 // 27.4 on two, Q4_1 1536 x 576 from DRAM, on an AVX2 Zen 2), prefetched kRows8Ahead bytes ahead.
 constexpr int kRows8Ahead = 1024;
 
+// The scales of one 8-row block of the decode layout at blk (its first 32 bytes: the halves
+// first_halves8 gives, or d and the first codes): d, and o as scales8's.
+template <QType t>
+inline void rows8_scales(const u8* blk, __m256& d, __m256& o) {
+  halves_to_scales<t>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)), d, o);
+}
+
+// Bytes of the scales before the codes in a block of the decode layout.
+template <QType t>
+constexpr int kRows8Codes = t == QType::Q4_1 ? 32 : 16;
+
 template <QType t>
 void q8_row8_t(const u8* P, i64 nblk, const qkv::kernels::detail::Q8Act* A, const float* asc, float* out) {
-  constexpr int kBytes = kQ8Bytes<t>, kCodes = t == QType::Q4_1 ? 32 : 16;
-  const __m256i nib = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  constexpr int kBytes = kQ8Bytes<t>, kWords = t == QType::Q8_0 ? 8 : 4;
   for (int h = 0; h < 2; ++h) {
     const u8* g = P + h * nblk * 8 * kBytes;
     __m256 f = _mm256_setzero_ps();
     for (i64 b = 0; b < nblk; ++b) {
       const u8* blk = g + b * 8 * kBytes;
       for (int o = 0; o < 8 * kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + kRows8Ahead + o), _MM_HINT_T0);
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
-      __m256 o;
-      if constexpr (t == QType::Q4_1)
-        o = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16)));
-      else if constexpr (t == QType::Q4_0)
-        o = _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
-      else
-        o = _mm256_setzero_ps();
-      const u8* codes = blk + kCodes;
-      auto word = [&](int q) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * q)); };
-      const std::int8_t* a = A[b].q;
-      auto quad = [&](int q) {
-        std::int32_t a4;
-        std::memcpy(&a4, a + 4 * q, 4);
-        return _mm256_set1_epi32(a4);
-      };
-      __m256i acc;
-      if constexpr (t == QType::Q8_0) {
-        acc = _mm256_setzero_si256();
-        for (int q = 0; q < 8; ++q) {
-          const __m256i v = word(q);
-          const __m256i aq = _mm256_sign_epi8(quad(q), v);
-          acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(v), aq), ones));
-        }
-      } else {
-        __m256i s16 = _mm256_setzero_si256();
-        for (int q = 0; q < 4; ++q) {
-          const __m256i v = word(q);
-          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(v, nib), quad(q)));
-          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi32(v, 4), nib), quad(q + 4)));
-        }
-        acc = _mm256_madd_epi16(s16, ones);
-      }
+      __m256 d, o;
+      rows8_scales<t>(blk, d, o);
+      __m256i v[kWords];
+      for (int q = 0; q < kWords; ++q)
+        v[q] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kRows8Codes<t> + 32 * q));
+      const __m256i acc = block_sums<t>(v, A[b].q);
       const __m256 da = _mm256_set1_ps(asc[2 * b]), sa = _mm256_set1_ps(asc[2 * b + 1]);
       f = _mm256_fmadd_ps(o, sa, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(d, da), f));
     }
@@ -561,23 +566,17 @@ void q8_row8_t(const u8* P, i64 nblk, const qkv::kernels::detail::Q8Act* A, cons
 template <QType t>
 void q8_pack8_t(const u8* P, i64 nblk, i64 b0, i64 nb, u8* wq, float* ws, float* wo) {
   constexpr int kNp = 16;
-  constexpr int kBytes = kQ8Bytes<t>, kCodes = t == QType::Q4_1 ? 32 : 16;
+  constexpr int kBytes = kQ8Bytes<t>;
   const __m256i nib = _mm256_set1_epi8(0x0F);
   for (i64 b = 0; b < nb; ++b)
     for (int h = 0; h < 2; ++h) {  // columns 8h .. 8h + 7
       const u8* blk = P + (h * nblk + b0 + b) * 8 * kBytes;
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)));
-      __m256 o;
-      if constexpr (t == QType::Q4_1)
-        o = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16)));
-      else if constexpr (t == QType::Q4_0)
-        o = _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
-      else
-        o = _mm256_setzero_ps();
+      __m256 d, o;
+      rows8_scales<t>(blk, d, o);
       _mm256_storeu_ps(ws + b * kNp + 8 * h, d);
       _mm256_storeu_ps(wo + b * kNp + 8 * h, o);
       u8* out = wq + (8 * b * kNp + 8 * h) * 4;  // quad q of this block at out + q * kNp * 4
-      const u8* codes = blk + kCodes;
+      const u8* codes = blk + kRows8Codes<t>;
       if constexpr (t == QType::Q8_0) {
         for (int q = 0; q < 8; ++q)
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + q * kNp * 4),
@@ -605,16 +604,13 @@ void q8_pack8(QType t, const u8* P, i64 nblk, i64 b0, i64 nb, u8* wq, float* ws,
 // qgemm_repack_rows8 with the transposes q8_row does per call: each group's blocks read once.
 template <QType t>
 void q8_repack8_t(const u8* W, i64 rb, i64 nblk, i64 g0, i64 g1, u8* out) {
-  constexpr int kBytes = kQ8Bytes<t>, kCode0 = t == QType::Q4_1 ? 4 : 2, kCodes = t == QType::Q4_1 ? 32 : 16;
-  const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,  //
-                                         0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  constexpr int kBytes = kQ8Bytes<t>, kCode0 = t == QType::Q4_1 ? 4 : 2;
   for (i64 g = g0; g < g1; ++g)
     for (i64 b = 0; b < nblk; ++b) {
       const u8* blk = W + g * 8 * rb + b * kBytes;
       u8* dst = out + (g * nblk + b) * 8 * kBytes;
+      const __m256i x = first_halves8(blk, rb);  // [d0..7 | m0..7]
       __m256i v[4];
-      transpose8x4(blk, rb, v);  // v[0]: the 8 rows' first dwords ([d, m] or [d, two codes])
-      const __m256i x = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v[0], split), 0xD8);  // [d0..7 | m0..7]
       if constexpr (t == QType::Q4_1)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), x);
       else
@@ -622,7 +618,7 @@ void q8_repack8_t(const u8* W, i64 rb, i64 nblk, i64 g0, i64 g1, u8* out) {
       for (int half = 0; half < (t == QType::Q8_0 ? 2 : 1); ++half) {
         transpose8x4(blk + kCode0 + 16 * half, rb, v);
         for (int q = 0; q < 4; ++q)
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + kCodes + 32 * (4 * half + q)), v[q]);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + kRows8Codes<t> + 32 * (4 * half + q)), v[q]);
       }
     }
 }

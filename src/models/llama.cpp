@@ -72,23 +72,29 @@ void check_matrix(const kernels::QMatrix& m, i64 rows, i64 cols, const std::stri
 
 LlamaForCausalLM::Rows8Buffer::Rows8Buffer(std::size_t bytes)
     : p(aligned_alloc_bytes(bytes, "decode layout of a weight")), n(bytes) {}
-LlamaForCausalLM::Rows8Buffer::~Rows8Buffer() { aligned_free(p, n); }
+LlamaForCausalLM::Rows8Buffer::~Rows8Buffer() { aligned_free(p); }  // to the system, not the block cache
 
-void LlamaForCausalLM::set_activations(kernels::QActivations a) {
-  act_ = a;
+// Every matrix of the weights (the embedding last): the ones set_activations may lay out.
+std::vector<kernels::QMatrix*> LlamaForCausalLM::matrices() {
   std::vector<kernels::QMatrix*> ms;
   for (LlamaLayer& L : w_.layers)
     for (LlamaLinear* lin : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) ms.push_back(&lin->w);
   ms.push_back(&w_.lm_head);
+  ms.push_back(&w_.embed);
+  return ms;
+}
+
+void LlamaForCausalLM::set_activations(kernels::QActivations a) {
+  act_ = a;
   if (a != kernels::QActivations::Q8) {  // the blocks as stored again (pages come back as read)
-    for (kernels::QMatrix* m : ms) m->rows8 = nullptr;
-    w_.embed.rows8 = nullptr;
+    for (kernels::QMatrix* m : matrices()) m->rows8 = nullptr;
     rows8_.clear();
     return;
   }
   if (!rows8_.empty()) return;
-  for (kernels::QMatrix* m : ms) {
-    if (m->rows8 != nullptr || !kernels::qgemm_rows8_wanted(m->type) || m->rows < 8 ||
+  for (kernels::QMatrix* m : matrices()) {
+    if (m == &w_.embed) continue;  // read by lookups only: laid out when tied to the head, below
+    if (!kernels::qgemm_rows8_wanted(m->type) || m->rows < 8 ||
         m->row_bytes != kernels::qtype_row_bytes(m->type, m->cols))
       continue;
     const std::int64_t bytes = kernels::qgemm_rows8_bytes(*m), groups = m->rows / 8, group_bytes = 8 * m->row_bytes;
@@ -96,7 +102,8 @@ void LlamaForCausalLM::set_activations(kernels::QActivations a) {
     void* out = rows8_.back()->p;
     const auto* d = static_cast<const std::uint8_t*>(m->data);
     const io::MappedFile* file = w_.mapping.get();
-    if (file && (d < file->data() || d + bytes > file->data() + file->size())) file = nullptr;
+    const auto at = reinterpret_cast<std::uintptr_t>(d), begin = reinterpret_cast<std::uintptr_t>(file ? file->data() : nullptr);
+    if (file && (at < begin || at - begin + static_cast<std::uint64_t>(bytes) > file->size())) file = nullptr;
     // ~1 MiB of rows at a time, their pages given back as soon as they are copied (the resident
     // set never holds a matrix twice).
     const std::int64_t step = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / group_bytes);
@@ -125,6 +132,9 @@ std::int64_t LlamaForCausalLM::decode_layout_bytes() const {
 
 LlamaForCausalLM::LlamaForCausalLM(LlamaConfig config, LlamaWeights weights)
     : cfg_(std::move(config)), w_(std::move(weights)) {
+  // Decode layouts belong to the model that made them (weights copied from another model keep
+  // pointers into its buffers): this one reads the blocks until set_activations lays them out.
+  for (kernels::QMatrix* m : matrices()) m->rows8 = nullptr;
   check_llama_config(cfg_);
   const LlamaConfig& c = cfg_;
   const i64 C = c.hidden_size, F = c.intermediate_size, D = c.head_dim;

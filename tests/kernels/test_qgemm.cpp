@@ -453,9 +453,18 @@ TEST_P(QGemmIsa, Q8VectorPackerEqualsTheScalarOne) {
 // K from one block to past a packing stretch; where the ISA reads it (qgemm_rows8_wanted),
 // zeroing it zeroes a full panel's products for a decode row and for prefill rows (it is read,
 // not the blocks), it is written group by group as in one call, and each of its rows reads back as
-// stored. Other types, padded rows and rows outside it are refused.
+// stored. Other types, padded rows (for the layout, and for a product given one) and rows or
+// groups outside it are refused, the message naming them.
 TEST_P(QGemmIsa, DecodeLayoutGivesTheSameBits) {
   std::uint32_t seed = 9000;
+  auto message = [](auto f) -> std::string {
+    try {
+      f();
+    } catch (const ValueError& e) {
+      return e.what();
+    }
+    return "no ValueError";
+  };
   for (QType t : {QType::Q4_0, QType::Q4_1, QType::Q8_0})
     for (i64 K : {i64{32}, i64{160}, i64{576}})
       for (i64 N : {i64{8}, i64{40}, i64{75}, i64{200}}) {
@@ -473,8 +482,11 @@ TEST_P(QGemmIsa, DecodeLayoutGivesTheSameBits) {
           qgemm_rows8_row(W8, r, row.data());
           ASSERT_EQ(std::memcmp(row.data(), w.bytes.data() + r * w.W.row_bytes, row.size()), 0) << qtype_name(t) << " row " << r;
         }
-        EXPECT_THROW(qgemm_rows8_row(W8, N / 8 * 8, row.data()), ValueError);
-        EXPECT_THROW(qgemm_rows8_row(w.W, 0, row.data()), ValueError);  // no layout
+        EXPECT_NE(message([&] { qgemm_rows8_row(W8, N / 8 * 8, row.data()); })
+                      .find("row " + std::to_string(N / 8 * 8) + " is not in the decode layout (" +
+                            std::to_string(N / 8 * 8) + " rows)"),
+                  std::string::npos);
+        EXPECT_NE(message([&] { qgemm_rows8_row(w.W, 0, row.data()); }).find("(0 rows)"), std::string::npos);  // none
         const std::vector<float> bias = make_a(1, N, N, seed++);
         for (i64 M : {i64{1}, i64{3}, i64{5}, i64{40}})
           for (int variant = 0; variant < 3; ++variant) {
@@ -511,13 +523,24 @@ TEST_P(QGemmIsa, DecodeLayoutGivesTheSameBits) {
         }
       }
   const Weights k = make_weights(QType::Q6_K, 16, 256, 0, seed++);
-  EXPECT_THROW(qgemm_rows8_bytes(k.W), ValueError);
+  EXPECT_NE(message([&] { qgemm_rows8_bytes(k.W); }).find("for Q4_0, Q4_1 and Q8_0, not Q6_K"), std::string::npos);
   const Weights pad = make_weights(QType::Q4_1, 16, 64, 4, seed++);
-  EXPECT_THROW(qgemm_rows8_bytes(pad.W), ValueError);
+  EXPECT_NE(message([&] { qgemm_rows8_bytes(pad.W); }).find("needs dense rows (rows=16, cols=64, row_bytes=44)"),
+            std::string::npos);
+  std::vector<std::uint8_t> some(64);
+  QMatrix padded = pad.W;  // a layout beside padded rows: the product refuses it
+  padded.rows8 = some.data();
+  const std::vector<float> a1 = make_a(1, 64, 64, seed++);
+  std::vector<float> c1(16);
+  EXPECT_NE(message([&] { qgemm(1, a1.data(), 64, padded, c1.data(), 16, {}); })
+                .find("a decode layout (rows8) needs dense rows: row_bytes must be 40 (M=1, N=16, K=64"),
+            std::string::npos);
   const Weights ok = make_weights(QType::Q4_1, 16, 64, 0, seed++);
   std::vector<std::uint8_t> out(static_cast<std::size_t>(qgemm_rows8_bytes(ok.W)));
-  EXPECT_THROW(qgemm_repack_rows8(ok.W, out.data(), 0, 3), ValueError);
-  EXPECT_THROW(qgemm_repack_rows8(ok.W, out.data(), 1, 0), ValueError);
+  EXPECT_NE(message([&] { qgemm_repack_rows8(ok.W, out.data(), 0, 3); }).find("groups [0, 3) not in [0, 2]"),
+            std::string::npos);
+  EXPECT_NE(message([&] { qgemm_repack_rows8(ok.W, out.data(), 1, 0); }).find("groups [1, 0) not in [0, 2]"),
+            std::string::npos);
   EXPECT_FALSE(qgemm_rows8_wanted(QType::Q6_K));
 }
 

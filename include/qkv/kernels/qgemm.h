@@ -54,8 +54,9 @@ struct QMatrix {
   std::int64_t rows = 0;       // N
   std::int64_t cols = 0;       // K, the GGUF row length (dims[0])
   std::int64_t row_bytes = 0;  // >= qtype_row_bytes(type, cols)
-  // Optional: the same weights in the decode layout (qgemm_repack_rows8), which the Q8 path's
-  // decode rows read instead of `data` where the CPU's kernels have a reader for it; or null.
+  // Optional: qgemm_repack_rows8 of these same rows (dense), which the Q8 path's full 16-row
+  // panels (decode rows and prefill panels) read instead of `data` where the CPU's kernels have a
+  // reader for it; or null. It must live as long as any copy of this QMatrix is used.
   const void* rows8 = nullptr;
 };
 

@@ -107,8 +107,8 @@ struct LlamaWeights {
   kernels::QMatrix lm_head;  // [V, C] (embed when tied)
   std::vector<float> rope_freq_factors;  // [rope_dim/2] divisors of inv_freq (GGUF rope_freqs), or empty
   std::vector<std::shared_ptr<const void>> keep_alive;
-  // The file mapping the matrices view (a GGUF file), or null: pages of it the model no longer
-  // reads (matrices copied to their decode layout) are given back to the system.
+  // The file mapping the matrices view (a GGUF file), or null: the pages of matrices copied to
+  // their decode layout are given back to the system (a later read maps them from the file again).
   std::shared_ptr<const io::MappedFile> mapping;
 };
 
@@ -159,6 +159,7 @@ class LlamaForCausalLM : public infer::CausalLM {
     Rows8Buffer& operator=(const Rows8Buffer&) = delete;
   };
   std::vector<std::unique_ptr<Rows8Buffer>> rows8_;
+  std::vector<kernels::QMatrix*> matrices();
 };
 
 // Loads a Llama-family model from a Hugging Face folder (config.json + model.safetensors or a
