@@ -237,9 +237,25 @@ __attribute__((target("avx2,fma"))) void gelu_backward_avx2(float* dx, const flo
 }  // namespace
 #endif
 
+namespace {
+// The erf form's forward in float (gelu_float_impl.h) where the ISA has it: false otherwise.
+bool gelu_erf_float_rows(float* y, std::int64_t ldy, const float* x, std::int64_t ldx, std::int64_t rows,
+                         std::int64_t n) {
+  const Isa isa = active_isa();
+  if (isa == Isa::Avx512 && detail::gelu_erf_forward_avx512_available()) {
+    detail::gelu_erf_forward_avx512(y, ldy, x, ldx, rows, n);
+    return true;
+  }
+  if (isa == Isa::Avx2 && detail::gelu_erf_forward_avx2_available()) {
+    detail::gelu_erf_forward_avx2(y, ldy, x, ldx, rows, n);
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
 void gelu_forward_f32(float* y, const float* x, std::int64_t n, GeluForm form) {
-  if (form == GeluForm::Erf && active_isa() == Isa::Avx512 && detail::gelu_erf_forward_avx512_available())
-    return detail::gelu_erf_forward_avx512(y, n, x, n, 1, n);
+  if (form == GeluForm::Erf && gelu_erf_float_rows(y, n, x, n, 1, n)) return;
 #if defined(__x86_64__) || defined(__i386__)
   if (active_isa() >= Isa::Avx2) return gelu_forward_avx2(y, x, n, form);
 #endif
@@ -248,8 +264,7 @@ void gelu_forward_f32(float* y, const float* x, std::int64_t n, GeluForm form) {
 
 void gelu_forward_f32_rows(float* y, std::int64_t ldy, const float* x, std::int64_t ldx, std::int64_t rows,
                            std::int64_t n, GeluForm form) {
-  if (form == GeluForm::Erf && active_isa() == Isa::Avx512 && detail::gelu_erf_forward_avx512_available())
-    return detail::gelu_erf_forward_avx512(y, ldy, x, ldx, rows, n);
+  if (form == GeluForm::Erf && gelu_erf_float_rows(y, ldy, x, ldx, rows, n)) return;
   for (std::int64_t r = 0; r < rows; ++r) gelu_forward_f32(y + r * ldy, x + r * ldx, n, form);
 }
 

@@ -297,6 +297,8 @@ TEST(DecodeAttention, TeamCallsGiveTheBitsOfTheCallOutsideATeam) {
   const std::vector<std::pair<Case, bool>> cases = {
       {Case{1, 9, 1, 64, 2100, {1}, {2048}, 3}, false},             // SmolLM2 at depth 2048: 6 chunks per head
       {Case{1, 9, 1, 64, 2100, {1}, {2048}, 3}, true},
+      {Case{1, 9, 1, 64, 200, {1}, {144}, 3}, false},  // SmolLM2 at a short depth: 3 tasks
+      {Case{2, 6, 3, 24, 90, {3, 2}, {90, 40}, 2}, false},  // several queries per sequence
       {Case{4, 6, 2, 40, 2300, {1, 2, 0, 2}, {2300, 300, 700, 5}, 2}, true},  // mixed, one sequence idle
       {Case{2, 4, 4, 59, 1500, {4, 1}, {1500, 900}, 1, 700}, false},  // window, multi-query
       {Case{3, 2, 3, 21, 113, {3, 2, 1}, {3, 113, 8}}, false},       // short: no split
