@@ -246,7 +246,9 @@ bool gelu_erf_float_rows(float* y, std::int64_t ldy, const float* x, std::int64_
     detail::gelu_erf_forward_avx512(y, ldy, x, ldx, rows, n);
     return true;
   }
-  if (isa == Isa::Avx2 && detail::gelu_erf_forward_avx2_available()) {
+  // (On an AVX-512 CPU whose build left out the AVX-512 file, e.g. clang without its flags: the
+  // AVX2 float path, the same bits.)
+  if (isa >= Isa::Avx2 && detail::gelu_erf_forward_avx2_available()) {
     detail::gelu_erf_forward_avx2(y, ldy, x, ldx, rows, n);
     return true;
   }

@@ -8,15 +8,16 @@
 // gelu'(-inf) = 0 (the bare formulas, and PyTorch's CPU kernel, give inf * 0 = NaN there);
 // NaN stays NaN; gelu(-0) = -0.
 //
-// Erf form, forward, on AVX2 and AVX-512: in float (8 or 16 lanes, the same bits on both),
-// <= 5 ulp (gelu_float_impl.h). The rest (the tanh form, every gradient) works in double on
-// 4-lane halves and rounds once to float. Erf form:
+// Erf form, forward, on AVX2 and AVX-512: in float (8 or 16 lanes, the same bits on both; a
+// degree-9 fit of Q and a degree-5 exp), <= 5 ulp (gelu_float_impl.h). The rest (the tanh form,
+// every gradient; the erf forward too where the compiler could not build the float path) works
+// in double on 4-lane halves and rounds once to float. The double path, erf form:
 // Phi(-|x|) = exp(-x^2/2) t Q(t), t = 1 / (1 + |x|/4), Q a degree-10 Chebyshev fit (the
 // negative tail keeps its relative accuracy: no 1 + erf cancellation). Tanh form:
 // x sigmoid(2u) from exp(-2|u|) only (never overflows). exp(w) = 2^k 2^f with a degree-6 fit.
 // Measured over every 64th float in [-20, 20] against float64 references (erfc and sigmoid
-// forms, exact in the tails): the double path's forward <= 0.6 ulp; gradient <= 6e-8 absolute, <= 1.6 ulp
-// where |dy/dx| > 1e-3. The naive twins (gelu_*_ref, the float64 formulas) are the portable
+// forms, exact in the tails): the double path's forward <= 0.6 ulp; gradient <= 6e-8
+// absolute, <= 1.6 ulp where |dy/dx| > 1e-3. The naive twins (gelu_*_ref, the float64 formulas) are the portable
 // fallback; tests/core/test_gelu_kernel.cpp checks the kernel against both.
 #pragma once
 #include <cstdint>
