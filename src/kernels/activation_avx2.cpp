@@ -4,8 +4,8 @@
 // epilogue, where the double path took ~10% of an all-MiniLM-L6-v2 embedding run at batch 32
 // on one core of an AVX2-only AMD EPYC (Zen 2).
 //
-// Compiled with a target pragma, so it builds with QKV_NATIVE=OFF; used only when
-// active_isa() == Avx2.
+// Compiled with a target pragma, so it builds with QKV_NATIVE=OFF; used when active_isa() is
+// Avx2, or Avx512 in a build without the AVX-512 file (activation.cpp).
 #include <cstdint>
 
 #include "activation_internal.h"

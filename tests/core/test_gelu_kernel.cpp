@@ -151,9 +151,9 @@ TEST(GeluKernel, VectorPathWithinAnUlpOfExactReference) {
 }
 
 // The float path of the erf forward (gelu_float_impl.h; AVX2 and AVX-512) over the same sweep
-// as the test above. Measured: worst 4.46 ulp (in the negative tail; denormal results counted in denormal
-// ulps), so the bound is 5 ulp: all in float, several roundings (Q's Horner, exp, four products)
-// where the double path rounds once. For scale: PyTorch's own float GELU (its vectorised erf,
+// as the test above. Measured: worst 4.46 ulp (in the negative tail; denormal results counted
+// in denormal ulps), so the bound is 5 ulp: all in float, several roundings (Q's Horner, exp,
+// four products) where the double path rounds once. For scale: PyTorch's own float GELU (its vectorised erf,
 // 1.5e-7 absolute error) is tens of ulps off in the negative tail.
 TEST(GeluKernel, FloatPathWithinFiveUlpsOfExactReference) {
   IsaGuard ig;
