@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -211,10 +212,25 @@ TEST(LlamaModel, QEightDecodeLayoutKeepsTheLogits) {
   qkv::kernels::set_isa(isa);
   m->set_activations(qkv::kernels::QActivations::Q8);
   EXPECT_EQ(plain->decode_layout_bytes(), 0);
-  if (isa == qkv::kernels::Isa::Avx2)
+  if (isa == qkv::kernels::Isa::Avx2) {
     EXPECT_GT(m->decode_layout_bytes(), m->weight_bytes() * 9 / 10);
-  else
+    // One buffer, the matrices in the order a step reads them, each where the last one ended
+    // (64-byte aligned): a decode step streams one run of memory (huge pages, kept in the TLB).
+    const auto& w = m->weights();
+    std::vector<const qkv::kernels::QMatrix*> order;
+    for (const auto& L : w.layers)
+      for (const auto* lin : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) order.push_back(&lin->w);
+    order.push_back(&w.lm_head);
+    const auto* at = static_cast<const std::uint8_t*>(order.front()->rows8);
+    ASSERT_NE(at, nullptr);
+    for (const auto* q : order) {
+      EXPECT_EQ(q->rows8, at) << "a layout out of reading order";
+      at += (qkv::kernels::qgemm_rows8_bytes(*q) + 63) / 64 * 64;
+    }
+    EXPECT_EQ(at - static_cast<const std::uint8_t*>(order.front()->rows8), m->decode_layout_bytes());
+  } else {
     EXPECT_EQ(m->decode_layout_bytes(), 0);
+  }
   {  // a model built from these weights reads the blocks, not this model's layout
     const qkv::models::LlamaForCausalLM copy(m->config(), m->weights());
     for (const auto& L : copy.weights().layers) EXPECT_EQ(L.down.w.rows8, nullptr);
