@@ -434,12 +434,39 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
   bool one_team = Lq > 0;
   for (i64 b = 0; b < B; ++b)
     if (n_new[static_cast<std::size_t>(b)] > 0 && !q_len[static_cast<std::size_t>(b)]) one_team = false;
+  // The rows whose logits are wanted when not every row's: the last new token of each sequence,
+  // normalised into h, then the output head (rows as alone: a sequence's logits do not depend on
+  // the others).
+  std::vector<i64> seqs;
+  for (i64 b = 0; b < B; ++b)
+    if (n_new[static_cast<std::size_t>(b)] > 0) seqs.push_back(b);
+  const i64 S = static_cast<i64>(seqs.size());
+  kernels::QGemmOptions heads = plain;
+  heads.rows_alone = true;
+  float* logits = all_logits ? nullptr : ws.last.get(S * V);
+  auto last_rows = [&](float* hs) {
+    for (i64 i = 0; i < S; ++i) {
+      const i64 b = seqs[static_cast<std::size_t>(i)];
+      const i64 r = first[static_cast<std::size_t>(b)] + n_new[static_cast<std::size_t>(b)] - 1;
+      kernels::rms_norm_rows_f32(hs + i * C, C, nullptr, x + r * C, C, w_.norm, 1, C, c.rms_norm_eps);
+    }
+  };
   if (one_team) {
     float* scratch = ws.dscratch.get(std::max<i64>(kernels::decode_attention_team_scratch(dp), 1));
     parallel_team(num_threads(), [&](Team& tm) {
       for (i64 l = 0; l <= c.num_hidden_layers; ++l) {
         before(tm, l);
-        if (l == c.num_hidden_layers) break;
+        if (l == c.num_hidden_layers) {
+          // The output head in the same team (its rows normalised by every member into its own
+          // copy of h, as the layers' norms): no second wake-up of the workers per step, and
+          // they start the head's 30 MB (SmolLM2) together instead of one wake-up apart.
+          if (!all_logits) {
+            float* hs = hp + tm.rank() * R * C;
+            last_rows(hs);
+            kernels::qgemm_part(S, hs, C, w_.lm_head, logits, V, heads, tm.rank(), tm.size());
+          }
+          break;
+        }
         tm.barrier();
         if (f16)
           kernels::decode_attention_forward_f16(tm, scratch, od, qd, cache.keys_f16(l), cache.values_f16(l), dp);
@@ -470,19 +497,10 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
                   static_cast<std::size_t>(V) * sizeof(float));
     return out;
   }
-  std::vector<i64> seqs;
-  for (i64 b = 0; b < B; ++b)
-    if (n_new[static_cast<std::size_t>(b)] > 0) {
-      const i64 r = first[static_cast<std::size_t>(b)] + n_new[static_cast<std::size_t>(b)] - 1;
-      kernels::rms_norm_rows_f32(h + static_cast<i64>(seqs.size()) * C, C, nullptr, x + r * C, C, w_.norm, 1, C,
-                                 c.rms_norm_eps);
-      seqs.push_back(b);
-    }
-  const i64 S = static_cast<i64>(seqs.size());
-  float* logits = ws.last.get(S * V);
-  kernels::QGemmOptions heads = plain;
-  heads.rows_alone = true;  // one row per sequence, each as alone
-  kernels::qgemm(S, h, C, w_.lm_head, logits, V, heads);
+  if (!one_team) {
+    last_rows(h);
+    kernels::qgemm(S, h, C, w_.lm_head, logits, V, heads);
+  }
   float* o = out.data<float>();
   for (i64 i = 0; i < S; ++i)
     std::memcpy(o + seqs[static_cast<std::size_t>(i)] * V, logits + i * V, static_cast<std::size_t>(V) * sizeof(float));
