@@ -177,6 +177,21 @@ void qgemm_part(i64 M, const float* A, i64 lda, const QMatrix& W, float* C, i64 
 
 std::int64_t qgemm_decode_max_m() { return detail::kQDecodeMaxM; }
 
+std::optional<std::pair<std::int64_t, std::int64_t>> qgemm_part_columns(i64 M, const QMatrix& W, const QGemmOptions& options,
+                                                                        int part, int parts) {
+  if (parts < 1 || part < 0 || part >= parts)
+    throw ValueError("qgemm_part_columns: part " + std::to_string(part) + " of " + std::to_string(parts) +
+                     " is not in [0, parts)");
+  const i64 N = W.rows;
+  auto split = [&](i64 unit) -> std::pair<i64, i64> {  // run()'s static split of N in units
+    const i64 units = (N + unit - 1) / unit;
+    return {std::min(N, units * part / parts * unit), std::min(N, units * (part + 1) / parts * unit)};
+  };
+  if (qgemm_uses_q8(M, W.type, options)) return split(q8_kernels().q8_np);  // qgemm_q8_run's panels
+  if (M <= detail::kQDecodeMaxM || options.rows_alone) return split(kRowUnit);
+  return std::nullopt;  // the prefill path's tiles split rows too
+}
+
 namespace {
 
 bool rows8_type(QType t) { return t == QType::Q4_0 || t == QType::Q4_1 || t == QType::Q8_0; }

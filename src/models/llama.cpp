@@ -289,8 +289,11 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
       Lq = std::max(Lq, n);
     }
   }
-  float* qd = Lq ? ws.qd.get(B * H * Lq * D) : nullptr;
-  float* od = Lq ? ws.od.get(B * H * Lq * D) : nullptr;
+  // A step where every sequence decodes one token (row b is sequence b's) runs the decode kernel
+  // on q and att in place ([B, H * D] is its [B, H, 1, D]): no copy of Q in, none of O out.
+  const bool q_in_place = B > 0 && std::all_of(n_new.begin(), n_new.end(), [](i64 n) { return n == 1; });
+  float* qd = Lq && !q_in_place ? ws.qd.get(B * H * Lq * D) : nullptr;
+  float* od = Lq && !q_in_place ? ws.od.get(B * H * Lq * D) : nullptr;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   // A step where no sequence has more new tokens than the products' decode path takes rows (a
   // decode step of many sequences, say) runs every product on the decode path, whatever the rows
@@ -341,47 +344,78 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
       tm.barrier();
       const float* hm = norm(tm, P.ffn_norm);
       const kernels::Q8Rows* hq = shared_q8(hm, P.gate.w);
-      product(tm, hm, C, P.gate.w, g, F, with_bias(nullptr, hq));
-      product(tm, hm, C, P.up.w, u, F, with_bias(nullptr, hq));
-      tm.barrier();
-      const auto [e0, e1] = tm.part(0, R * F, 16);
-      kernels::swiglu_forward_f32(g + e0, g + e0, u + e0, e1 - e0);
+      const kernels::QGemmOptions gu = with_bias(nullptr, hq);
+      product(tm, hm, C, P.gate.w, g, F, gu);
+      product(tm, hm, C, P.up.w, u, F, gu);
+      // Where every member's gate and up products wrote the same columns (the decode and Q8
+      // paths split by columns), each finishes SwiGLU on its own (elementwise: the same bits),
+      // with no barrier between the products and SwiGLU.
+      bool own_columns = true;
+      for (int m = 0; m < tm.size() && own_columns; ++m) {
+        const auto cg = kernels::qgemm_part_columns(R, P.gate.w, gu, m, tm.size());
+        own_columns = cg && cg == kernels::qgemm_part_columns(R, P.up.w, gu, m, tm.size());
+      }
+      if (own_columns) {
+        const auto [n0, n1] = *kernels::qgemm_part_columns(R, P.gate.w, gu, tm.rank(), tm.size());
+        for (i64 r = 0; r < R; ++r) kernels::swiglu_forward_f32(g + r * F + n0, g + r * F + n0, u + r * F + n0, n1 - n0);
+      } else {
+        tm.barrier();
+        const auto [e0, e1] = tm.part(0, R * F, 16);
+        kernels::swiglu_forward_f32(g + e0, g + e0, u + e0, e1 - e0);
+      }
       tm.barrier();
       product(tm, g, F, P.down.w, x, C, accumulate);
       tm.barrier();
     }
     if (l == c.num_hidden_layers) return;
     const LlamaLayer& L = w_.layers[static_cast<std::size_t>(l)];
+    // RoPE and the cache write (the new keys and values appended: cache [B, H_kv, T, D]), shared
+    // by head: unit (r, j) is row r's query head j (RoPE, then its copy into the decode kernel's
+    // Q unless that reads q in place) for j < H, else key/value head j - H (RoPE of the key, then
+    // the key and the value into the cache). A decode step has one row per sequence: split by
+    // rows, one member would do it all while the others wait.
+    float* Kc = f16 ? nullptr : cache.keys(l).data<float>();
+    float* Vc = f16 ? nullptr : cache.values(l).data<float>();
+    std::uint16_t* Kh = f16 ? cache.keys_f16(l) : nullptr;
+    std::uint16_t* Vh = f16 ? cache.values_f16(l) : nullptr;
+    const i64 U = H + Hkv;
+    const auto [u0, u1] = tm.part(0, R * U);
+    // The cache lines this member will write, fetched for writing while the products run: written
+    // cold, after the products, they took ~2 us per layer on a Zen 2 (lines and pages not cached).
+    for (i64 un = u0; un < u1; ++un) {
+      if (un % U < H) continue;
+      const i64 r = un / U, dst = ((row_b[static_cast<std::size_t>(r)] * Hkv + un % U - H) * T + pos[static_cast<std::size_t>(r)]) * D;
+      const i64 bytes = D * (f16 ? 2 : 4);
+      const char* kp = f16 ? reinterpret_cast<const char*>(Kh + dst) : reinterpret_cast<const char*>(Kc + dst);
+      const char* vp = f16 ? reinterpret_cast<const char*>(Vh + dst) : reinterpret_cast<const char*>(Vc + dst);
+      for (i64 o = 0; o < bytes; o += 64) __builtin_prefetch(kp + o, 1, 3), __builtin_prefetch(vp + o, 1, 3);
+    }
     const float* hm = norm(tm, L.attn_norm);
     const kernels::Q8Rows* hq = shared_q8(hm, L.q.w);
     product(tm, hm, C, L.q.w, q, HD, with_bias(L.q.bias, hq));
     product(tm, hm, C, L.k.w, k, KD, with_bias(L.k.bias, hq));
     product(tm, hm, C, L.v.w, v, KD, with_bias(L.v.bias, hq));
     tm.barrier();
-    // RoPE and the cache write (the new keys and values appended: cache [B, H_kv, T, D]).
-    float* Kc = f16 ? nullptr : cache.keys(l).data<float>();
-    float* Vc = f16 ? nullptr : cache.values(l).data<float>();
-    std::uint16_t* Kh = f16 ? cache.keys_f16(l) : nullptr;
-    std::uint16_t* Vh = f16 ? cache.values_f16(l) : nullptr;
-    const auto [r0, r1] = tm.part(0, R);
-    kernels::rope_apply_f32(q + r0 * HD, r1 - r0, H, D, HD, c.rope_dim, cosv + r0 * half, sinv + r0 * half, c.rope_style);
-    kernels::rope_apply_f32(k + r0 * KD, r1 - r0, Hkv, D, KD, c.rope_dim, cosv + r0 * half, sinv + r0 * half, c.rope_style);
-    for (i64 r = r0; r < r1; ++r) {
+    for (i64 un = u0; un < u1; ++un) {
+      const i64 r = un / U, j = un % U;
       const i64 b = row_b[static_cast<std::size_t>(r)], p = pos[static_cast<std::size_t>(r)];
-      for (i64 j = 0; j < Hkv; ++j) {
-        const i64 dst = ((b * Hkv + j) * T + p) * D;
-        if (f16) {  // rounded to the nearest half once, here
-          kernels::float_to_half_rows(k + r * KD + j * D, Kh + dst, D);
-          kernels::float_to_half_rows(v + r * KD + j * D, Vh + dst, D);
-        } else {
-          std::memcpy(Kc + dst, k + r * KD + j * D, static_cast<std::size_t>(D) * sizeof(float));
-          std::memcpy(Vc + dst, v + r * KD + j * D, static_cast<std::size_t>(D) * sizeof(float));
-        }
+      if (j < H) {
+        kernels::rope_apply_f32(q + r * HD + j * D, 1, 1, D, HD, c.rope_dim, cosv + r * half, sinv + r * half,
+                                c.rope_style);
+        if (q_len[static_cast<std::size_t>(b)] && !q_in_place)  // Q of the decode kernel: [B, H, Lq, D]
+          std::memcpy(qd + ((b * H + j) * Lq + row_t[static_cast<std::size_t>(r)]) * D, q + r * HD + j * D,
+                      static_cast<std::size_t>(D) * sizeof(float));
+        continue;
       }
-      if (q_len[static_cast<std::size_t>(b)]) {  // Q of the decode kernel: [B, H, Lq, D]
-        const i64 t = row_t[static_cast<std::size_t>(r)];
-        for (i64 hh = 0; hh < H; ++hh)
-          std::memcpy(qd + ((b * H + hh) * Lq + t) * D, q + r * HD + hh * D, static_cast<std::size_t>(D) * sizeof(float));
+      const i64 jk = j - H, dst = ((b * Hkv + jk) * T + p) * D;
+      kernels::rope_apply_f32(k + r * KD + jk * D, 1, 1, D, KD, c.rope_dim, cosv + r * half, sinv + r * half,
+                              c.rope_style);
+      if (f16) {  // rounded to the nearest half once, here
+        kernels::float_to_half_rows(k + r * KD + jk * D, Kh + dst, D);
+        kernels::float_to_half_rows(v + r * KD + jk * D, Vh + dst, D);
+      } else {
+        std::memcpy(Kc + dst, k + r * KD + jk * D, static_cast<std::size_t>(D) * sizeof(float));
+        std::memcpy(Vc + dst, v + r * KD + jk * D, static_cast<std::size_t>(D) * sizeof(float));
       }
     }
   };
@@ -451,6 +485,11 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
       kernels::rms_norm_rows_f32(hs + i * C, C, nullptr, x + r * C, C, w_.norm, 1, C, c.rms_norm_eps);
     }
   };
+  if (q_in_place) {
+    dp.q_sb = HD, dp.q_sh = D, dp.q_st = D;
+    dp.o_sb = HD, dp.o_sh = D, dp.o_st = D;
+    qd = q, od = att;
+  }
   if (one_team) {
     float* scratch = ws.dscratch.get(std::max<i64>(kernels::decode_attention_team_scratch(dp), 1));
     parallel_team(num_threads(), [&](Team& tm) {
@@ -473,9 +512,11 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
         else
           kernels::decode_attention_forward(tm, scratch, od, qd, cache.keys(l).data<float>(),
                                             cache.values(l).data<float>(), dp);
-        const auto [r0, r1] = tm.part(0, R);
-        gather_rows(r0, r1);
-        tm.barrier();
+        if (!q_in_place) {
+          const auto [r0, r1] = tm.part(0, R);
+          gather_rows(r0, r1);
+          tm.barrier();
+        }
       }
     });
   } else {

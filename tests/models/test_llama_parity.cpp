@@ -155,8 +155,9 @@ TEST(LlamaModel, DecodingTokenByTokenGivesThePromptLogits) {
 
 // A decoding step over a long context (1000 cached keys: each key/value head's keys split into
 // chunks) runs as one team, the decode kernel's chunks shared among its members; a step where
-// another sequence prefills runs the kernel outside a team. The decoding sequence's logits are
-// the same bits either way and for 1 or 2 threads, and those of the whole prompt at once.
+// another sequence prefills runs the kernel outside a team; a step where both decode one token
+// reads Q and writes O in place. The decoding sequence's logits are the same bits every way and
+// for 1 or 2 threads, and those of the whole prompt at once.
 TEST(LlamaModel, LongContextDecodeStepGivesTheSameBitsInATeamOrNot) {
   qkv::testing::ThreadsGuard tg;
   const auto m = qkv::models::load_llama(smollm2_path());
@@ -185,6 +186,10 @@ TEST(LlamaModel, LongContextDecodeStepGivesTheSameBitsInATeamOrNot) {
   const Tensor mixed = step(2, qkv::infer::kDecodeKernelMaxQueries + 3);  // sequence 1 prefills: no team
   EXPECT_EQ(0, std::memcmp(team2.data<float>(), team1.data<float>(), static_cast<std::size_t>(V) * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(team2.data<float>(), mixed.data<float>(), static_cast<std::size_t>(V) * sizeof(float)));
+  // Both sequences decoding one token: the decode kernel reads q and writes att in place.
+  const Tensor both2 = step(2, 1), both1 = step(1, 1);
+  EXPECT_EQ(0, std::memcmp(team2.data<float>(), both2.data<float>(), static_cast<std::size_t>(V) * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(team2.data<float>(), both1.data<float>(), static_cast<std::size_t>(V) * sizeof(float)));
   qkv::set_num_threads(2);
   const Tensor whole = prompt_logits(*m, prompt);
   EXPECT_LE(qkv::max_abs_diff(team2, whole.select(0, n0)), 2e-3);

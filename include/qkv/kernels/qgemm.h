@@ -40,6 +40,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "qkv/kernels/gemm.h"
@@ -127,6 +129,15 @@ void qgemm(std::int64_t M, const float* A, std::int64_t lda, const QMatrix& W, f
 // team (core/parallel.h, parallel_team).
 void qgemm_part(std::int64_t M, const float* A, std::int64_t lda, const QMatrix& W, float* C, std::int64_t ldc,
                 const QGemmOptions& options, int part, int parts);
+
+// The columns [n0, n1) of C that qgemm_part(M, ..., W, ..., options, part, parts) writes in every
+// row, where its path splits C by columns only (the Q8 path and the decode path; they depend on
+// M, W's type and shape, the options and the active ISA alone); nullopt where it splits rows too
+// (the prefill path). A team member may then finish its own columns (an elementwise op of two
+// products' outputs, say) without waiting for the others.
+std::optional<std::pair<std::int64_t, std::int64_t>> qgemm_part_columns(std::int64_t M, const QMatrix& W,
+                                                                        const QGemmOptions& options, int part,
+                                                                        int parts);
 
 // The largest M that takes the decode path (for the active ISA).
 std::int64_t qgemm_decode_max_m();
