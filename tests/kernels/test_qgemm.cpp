@@ -305,6 +305,52 @@ TEST_P(QGemmIsa, PartsTogetherEqualTheWhole) {
       }
 }
 
+// qgemm_part_columns names exactly the columns a part writes, in every row, where the path splits
+// by columns (the Q8 path, the decode path, rows_alone); nullopt on the prefill path. Checked by
+// writing each part alone over NaN: its columns are the product's, every other column untouched.
+TEST_P(QGemmIsa, PartColumnsAreTheColumnsAPartWrites) {
+  std::uint32_t seed = 4500;
+  for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q6_K, QType::F32})
+    for (i64 M : {i64{1}, i64{3}, qgemm_decode_max_m() + 1, i64{40}})
+      for (const QActivations act : {QActivations::F32, QActivations::Q8})
+        for (const bool alone : {false, true}) {
+          const i64 K = qtype_traits(t).block == 256 ? 256 : 96, N = 75;
+          const Weights w = make_weights(t, N, K, 0, seed++);
+          const std::vector<float> a = make_a(M, K, K, seed++);
+          QGemmOptions o;
+          o.activations = act;
+          o.rows_alone = alone;
+          std::vector<float> whole(static_cast<std::size_t>(M * N));
+          qgemm(M, a.data(), K, w.W, whole.data(), N, o);
+          const bool by_columns = qgemm_uses_q8(M, t, o) || M <= qgemm_decode_max_m() || alone;
+          for (int parts : {1, 2, 3, 7}) {
+            i64 covered = 0;
+            for (int p = 0; p < parts; ++p) {
+              const auto cols = qgemm_part_columns(M, w.W, o, p, parts);
+              ASSERT_EQ(cols.has_value(), by_columns) << qtype_name(t) << " M=" << M;
+              if (!cols) continue;
+              const auto [n0, n1] = *cols;
+              ASSERT_EQ(n0, covered) << "parts leave a gap or overlap";
+              covered = n1;
+              std::vector<float> C(whole.size(), std::numeric_limits<float>::quiet_NaN());
+              qgemm_part(M, a.data(), K, w.W, C.data(), N, o, p, parts);
+              for (i64 m = 0; m < M; ++m)
+                for (i64 n = 0; n < N; ++n) {
+                  const float c = C[static_cast<std::size_t>(m * N + n)];
+                  if (n >= n0 && n < n1)
+                    ASSERT_EQ(c, whole[static_cast<std::size_t>(m * N + n)])
+                        << qtype_name(t) << " M=" << M << " part " << p << "/" << parts << " column " << n;
+                  else
+                    ASSERT_TRUE(std::isnan(c)) << qtype_name(t) << " M=" << M << " part " << p << "/" << parts
+                                               << " wrote column " << n << " outside [" << n0 << ", " << n1 << ")";
+                }
+            }
+            if (by_columns) EXPECT_EQ(covered, N);
+          }
+        }
+  EXPECT_THROW(qgemm_part_columns(1, make_weights(QType::Q4_1, 8, 32, 0, 1).W, {}, 2, 2), ValueError);
+}
+
 // Q8 activations: against qgemm_ref's Q8 twin (the same quantized activations, exact integer
 // block sums) within float32 summation of the block terms, and against the exact product within
 // the activation quantization's error (|a| / 254 per value at most). Prefill rows, and decode rows
