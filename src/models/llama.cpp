@@ -382,7 +382,8 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
     const auto [u0, u1] = tm.part(0, R * U);
     // The cache lines this member will write, fetched for writing while the products run: written
     // cold, after the products, they took ~2 us per layer on a Zen 2 (lines and pages not cached).
-    for (i64 un = u0; un < u1; ++un) {
+    // (Decode rows only: a prompt's rows are written long after, their lines evicted again.)
+    for (i64 un = u0; un < u1 && R <= kernels::qgemm_decode_max_m(); ++un) {
       if (un % U < H) continue;
       const i64 r = un / U, dst = ((row_b[static_cast<std::size_t>(r)] * Hkv + un % U - H) * T + pos[static_cast<std::size_t>(r)]) * D;
       const i64 bytes = D * (f16 ? 2 : 4);
@@ -396,26 +397,31 @@ Tensor LlamaForCausalLM::forward_cached(const Tensor& ids, const std::vector<i64
     product(tm, hm, C, L.k.w, k, KD, with_bias(L.k.bias, hq));
     product(tm, hm, C, L.v.w, v, KD, with_bias(L.v.bias, hq));
     tm.barrier();
-    for (i64 un = u0; un < u1; ++un) {
-      const i64 r = un / U, j = un % U;
+    // Row by row, the member's query heads [q0, q1) and key/value heads [k0, k1) of the row.
+    for (i64 r = u0 / U; r * U < u1; ++r) {
+      const i64 j0 = std::max<i64>(u0 - r * U, 0), j1 = std::min<i64>(u1 - r * U, U);
+      const i64 q0 = std::min(j0, H), q1 = std::min(j1, H), k0 = std::max(j0, H) - H, k1 = std::max(j1, H) - H;
       const i64 b = row_b[static_cast<std::size_t>(r)], p = pos[static_cast<std::size_t>(r)];
-      if (j < H) {
-        kernels::rope_apply_f32(q + r * HD + j * D, 1, 1, D, HD, c.rope_dim, cosv + r * half, sinv + r * half,
+      if (q1 > q0) {
+        kernels::rope_apply_f32(q + r * HD + q0 * D, 1, q1 - q0, D, HD, c.rope_dim, cosv + r * half, sinv + r * half,
                                 c.rope_style);
         if (q_len[static_cast<std::size_t>(b)] && !q_in_place)  // Q of the decode kernel: [B, H, Lq, D]
-          std::memcpy(qd + ((b * H + j) * Lq + row_t[static_cast<std::size_t>(r)]) * D, q + r * HD + j * D,
-                      static_cast<std::size_t>(D) * sizeof(float));
-        continue;
+          for (i64 j = q0; j < q1; ++j)
+            std::memcpy(qd + ((b * H + j) * Lq + row_t[static_cast<std::size_t>(r)]) * D, q + r * HD + j * D,
+                        static_cast<std::size_t>(D) * sizeof(float));
       }
-      const i64 jk = j - H, dst = ((b * Hkv + jk) * T + p) * D;
-      kernels::rope_apply_f32(k + r * KD + jk * D, 1, 1, D, KD, c.rope_dim, cosv + r * half, sinv + r * half,
-                              c.rope_style);
-      if (f16) {  // rounded to the nearest half once, here
-        kernels::float_to_half_rows(k + r * KD + jk * D, Kh + dst, D);
-        kernels::float_to_half_rows(v + r * KD + jk * D, Vh + dst, D);
-      } else {
-        std::memcpy(Kc + dst, k + r * KD + jk * D, static_cast<std::size_t>(D) * sizeof(float));
-        std::memcpy(Vc + dst, v + r * KD + jk * D, static_cast<std::size_t>(D) * sizeof(float));
+      if (k1 > k0)
+        kernels::rope_apply_f32(k + r * KD + k0 * D, 1, k1 - k0, D, KD, c.rope_dim, cosv + r * half, sinv + r * half,
+                                c.rope_style);
+      for (i64 j = k0; j < k1; ++j) {
+        const i64 dst = ((b * Hkv + j) * T + p) * D;
+        if (f16) {  // rounded to the nearest half once, here
+          kernels::float_to_half_rows(k + r * KD + j * D, Kh + dst, D);
+          kernels::float_to_half_rows(v + r * KD + j * D, Vh + dst, D);
+        } else {
+          std::memcpy(Kc + dst, k + r * KD + j * D, static_cast<std::size_t>(D) * sizeof(float));
+          std::memcpy(Vc + dst, v + r * KD + j * D, static_cast<std::size_t>(D) * sizeof(float));
+        }
       }
     }
   };
