@@ -110,7 +110,9 @@ void LlamaForCausalLM::set_activations(kernels::QActivations a) {
   }
   if (laid.empty()) return;
   rows8_.push_back(std::make_unique<Rows8Buffer>(static_cast<std::size_t>(total)));
-  for (const auto& [m, offset] : laid) {
+  for (const auto& entry : laid) {
+    kernels::QMatrix* const m = entry.first;  // (not a structured binding: the lambda below captures it)
+    const std::int64_t offset = entry.second;
     const std::int64_t bytes = kernels::qgemm_rows8_bytes(*m), groups = m->rows / 8, group_bytes = 8 * m->row_bytes;
     void* out = static_cast<std::uint8_t*>(rows8_.back()->p) + offset;
     const auto* d = static_cast<const std::uint8_t*>(m->data);
