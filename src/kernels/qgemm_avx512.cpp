@@ -646,6 +646,148 @@ void q8_pack(QType t, const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, fl
   }
 }
 
+// ---- the Q8 path on the decode layout (qgemm_repack_rows8): Q4_0, Q4_1, Q8_0 ----
+//
+// A block of an 8-row group in the layout: the 8 rows' fp16 d (16 bytes), for Q4_1 their fp16 m
+// (16 bytes), then code words: word q (32 bytes) holds code bytes 4q .. 4q + 3 of the 8 rows in
+// row order. Two words in one register (64 bytes) are 16 dwords, rows 0-7 of word q then of word
+// q + 1; vpdpbusd against the broadcast quads of A (q in the low 8 lanes, q + 1 in the high 8)
+// leaves per lane the row's sum over those quads, and adding the register's halves gives the 8
+// rows' block sums: the integers q8_tile sums (uint8 codes: 4-bit codes as they are, Q8_0's x ^
+// 0x80), exact in any order. The float steps per row are q8_tile_mr<1>'s, on 16 rows (two groups)
+// at a time: f = fma(o, sa, fma(float(sum), d * da, f)).
+
+// Bytes of the scales before the codes in a block of the decode layout.
+template <QType t>
+constexpr int kRows8Codes = t == QType::Q4_1 ? 32 : 16;
+template <QType t>
+constexpr int kRows8Bytes = 8 * (t == QType::Q8_0 ? 34 : t == QType::Q4_1 ? 20 : 18);
+// Bytes ahead of each group's stream that q8_row8 prefetches.
+constexpr int kRows8Ahead = 1024;
+
+inline __m512i load64(const u8* p) { return _mm512_loadu_si512(reinterpret_cast<const void*>(p)); }
+
+// The scales of two groups' blocks at ba and bb (rows 0-7 from ba, 8-15 from bb), as q8_pack_t
+// stores them: d, and o = m (Q4_1), -8 d (Q4_0) or -128 d (Q8_0).
+template <QType t>
+inline void rows8_scales2(const u8* ba, const u8* bb, __m512& d, __m512& o) {
+  d = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(load16(ba)), load16(bb), 1));
+  if constexpr (t == QType::Q4_1)
+    o = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(load16(ba + 16)), load16(bb + 16), 1));
+  else
+    o = _mm512_mul_ps(d, _mm512_set1_ps(t == QType::Q8_0 ? -128.0f : -8.0f));
+}
+
+// One group's block sums (16 lanes: rows 0-7 over even quads, then over odd quads) against the
+// quad pairs a[0..3] (quads {0,1}, {2,3}, {4,5}, {6,7}).
+template <QType t>
+inline __m512i rows8_block_sums(const u8* codes, const __m512i a[4]) {
+  __m512i acc = _mm512_setzero_si512();
+  if constexpr (t == QType::Q8_0) {
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int w = 0; w < 4; ++w) dpbusd(acc, _mm512_xor_si512(load64(codes + 64 * w), flip), a[w]);
+  } else {
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    const __m512i c01 = load64(codes), c23 = load64(codes + 64);
+    dpbusd(acc, _mm512_and_si512(c01, nib), a[0]);
+    dpbusd(acc, _mm512_and_si512(c23, nib), a[1]);
+    dpbusd(acc, _mm512_and_si512(_mm512_srli_epi32(c01, 4), nib), a[2]);
+    dpbusd(acc, _mm512_and_si512(_mm512_srli_epi32(c23, 4), nib), a[3]);
+  }
+  return acc;
+}
+
+// q8_row on the decode layout: one row of A against a full panel (32 rows = 4 groups), bitwise
+// q8_tile_mr<1>'s out on q8_pack's panel. Two groups at a time, each read in order from its own
+// stream.
+template <QType t>
+void q8_row8_t(const u8* P, i64 nblk, const qkv::kernels::detail::Q8Act* A, const float* asc, float* out) {
+  constexpr int kB = kRows8Bytes<t>;
+  const __m512i pairs[4] = {
+      _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+      _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
+      _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5),
+      _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7)};
+  for (int h = 0; h < 4; h += 2) {
+    const u8* ga = P + h * nblk * kB;
+    const u8* gb = ga + nblk * kB;
+    __m512 f = _mm512_setzero_ps();
+    for (i64 b = 0; b < nblk; ++b) {
+      const u8* ba = ga + b * kB;
+      const u8* bb = gb + b * kB;
+      for (int o = 0; o < kB; o += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(ba + kRows8Ahead + o), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(bb + kRows8Ahead + o), _MM_HINT_T0);
+      }
+      const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(A[b].q))),
+                                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(A[b].q)), 1);
+      __m512i a[4];
+      for (int w = 0; w < 4; ++w) a[w] = _mm512_permutexvar_epi32(pairs[w], q);
+      const __m512i sa_ = rows8_block_sums<t>(ba + kRows8Codes<t>, a);
+      const __m512i sb_ = rows8_block_sums<t>(bb + kRows8Codes<t>, a);
+      // [rows 0-7 of ba | rows 0-7 of bb]: even-quad halves plus odd-quad halves.
+      const __m512i lo = _mm512_shuffle_i64x2(sa_, sb_, 0x44), hi = _mm512_shuffle_i64x2(sa_, sb_, 0xEE);
+      const __m512i acc = _mm512_add_epi32(lo, hi);
+      __m512 d, o;
+      rows8_scales2<t>(ba, bb, d, o);
+      const __m512 da = _mm512_set1_ps(asc[2 * b]), sa = _mm512_set1_ps(asc[2 * b + 1]);
+      f = _mm512_fmadd_ps(o, sa, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(d, da), f));
+    }
+    _mm512_storeu_ps(out + 8 * h, f);
+  }
+}
+
+void q8_row8(QType t, const u8* P, i64 nblk, const qkv::kernels::detail::Q8Act* A, const float* asc, float* out) {
+  switch (t) {
+    case QType::Q8_0: return q8_row8_t<QType::Q8_0>(P, nblk, A, asc, out);
+    case QType::Q4_0: return q8_row8_t<QType::Q4_0>(P, nblk, A, asc, out);
+    case QType::Q4_1: return q8_row8_t<QType::Q4_1>(P, nblk, A, asc, out);
+    default: return;
+  }
+}
+
+// q8_pack_t on the decode layout: the same scales and code bytes (the panel's quad q of a block
+// is the 4 groups' word q side by side), read in order.
+template <QType t>
+void q8_pack8_t(const u8* P, i64 nblk, i64 b0, i64 nb, u8* wq, float* ws, float* wo) {
+  constexpr int kNp = 32, kB = kRows8Bytes<t>;
+  const __m256i nib = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (i64 b = 0; b < nb; ++b)
+    for (int h = 0; h < 4; h += 2) {  // columns 8h .. 8h + 15
+      const u8* ba = P + (h * nblk + b0 + b) * kB;
+      const u8* bb = ba + nblk * kB;
+      __m512 d, o;
+      rows8_scales2<t>(ba, bb, d, o);
+      _mm512_storeu_ps(ws + b * kNp + 8 * h, d);
+      _mm512_storeu_ps(wo + b * kNp + 8 * h, o);
+      for (int g = 0; g < 2; ++g) {
+        u8* out = wq + (8 * b * kNp + 8 * (h + g)) * 4;  // quad q of this block at out + q * kNp * 4
+        const u8* codes = (g == 0 ? ba : bb) + kRows8Codes<t>;
+        if constexpr (t == QType::Q8_0) {
+          for (int q = 0; q < 8; ++q)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + q * kNp * 4),
+                                _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * q)), flip));
+        } else {
+          for (int q = 0; q < 4; ++q) {
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * q));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + q * kNp * 4), _mm256_and_si256(v, nib));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (q + 4) * kNp * 4),
+                                _mm256_and_si256(_mm256_srli_epi32(v, 4), nib));
+          }
+        }
+      }
+    }
+}
+
+void q8_pack8(QType t, const u8* P, i64 nblk, i64 b0, i64 nb, u8* wq, float* ws, float* wo) {
+  switch (t) {
+    case QType::Q8_0: return q8_pack8_t<QType::Q8_0>(P, nblk, b0, nb, wq, ws, wo);
+    case QType::Q4_0: return q8_pack8_t<QType::Q4_0>(P, nblk, b0, nb, wq, ws, wo);
+    case QType::Q4_1: return q8_pack8_t<QType::Q4_1>(P, nblk, b0, nb, wq, ws, wo);
+    default: return;
+  }
+}
+
 }  // namespace
 
 #ifdef QKV_QGEMM_AVX512_PRAGMA
@@ -672,6 +814,11 @@ QGemmKernels qgemm_kernels_avx512() {
     k.q8_tile = &q8_tile;
     k.q8_pack = &q8_pack;
     k.q8_quantize = &q8_quantize;
+    k.q8_row8 = &q8_row8;
+    k.q8_pack8 = &q8_pack8;
+    // The layout is the same bytes whatever reads it: AVX2's vectorised writer (every AVX-512 CPU
+    // has AVX2).
+    k.q8_repack8 = qgemm_kernels_avx2().q8_repack8;
     k.q8_pack_types = qkv::kernels::detail::qtype_bit(QType::Q4_0) | qkv::kernels::detail::qtype_bit(QType::Q4_1) |
                       qkv::kernels::detail::qtype_bit(QType::Q8_0);
   }

@@ -68,7 +68,7 @@ struct QGemmKernels {
   void (*q8_row)(QType t, const u8* W, i64 rb, i64 nblk, const Q8Act* A, const float* asc, float* out,
                  const u8* pf) = nullptr;
   // q8_row on the decode layout (qgemm_repack_rows8): P at the panel's first group of 8 rows (the
-  // second follows it), bitwise q8_row's out; or null (then `rows8` is not read).
+  // others follow it: q8_np / 8 groups), bitwise q8_row's out; or null (then `rows8` is not read).
   void (*q8_row8)(QType t, const u8* P, i64 nblk, const Q8Act* A, const float* asc, float* out) = nullptr;
   // qgemm_repack_rows8's groups [g0, g1) of W (nblk blocks per row, rb bytes apart) with vectors,
   // bitwise the scalar copy; or null.

@@ -72,7 +72,7 @@ QMatrix qmatrix(QType type, const void* data, std::int64_t rows, std::int64_t co
 // of their fp16 m, then their codes transposed: code bytes 4q .. 4q + 3 of row r at 32 q + 4 r.
 // A decode row reads it from start to end (the hardware prefetcher follows it), where the blocks
 // as stored make it read 8 rows at once; qgemm's results are bitwise the same with or without it.
-// qgemm_rows8_wanted: the CPU's kernels read the layout (AVX2 today), for this type.
+// qgemm_rows8_wanted: the CPU's kernels read the layout (AVX2, and AVX-512 with VNNI), for this type.
 bool qgemm_rows8_wanted(QType type);
 // Bytes of W's decode layout (rows / 8 * 8 rows of qtype_row_bytes); ValueError for another
 // type or rows that are not dense.
