@@ -8,7 +8,8 @@ For every round and thread count T, in a rotated order, each engine runs in a fr
             QKV --threads T bench generate --model M --prompt-len P --new N --repeat 1 --json
                  -> decode tokens/s (greedy, batch 1, after a P-token prompt), read GB/s measured in the
                     same process, the bandwidth bound (read GB/s / weight bytes per token), its
-                    fraction, peak RSS
+                    fraction, peak RSS; the same bound from the read bandwidth over a buffer of the
+                    weights' size (where the last-level cache holds the weights)
             ... --prompt-len 512 --new 1                         -> prefill tokens/s of a 512-token prompt
             ... --prompt-len D --new 128                         -> decode tokens/s at depth D (--depth)
             (--q8 adds rows of qkv's optional Q8-activation path, marked qkv-q8; --kv-f16 rows with
@@ -96,6 +97,9 @@ def qkv_runs(a, T: int, engine: str) -> dict:
     d = last_json(run(base + ["--prompt-len", str(a.prompt), "--new", str(a.new)]))
     r.update(decode=d["decode_tokens_per_s"], read_gbs=d["read_gbs"], bound=d["bandwidth_bound_tokens_per_s"],
              fraction=d["fraction_of_bound"], rss=d["peak_rss_mb"], weight_mb=d["weights_mb"])
+    if "read_gbs_weight_size" in d:  # read over a buffer of the weights' size (a cache that holds them)
+        r.update(read_gbs_w=d["read_gbs_weight_size"], bound_w=d["bound_weight_size_tokens_per_s"],
+                 fraction_w=d["fraction_of_bound_weight_size"])
     r["prefill"] = last_json(run(base + ["--prompt-len", "512", "--new", "1"]))["prefill_tokens_per_s"]
     if a.depth:
         dd = last_json(run(base + ["--prompt-len", str(a.depth), "--new", "128"]))
@@ -187,6 +191,10 @@ def main() -> None:
                       f"MB/token -> bound {med[(T, e, 'bound')]:.0f} tok/s; decode = {100 * med[(T, e, 'fraction')]:.0f}% "
                       f"of the bound; peak RSS {med[(T, e, 'rss')]:.0f} MB (at depth {a.depth}: "
                       f"{med.get((T, e, 'depth_rss'), 0):.0f} MB)")
+                if (T, e, "read_gbs_w") in med:
+                    print(f"{e}: read bandwidth over a buffer of the weights' size {med[(T, e, 'read_gbs_w')]:.1f} GB/s "
+                          f"-> bound {med[(T, e, 'bound_w')]:.0f} tok/s; decode = {100 * med[(T, e, 'fraction_w')]:.0f}% "
+                          f"of it")
 
 
 if __name__ == "__main__":

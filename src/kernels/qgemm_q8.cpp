@@ -204,9 +204,10 @@ void qgemm_q8_run(const QGemmKernels& ks, const QGemmQ8Args& a, bool accumulate,
   const bool signed_codes = ks.q8_signed_q8_0 && a.type == QType::Q8_0;
   const bool vector_pack = ks.q8_pack != nullptr && (ks.q8_pack_types & qtype_bit(a.type)) != 0;
   const i64 panels = (a.N + np - 1) / np;
-  // A decode row (M = 1) of a full panel skips the packing where the ISA has q8_row (bitwise the
-  // same products: the panel would be used once).
-  const bool one_row = a.M == 1 && ks.q8_row != nullptr && vector_pack;
+  // A decode row (M = 1) of a full panel skips the packing where the ISA has q8_row, or q8_row8 and
+  // W its decode layout (bitwise the same products: the panel would be used once).
+  const bool one_row =
+      a.M == 1 && vector_pack && (ks.q8_row != nullptr || (a.rows8 != nullptr && ks.q8_row8 != nullptr));
   // Every row tile of a panel walks K in stretches of kQ8Stretch values (the vector packer's
   // panels: 8 KiB of codes for Q4_*, in L1 with the tiles' reads), each tile resuming its sums
   // where the last stretch left them (the same float additions as one pass over K).

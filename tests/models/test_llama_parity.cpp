@@ -196,28 +196,29 @@ TEST(LlamaModel, LongContextDecodeStepGivesTheSameBitsInATeamOrNot) {
 }
 
 // Q8 activations put SmolLM2's Q4_1 and Q8_0 matrices in the decode layout where the kernels read
-// it (AVX2, forced on an AVX-512 CPU) and give the file's pages back. The prompt's logits (prefill panels packed from the
+// it (AVX2, and AVX-512 VNNI: each ISA the CPU has, the exact logits taken on it) and give the
+// file's pages back. The prompt's logits (prefill panels packed from the
 // layout) and a token-by-token decode (decode rows from it, the tied embedding looked up in it)
 // are bit for bit those of the same model without the layout (set to Q8 while the scalar kernels,
 // which do not read it, were active), and within the Q8 path's error of the exact ones; the
 // layout holds the matrices' bytes and stays this model's (a model built from its weights reads
 // the blocks); back on F32 it is gone and the logits are the exact ones
 // again, bit for bit (the given-back pages read from the file again).
-TEST(LlamaModel, QEightDecodeLayoutKeepsTheLogits) {
+void q8_layout_keeps_the_logits(qkv::kernels::Isa isa) {
+  SCOPED_TRACE(std::string("ISA ") + qkv::kernels::isa_name(isa));
   qkv::testing::IsaGuard isa_guard;
+  qkv::kernels::set_isa(isa);
   const auto m = qkv::models::load_llama(smollm2_path());
   const auto plain = qkv::models::load_llama(smollm2_path());
   const std::vector<i64> ids = {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 28, 7018, 288, 253, 30, 2};
   const i64 n = static_cast<i64>(ids.size());
   const Tensor exact = prompt_logits(*m, ids);
-  // AVX2 where the CPU has it (the kernels that read the layout; an AVX-512 CPU's do not).
-  const qkv::kernels::Isa isa = std::min(qkv::kernels::detected_isa(), qkv::kernels::Isa::Avx2);
   qkv::kernels::set_isa(qkv::kernels::Isa::Scalar);
   plain->set_activations(qkv::kernels::QActivations::Q8);
   qkv::kernels::set_isa(isa);
   m->set_activations(qkv::kernels::QActivations::Q8);
   EXPECT_EQ(plain->decode_layout_bytes(), 0);
-  if (isa == qkv::kernels::Isa::Avx2) {
+  if (isa >= qkv::kernels::Isa::Avx2) {
     EXPECT_GT(m->decode_layout_bytes(), m->weight_bytes() * 9 / 10);
     // One buffer, the matrices in the order a step reads them, each where the last one ended
     // (64-byte aligned): a decode step streams one run of memory (huge pages, kept in the TLB).
@@ -271,6 +272,11 @@ TEST(LlamaModel, QEightDecodeLayoutKeepsTheLogits) {
   m->set_activations(qkv::kernels::QActivations::F32);
   EXPECT_EQ(m->decode_layout_bytes(), 0);
   EXPECT_TRUE(same_bits(prompt_logits(*m, ids), exact)) << "exact logits after the layout was dropped";
+}
+
+TEST(LlamaModel, QEightDecodeLayoutKeepsTheLogits) {
+  for (qkv::kernels::Isa isa : {qkv::kernels::Isa::Avx2, qkv::kernels::Isa::Avx512})
+    if (isa <= qkv::kernels::detected_isa()) q8_layout_keeps_the_logits(isa);
 }
 
 TEST(LlamaModel, AvxTwoPathGivesTheSameTokens) {
