@@ -561,6 +561,10 @@ inline void transpose16x4(const u8* p, i64 rb, __m512i out[4]) {
   out[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
+// wo / ws of Q4_0 and Q8_0 (no stored m): the codes are stored as uint8, x + 8 and x ^ 0x80 (x + 128).
+template <QType t>
+constexpr float kQ8CodeOffset = t == QType::Q8_0 ? -128.0f : -8.0f;
+
 template <QType t>
 void q8_pack_t(const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, float* wo, const u8* pf) {
   constexpr int kNp = 32;
@@ -588,7 +592,7 @@ void q8_pack_t(const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, float* wo
       if constexpr (t == QType::Q4_1)
         o = _mm512_permutex2var_ps(lo, odd, hi);
       else
-        o = _mm512_mul_ps(d, _mm512_set1_ps(t == QType::Q8_0 ? -128.0f : -8.0f));
+        o = _mm512_mul_ps(d, _mm512_set1_ps(kQ8CodeOffset<t>));
       _mm512_storeu_ps(ws + b * kNp + 16 * h, d);
       _mm512_storeu_ps(wo + b * kNp + 16 * h, o);
       const u8* rows = blk + 16 * h * rb;
@@ -661,7 +665,7 @@ constexpr int kRows8Codes = t == QType::Q4_1 ? 32 : 16;
 template <QType t>
 constexpr int kRows8Bytes = 8 * (t == QType::Q8_0 ? 34 : t == QType::Q4_1 ? 20 : 18);
 // Bytes ahead of the stream that q8_row8 prefetches (measured on a Xeon, Q4_1 1536 x 576 from
-// DRAM, one thread: none 9.3 GB/s, 1 KiB 11.6, 2 KiB 12.7, 4 KiB 12.9, 6-16 KiB 13.0-13.2; read
+// DRAM, one thread: none 9.3 GB/s, 1 KiB 11.6, 2 KiB 12.7, 4 KiB 12.9, 6-16 KiB 12.9-13.2; read
 // bandwidth 16.2).
 constexpr int kRows8Ahead = 4096;
 
@@ -673,7 +677,7 @@ inline void rows8_scales2(const u8* ba, const u8* bb, __m512& d, __m512& o) {
   if constexpr (t == QType::Q4_1)
     o = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(load16(ba + 16)), load16(bb + 16), 1));
   else
-    o = _mm512_mul_ps(d, _mm512_set1_ps(t == QType::Q8_0 ? -128.0f : -8.0f));
+    o = _mm512_mul_ps(d, _mm512_set1_ps(kQ8CodeOffset<t>));
 }
 
 #ifdef QKV_GEMM_AVX512_EMULATED
@@ -719,7 +723,7 @@ void q8_row8_t(const u8* P, i64 nblk, const qkv::kernels::detail::Q8Act* A, cons
       if constexpr (t == QType::Q4_1)
         o = _mm256_cvtph_ps(load16(blk + 16));
       else
-        o = _mm256_mul_ps(d, _mm256_set1_ps(t == QType::Q8_0 ? -128.0f : -8.0f));
+        o = _mm256_mul_ps(d, _mm256_set1_ps(kQ8CodeOffset<t>));
       const __m256 da = _mm256_set1_ps(asc[2 * b]), sa = _mm256_set1_ps(asc[2 * b + 1]);
       f = _mm256_fmadd_ps(o, sa, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(d, da), f));
     }

@@ -186,7 +186,8 @@ TEST(CliBenchGenerate, ReportsThroughputAndTheBandwidthBound) {
     const auto j = json_lines(r.out);
     ASSERT_EQ(j.size(), 1u);
     for (const char* k : {"tokens_per_s", "ms_per_token", "prefill_ms", "read_gbs", "weight_bytes",
-                          "bandwidth_bound_tokens_per_s", "fraction_of_bound", "peak_rss_mb"})
+                          "bandwidth_bound_tokens_per_s", "fraction_of_bound", "read_gbs_weight_size",
+                          "bound_weight_size_tokens_per_s", "fraction_of_bound_weight_size", "peak_rss_mb"})
       EXPECT_GT(j[0][k].get<double>(), 0.0) << k << " in " << r.out;
     EXPECT_EQ(j[0]["first_ids"].size(), 2u);
     EXPECT_EQ(j[0]["first_ids"][0].size(), 6u);

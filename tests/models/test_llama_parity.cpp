@@ -197,13 +197,13 @@ TEST(LlamaModel, LongContextDecodeStepGivesTheSameBitsInATeamOrNot) {
 
 // Q8 activations put SmolLM2's Q4_1 and Q8_0 matrices in the decode layout where the kernels read
 // it (AVX2, and AVX-512 VNNI: each ISA the CPU has, the exact logits taken on it) and give the
-// file's pages back. The prompt's logits (prefill panels packed from the
-// layout) and a token-by-token decode (decode rows from it, the tied embedding looked up in it)
-// are bit for bit those of the same model without the layout (set to Q8 while the scalar kernels,
-// which do not read it, were active), and within the Q8 path's error of the exact ones; the
-// layout holds the matrices' bytes and stays this model's (a model built from its weights reads
-// the blocks); back on F32 it is gone and the logits are the exact ones
-// again, bit for bit (the given-back pages read from the file again).
+// file's pages back. The prompt's logits (prefill panels packed from the layout) and a
+// token-by-token decode (decode rows from it, the tied embedding looked up in it) are bit for bit
+// those of the same model without the layout (set to Q8 while the scalar kernels, which do not
+// read it, were active), and within the Q8 path's error of the exact ones; the layout holds the
+// matrices' bytes and stays this model's (a model built from its weights reads the blocks); back
+// on F32 it is gone and the logits are the exact ones again, bit for bit (the given-back pages
+// read from the file again).
 void q8_layout_keeps_the_logits(qkv::kernels::Isa isa) {
   SCOPED_TRACE(std::string("ISA ") + qkv::kernels::isa_name(isa));
   qkv::testing::IsaGuard isa_guard;
