@@ -45,7 +45,7 @@ bool proper_byte_level(const ByteLevelBPE& bpe) {
 void check_ids(const ByteLevelBPE& bpe, const std::vector<std::int64_t>& ids, const std::string& text, bool proper) {
   for (std::int64_t id : ids) QKV_FUZZ_CHECK(id >= 0 && id < bpe.vocab_size());
   if (proper) QKV_FUZZ_CHECK(bpe.decode_bytes(ids) == text);
-  tokenize::StreamDecoder stream(bpe);
+  tokenize::StreamDecoder stream(std::make_shared<tokenize::ByteLevelBPE>(bpe));
   std::string streamed;
   for (std::int64_t id : ids) streamed += stream.push(id);
   streamed += stream.finish();

@@ -30,7 +30,7 @@ namespace {
 
 void check_ids(const ByteLevelBPE& bpe, const std::vector<std::int64_t>& ids) {
   for (std::int64_t id : ids) QKV_FUZZ_CHECK(id >= 0 && id < bpe.vocab_size());
-  tokenize::StreamDecoder stream(bpe);
+  tokenize::StreamDecoder stream(std::make_shared<tokenize::ByteLevelBPE>(bpe));
   std::string streamed;
   for (std::int64_t id : ids) streamed += stream.push(id);
   streamed += stream.finish();

@@ -31,11 +31,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto t = files.find("text");
   const std::string text = t == files.end() ? std::string() : t->second;
   try {
-    const std::vector<std::int64_t> ids = tok->encode(text);
+    const std::vector<std::int64_t> ids = tok->encode_with_specials(text);
     QKV_FUZZ_CHECK(ids.size() >= 2 && static_cast<std::int64_t>(ids.size()) <= tok->options().max_length);
     QKV_FUZZ_CHECK(ids.front() == tok->cls_id() && ids.back() == tok->sep_id());
     for (std::int64_t id : ids) QKV_FUZZ_CHECK(id >= 0 && id < tok->vocab_size());
-    const std::vector<std::int64_t> bare = tok->encode(text, false);
+    const std::vector<std::int64_t> bare = tok->encode(text);
     for (std::int64_t id : bare) QKV_FUZZ_CHECK(id >= 0 && id < tok->vocab_size());
     const tokenize::EncodedBatch b = tok->encode_batch({text, "[CLS] plain text"});
     QKV_FUZZ_CHECK(b.lengths.size() == 2 && b.lengths[0] == static_cast<std::int64_t>(ids.size()));

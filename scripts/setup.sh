@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config
       libgtest-dev libgmock-dev libbenchmark-dev
-      nlohmann-json3-dev libcli11-dev libpng-dev libomp-dev
+      nlohmann-json3-dev libcli11-dev libfmt-dev libpng-dev libomp-dev
       libopenblas-dev libsimde-dev libpcre2-dev libutf8proc-dev python3-pip chromium bible-kjv
       libcpp-httplib-dev haproxy  # qkv serve (HTTP), and the balancer of its replica test (docs/serving.md)
       libopenmpi-dev openmpi-bin  # data-parallel training: mpirun -np N qkv train ... (docs/distributed.md)

@@ -25,8 +25,13 @@ set(QKV_SOURCES
   infer/kv_cache.cpp
   models/gpt2.cpp
   models/gpt2_io.cpp
-  models/llama.cpp
-  models/llama_io.cpp
+  models/registry.cpp        # the model families; models/arch/ (below) register themselves
+  models/decoder/decoder_lm.cpp
+  models/decoder/step.cpp
+  models/decoder/load.cpp
+  models/decoder/save_gguf.cpp
+  models/decoder/tensor_slots.cpp
+  models/arch/common.cpp
   models/gguf_export.cpp
   infer/sampling.cpp
   infer/generate.cpp
@@ -52,7 +57,13 @@ set(QKV_SOURCES
   tokenize/bpe_build.cpp
   tokenize/regex.cpp
   tokenize/tokenizer_json.cpp
+  tokenize/tokenizer.cpp      # the one interface (tokenize/tokenizer.h) and load_tokenizer
+  tokenize/json_reader.cpp
+  tokenize/sentencepiece.cpp
+  tokenize/sentencepiece_load.cpp
+  tokenize/sentencepiece_json.cpp
   tokenize/gguf_vocab.cpp
+  tokenize/gguf_vocab_write.cpp
   train/loop.cpp
   train/corpus.cpp
   train/lm.cpp
@@ -62,16 +73,32 @@ set(QKV_SOURCES
   train/grad_exchange.cpp
   tokenize/bpe_train.cpp
   tokenize/chat_template.cpp
-  tokenize/jinja_text.cpp
-  tokenize/jinja_value.cpp
-  tokenize/jinja_lexer.cpp
-  tokenize/jinja_parser.cpp
-  tokenize/jinja_scope.cpp
-  tokenize/jinja_render.cpp
-  tokenize/jinja_builtins.cpp
-  tokenize/jinja_methods.cpp
+  jinja/text.cpp            # the Jinja2 engine chat templates use (depends on UTF-8 helpers only)
+  jinja/value.cpp
+  jinja/lexer.cpp
+  jinja/parser.cpp
+  jinja/scope.cpp
+  jinja/render.cpp
+  jinja/builtins.cpp
+  jinja/methods.cpp
+  jinja/error.cpp
   infer/scheduler.cpp       # continuous batching (serve/ submits to it)
   infer/embed_batcher.cpp
+)
+
+# One file per architecture (models/arch/<stem>.cpp, each ending with QKV_REGISTER_ARCH(<stem>,
+# ...) or QKV_REGISTER_FAMILY): src/CMakeLists.txt generates the source that registers them all.
+set(QKV_ARCH_SOURCES
+  models/arch/bert.cpp
+  models/arch/gemma2.cpp
+  models/arch/gemma3.cpp
+  models/arch/gpt2.cpp
+  models/arch/llama.cpp
+  models/arch/mistral.cpp
+  models/arch/phi3.cpp
+  models/arch/qwen2.cpp
+  models/arch/qwen3.cpp
+  models/arch/smollm3.cpp
 )
 
 # The functional ops and the optimisers are elementwise loops and reductions that only

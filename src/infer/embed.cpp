@@ -1,6 +1,8 @@
 // Sentence embeddings (see embed.h).
 #include "qkv/infer/embed.h"
 
+#include "qkv/tokenize/utf8.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -147,7 +149,7 @@ Tensor l2_normalize(const Tensor& x) {
   return out;
 }
 
-SentenceEmbedder::SentenceEmbedder(std::shared_ptr<const tokenize::WordPieceTokenizer> tok,
+SentenceEmbedder::SentenceEmbedder(std::shared_ptr<const tokenize::Tokenizer> tok,
                                    std::shared_ptr<const models::BertModel> model, const PoolingConfig& pooling)
     : tok_(std::move(tok)), model_(std::move(model)), pooling_(pooling) {
   if (!tok_ || !model_) throw ValueError("SentenceEmbedder: tokenizer and model must be non-null");
@@ -159,14 +161,14 @@ SentenceEmbedder::SentenceEmbedder(std::shared_ptr<const tokenize::WordPieceToke
   if (pooling_.dimension != 0 && pooling_.dimension != c.hidden_size)
     throw ValueError("SentenceEmbedder: the pooling's word_embedding_dimension " + std::to_string(pooling_.dimension) +
                      " differs from config.json's hidden_size " + std::to_string(c.hidden_size));
-  if (tok_->options().max_length > c.max_position_embeddings)
-    throw ValueError("SentenceEmbedder: the tokenizer's max length " + std::to_string(tok_->options().max_length) +
+  if (tok_->max_length().value_or(c.max_position_embeddings) > c.max_position_embeddings)
+    throw ValueError("SentenceEmbedder: the tokenizer's max length " + std::to_string(*tok_->max_length()) +
                      " exceeds max_position_embeddings " + std::to_string(c.max_position_embeddings));
 }
 
 SentenceEmbedder SentenceEmbedder::from_folder(const std::string& dir) {
   if (!std::filesystem::is_directory(dir)) throw IOError("sentence embedder: model folder " + dir + " does not exist");
-  auto tok = std::make_shared<const tokenize::WordPieceTokenizer>(tokenize::WordPieceTokenizer::from_folder(dir));
+  auto tok = tokenize::load_tokenizer(dir);
   const PoolingConfig pc = read_pooling_config(dir);
   std::shared_ptr<const models::BertModel> model = models::BertModel::from_folder(dir);
   return SentenceEmbedder(std::move(tok), std::move(model), pc);
@@ -177,7 +179,7 @@ Tensor SentenceEmbedder::embed(const std::vector<std::string>& texts, const Embe
   rows.reserve(texts.size());
   for (std::size_t i = 0; i < texts.size(); ++i) {
     try {
-      rows.push_back(tok_->encode(texts[i]));
+      rows.push_back(tok_->encode_with_specials(texts[i]));
     } catch (const ValueError& e) {
       throw ValueError("text " + std::to_string(i) + ": " + e.what());
     }
@@ -231,10 +233,9 @@ std::vector<std::string> read_text_lines(const std::string& path) {
     if (end == std::string::npos) end = text.size();
     std::string line = text.substr(pos, end - pos);
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    const std::int64_t bad = tokenize::utf8_invalid_offset(line);
-    if (bad >= 0)
-      throw FormatError(path + ":" + std::to_string(lines.size() + 1) + ": not valid UTF-8 (byte " + std::to_string(bad + 1) +
-                        " of the line)");
+    if (const auto bad = tokenize::utf8::find_invalid(line))
+      throw FormatError(path + ":" + std::to_string(lines.size() + 1) + ": not valid UTF-8 (byte " +
+                        std::to_string(bad->offset + 1) + " of the line)");
     lines.push_back(std::move(line));
     pos = end + 1;
   }

@@ -26,7 +26,7 @@ EmbedResult EmbedBatcher::embed(const std::vector<std::string>& texts) {
   job.rows.reserve(texts.size());
   for (std::size_t i = 0; i < texts.size(); ++i) {
     try {
-      job.rows.push_back(embedder_->tokenizer().encode(texts[i]));
+      job.rows.push_back(embedder_->tokenizer().encode_with_specials(texts[i]));
     } catch (const ValueError& e) {
       throw ValueError("text " + std::to_string(i) + ": " + e.what());
     }

@@ -62,6 +62,7 @@ KVCache::KVCache(const KVCacheOptions& options) : opt_(options) {
   MemoryEstimate()
       .add({o.batch, o.num_kv_heads, o.max_len, o.head_dim}, 2 * o.num_layers, f16 ? 2 : 4)
       .add({2, o.num_kv_heads, o.max_len, o.head_dim}, f16 ? 1 : 0, 4)
+      .add({o.batch, o.max_len}, o.keep_ids ? 1 : 0, 8)
       .check("KVCache (" + std::to_string(o.num_layers) + " layers x 2 x " + shape_str(s) +
              (f16 ? " float16)" : " float32)"));
   if (f16) {
@@ -87,7 +88,16 @@ KVCache::KVCache(const KVCacheOptions& options) : opt_(options) {
     }
   }
   len_.assign(static_cast<std::size_t>(o.batch), 0);
+  if (o.keep_ids) ids_.reset(new i64[static_cast<std::size_t>(o.batch * o.max_len)]());
 }
+
+i64* KVCache::token_ids(i64 b) {
+  check_slot(b, "token_ids");
+  if (!ids_) throw ValueError("KVCache::token_ids: the cache keeps no token ids (KVCacheOptions::keep_ids)");
+  return ids_.get() + b * opt_.max_len;
+}
+
+const i64* KVCache::token_ids(i64 b) const { return const_cast<KVCache*>(this)->token_ids(b); }
 
 i64 KVCache::length(i64 b) const {
   check_slot(b, "length");
@@ -210,13 +220,15 @@ Tensor KVCache::attend(i64 layer, const Tensor& q, const std::vector<i64>& n_new
     const i64 n = n_new[static_cast<std::size_t>(b)];
     if (n == 0) continue;
     attend_prefill(layer, b, n, k_len[static_cast<std::size_t>(b)], q.data<float>() + b * q.stride(0), q.stride(1),
-                   q.stride(2), O + b * o_sb, o_sh, o_st, scale, window);
+                   q.stride(2), O + b * o_sb, o_sh, o_st,
+                   {.scale = static_cast<float>(scale), .window = window});
   }
   return out;
 }
 
 void KVCache::attend_prefill(i64 layer, i64 b, i64 n, i64 Lk, const float* q, i64 q_sh, i64 q_st, float* o, i64 o_sh,
-                             i64 o_st, double scale, i64 window) const {
+                             i64 o_st, const kernels::ScoreParams& sp) const {
+  const i64 window = sp.window;
   if (layer < 0 || layer >= opt_.num_layers)
     throw IndexError("KVCache::attend_prefill: layer " + std::to_string(layer) + " out of range");
   check_slot(b, "attend_prefill");
@@ -232,7 +244,8 @@ void KVCache::attend_prefill(i64 layer, i64 b, i64 n, i64 Lk, const float* q, i6
   p.o_sb = 0, p.o_sh = o_sh, p.o_st = o_st;
   p.k_sb = Hkv * T * D, p.k_sh = T * D, p.k_st = D;
   p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
-  p.scale = static_cast<float>(scale);
+  p.scale = sp.scale;
+  p.softcap = sp.softcap;
   p.causal = true;  // bottom-right aligned: the n queries are the last n of the Lk keys
   thread_local std::vector<float> lse, wide;
   lse.resize(static_cast<std::size_t>(H * n));

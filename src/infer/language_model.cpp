@@ -9,27 +9,13 @@
 #include "qkv/core/error.h"
 #include "qkv/io/files.h"
 #include "qkv/io/gguf.h"
-#include "qkv/models/gpt2.h"
-#include "qkv/models/llama.h"
-#include "qkv/tokenize/gguf_vocab.h"
+#include "qkv/models/registry.h"
 
 namespace qkv::infer {
 namespace {
 
 using i64 = std::int64_t;
 namespace fs = std::filesystem;
-
-std::string folder_model_type(const std::string& dir) {
-  const fs::path cfg = fs::path(dir) / "config.json";
-  std::error_code ec;
-  if (!fs::is_regular_file(cfg, ec)) return "";
-  try {
-    const auto j = nlohmann::json::parse(io::read_file(cfg.string(), "model_kind"));
-    if (auto it = j.find("model_type"); it != j.end() && it->is_string()) return it->get<std::string>();
-  } catch (const std::exception&) {
-  }
-  return "";
-}
 
 // A folder's chat template as a parsed template (null when it has none).
 std::shared_ptr<const tokenize::ChatTemplate> folder_chat_template(const std::string& dir) {
@@ -76,32 +62,7 @@ std::optional<ChatTemplateSource> folder_chat_template_source(const std::string&
   return std::nullopt;
 }
 
-std::optional<tokenize::ByteLevelBPE> load_model_tokenizer(const std::string& path) {
-  std::error_code ec;
-  if (fs::is_regular_file(path, ec)) {
-    const io::GGUFFile f = io::GGUFFile::open_header(path);
-    if (!f.find_value("tokenizer.ggml.model")) return std::nullopt;
-    return tokenize::bpe_from_gguf(f);
-  }
-  const bool has_tok = fs::exists(fs::path(path) / "tokenizer.json", ec) ||
-                       (fs::exists(fs::path(path) / "vocab.json", ec) && fs::exists(fs::path(path) / "merges.txt", ec));
-  if (!has_tok) return std::nullopt;
-  return tokenize::ByteLevelBPE::from_folder(path);
-}
-
-std::string model_kind(const std::string& path) {
-  std::error_code ec;
-  if (fs::is_regular_file(path, ec)) {
-    try {
-      if (!io::is_gguf_file(path)) return "";
-      const io::GGUFFile f = io::GGUFFile::open_header(path);
-      if (auto a = f.find_string("general.architecture")) return std::string(*a);
-    } catch (const Error&) {
-    }
-    return "";
-  }
-  return folder_model_type(path);
-}
+std::string model_kind(const std::string& path) { return models::model_kind(path).declared; }
 
 LanguageModel load_language_model(const std::string& path, const LanguageModelOptions& o) {
   std::error_code ec;
@@ -110,24 +71,19 @@ LanguageModel load_language_model(const std::string& path, const LanguageModelOp
   lm.path = path;
   lm.name = base_name(path);
   const bool file = fs::is_regular_file(path, ec);
+  const models::LoadedCausalLM loaded =
+      models::load_causal_lm(path, {.activations = o.activations, .kv_cache = o.kv_cache});
+  lm.architecture = loaded.architecture;
+  lm.model = loaded.model;
+  lm.weight_bytes = loaded.weight_bytes;
+  lm.q8_activations = loaded.q8_activations;
+  for (i64 e : loaded.eos_ids) add_eos(lm.eos_ids, e);
+  lm.bos_id = loaded.bos_id;
+  lm.tokenizer = tokenize::find_tokenizer(path);
   if (file) {
-    if (!io::is_gguf_file(path))
-      throw FormatError(path + " is not a GGUF file (a model is a .gguf file or a Hugging Face folder)");
-    auto f = std::make_shared<const io::GGUFFile>(io::GGUFFile::open(path));
-    lm.architecture = std::string(f->get_string("general.architecture"));
-    if (lm.architecture != "llama" && lm.architecture != "mistral" && lm.architecture != "qwen2")
-      throw FormatError(path + ": GGUF architecture '" + lm.architecture +
-                        "' is not one qkv generates with (llama, mistral, qwen2)");
-    auto m = models::load_llama_gguf(f);
-    m->set_activations(o.activations);
-    lm.weight_bytes = m->weight_bytes();
-    for (i64 e : m->config().eos_token_ids) add_eos(lm.eos_ids, e);
-    lm.bos_id = m->config().bos_token_id;
-    m->set_kv_type(o.kv_cache);
-    lm.model = m;
-    if (f->find_value("tokenizer.ggml.model")) {
-      lm.tokenizer = tokenize::bpe_from_gguf(*f);
-      if (auto t = f->find_string("tokenizer.chat_template")) {
+    auto f = io::GGUFFile::open_header(path);
+    if (f.find_value("tokenizer.ggml.model")) {
+      if (auto t = f.find_string("tokenizer.chat_template")) {
         try {
           lm.chat_template = std::make_shared<const tokenize::ChatTemplate>(
               tokenize::ChatTemplate::parse(std::string(*t), path + " chat template"));
@@ -137,43 +93,6 @@ LanguageModel load_language_model(const std::string& path, const LanguageModelOp
       }
     }
   } else {
-    const std::string kind = folder_model_type(path);
-    lm.architecture = kind;
-    if (kind == "gpt2") {
-      auto m = models::load_gpt2(path);
-      lm.weight_bytes = m->num_parameters() * 4;
-      add_eos(lm.eos_ids, m->config().eos_token_id);
-      lm.bos_id = m->config().bos_token_id;
-      m->set_kv_type(o.kv_cache);
-      lm.model = m;
-    } else if (kind == "llama" || kind == "mistral" || kind == "qwen2") {
-      auto m = models::load_llama(path);
-      m->set_activations(o.activations);
-      lm.weight_bytes = m->weight_bytes();
-      for (i64 e : m->config().eos_token_ids) add_eos(lm.eos_ids, e);
-      lm.bos_id = m->config().bos_token_id;
-      m->set_kv_type(o.kv_cache);
-      lm.model = m;
-    } else if (kind == "bert") {
-      throw FormatError(path + " is a BERT folder; generation needs a causal language model (GPT-2, Llama, Mistral, "
-                               "Qwen2)");
-    } else if (kind.empty() && fs::exists(fs::path(path) / "config.json", ec)) {
-      // A config.json without model_type (or one that does not parse): GPT-2's reader names
-      // what is wrong with it, or loads a GPT-2 folder written without the field.
-      auto m = models::load_gpt2(path);
-      lm.architecture = "gpt2";
-      lm.weight_bytes = m->num_parameters() * 4;
-      add_eos(lm.eos_ids, m->config().eos_token_id);
-      lm.bos_id = m->config().bos_token_id;
-      m->set_kv_type(o.kv_cache);
-      lm.model = m;
-    } else if (kind.empty()) {
-      throw FormatError(path + " is not a model folder qkv reads (no config.json with a model_type)");
-    } else {
-      throw FormatError(path + ": model_type \"" + kind +
-                        "\" is not one qkv generates with (gpt2, llama, mistral, qwen2)");
-    }
-    lm.tokenizer = load_model_tokenizer(path);
     try {
       lm.chat_template = folder_chat_template(path);
     } catch (const tokenize::ChatTemplateError& e) {
@@ -204,9 +123,10 @@ std::optional<i64> LanguageModel::eos_id() const {
 
 bool LanguageModel::is_eos(i64 id) const { return std::find(eos_ids.begin(), eos_ids.end(), id) != eos_ids.end(); }
 
-const tokenize::ByteLevelBPE& LanguageModel::tok() const {
+const tokenize::Tokenizer& LanguageModel::tok() const {
   if (!tokenizer)
-    throw ValueError(path + " has no tokenizer (tokenizer.json, or vocab.json and merges.txt); give token ids instead");
+    throw ValueError(path + " has no tokenizer (tokenizer.json, tokenizer.model, or vocab.json and merges.txt); give token "
+                            "ids instead");
   return *tokenizer;
 }
 
@@ -228,8 +148,8 @@ std::string LanguageModel::render_chat(const std::vector<tokenize::ChatMessage>&
   tokenize::ChatTemplateOptions opt;
   opt.add_generation_prompt = add_generation_prompt;
   if (tokenizer) {
-    if (auto b = tokenizer->bos_id()) opt.bos_token = tokenizer->token_bytes(*b);
-    if (auto e = tokenizer->eos_id()) opt.eos_token = tokenizer->token_bytes(*e);
+    if (auto b = tokenizer->bos_id()) opt.bos_token = tokenizer->token_string(*b);
+    if (auto e = tokenizer->eos_id()) opt.eos_token = tokenizer->token_string(*e);
   }
   return chat_template->render(messages, opt);
 }

@@ -7,8 +7,8 @@
 
 namespace qkv::infer {
 
-TextStream::TextStream(const tokenize::ByteLevelBPE& tokenizer, TextStreamOptions o)
-    : decoder_(tokenizer), o_(std::move(o)) {
+TextStream::TextStream(std::shared_ptr<const tokenize::Tokenizer> tokenizer, TextStreamOptions o)
+    : decoder_(std::move(tokenizer)), o_(std::move(o)) {
   for (const auto& s : o_.stops) {
     if (s.empty()) throw ValueError("an empty stop string would stop at once");
     longest_ = std::max(longest_, s.size());

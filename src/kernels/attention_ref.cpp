@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "qkv/core/error.h"
 #include "qkv/core/parallel.h"
 #include "qkv/core/rng.h"
 #include "qkv/kernels/attention.h"
@@ -57,6 +58,7 @@ T softmax_row(T* w, const T* Q, const T* K, const AttnParams& p, i64 b, i64 h, i
       T dot = 0;
       for (i64 d = 0; d < p.D; ++d) dot += q[d] * k[d];
       s = static_cast<T>(p.scale) * dot;
+      if (p.softcap > 0) s = static_cast<T>(p.softcap) * std::tanh(s / static_cast<T>(p.softcap));
       if (p.bias) s += static_cast<T>(p.bias[b * p.bias_sb + h * p.bias_sh + i * p.bias_si + j * p.bias_sj]);
     }
     w[j] = s;
@@ -109,6 +111,7 @@ void attention_ref_forward(T* O, T* LSE, T* P, const T* Q, const T* K, const T* 
 template <class T>
 void attention_ref_backward(T* dQ, T* dK, T* dV, const T* dO, const T* Q, const T* K, const T* V,
                             const AttnParams& p) {
+  if (p.softcap > 0) throw ValueError("attention_ref_backward: soft-capped scores have no backward (softcap must be 0)");
   // dQ, Q  [B,H,Lq,D]      strides q_*
   // dK, K  [B,H_kv,Lk,D]   strides k_*
   // dV, V  [B,H_kv,Lk,Dv]  strides v_*

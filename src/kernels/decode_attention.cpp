@@ -96,6 +96,7 @@ void decode_attention_ref(T* O, const T* Q, const T* K, const T* V, const Decode
           T dot = 0;
           for (i64 d = 0; d < p.D; ++d) dot += q[d] * K[b * p.k_sb + hk * p.k_sh + j * p.k_st + d];
           s[j] = dot * static_cast<T>(p.scale);
+          if (p.softcap > 0) s[j] = static_cast<T>(p.softcap) * std::tanh(s[j] / static_cast<T>(p.softcap));
           mx = std::max(mx, s[j]);
         }
         T sum = 0;

@@ -174,6 +174,11 @@ struct Decode {
     for (i64 j0 = c0; j0 < c1; j0 += KB) {
       const i64 nb = std::min(KB, c1 - j0), nbp = round_up(nb, W);
       scores(S, qs, R, Dp, Kb + j0 * p.k_st, p.k_st, nb, D, c1 - j0);
+      if (p.softcap > 0) {  // in base-2 units: cap2 * tanh(s2 / cap2), cap2 = cap * log2(e)
+        const float cap2 = p.softcap * kLog2e, inv = 1.f / cap2;
+        for (i64 r = 0; r < R; ++r)
+          for (i64 j = 0; j < nb; ++j) S[r * KB + j] = cap2 * std::tanh(S[r * KB + j] * inv);
+      }
       // Online softmax step per row (FlashAttention-2 Alg. 1 lines 9-10): keys outside the row's
       // [lo, hi) are -inf; m_new = max(m, rowmax); o, l *= exp2(m - m_new); P = exp2(s - m_new).
       for (i64 r = 0; r < R; ++r) {

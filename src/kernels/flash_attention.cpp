@@ -7,6 +7,7 @@
 // The naive twin (reference) is attention_ref.cpp.
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/cpu.h"
+#include "qkv/core/error.h"
 #include "qkv/core/storage.h"
 #include "flash_attention_internal.h"
 
@@ -37,6 +38,7 @@ CallWorkspace& call_workspace() {
 }
 
 static bool use_rows(const AttnParams& p) {
+  if (p.softcap > 0) return false;  // the row kernel has no soft-cap (the tiled one has)
   return p.kernel == AttnKernel::Rows ||
          (p.kernel == AttnKernel::Auto && p.Lk <= kRowsKernelMaxKeys && p.D <= kRowsKernelMaxDim);
 }
@@ -67,6 +69,7 @@ void flash_attention_forward(float* O, float* LSE, const float* Q, const float* 
 
 void flash_attention_backward(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
                               const float* V, const float* O, const float* LSE, const AttnParams& p) {
+  if (p.softcap > 0) throw ValueError("flash_attention_backward: soft-capped scores have no backward (softcap must be 0)");
   // dQ, Q  [B,H,Lq,D]   strides q_*
   // dK, K  [B,H,Lk,D]   strides k_*
   // dV, V  [B,H,Lk,Dv]  strides v_*

@@ -466,6 +466,14 @@ struct Engine {
     const float* V = nullptr;  //   Dv a multiple of W so whole vectors stay inside each row)
   };
 
+  // Soft-capping of a tile of scores in base-2 units: s2 = log2(e) * cap * tanh(s / cap), s the
+  // natural-unit score, is cap2 * tanh(s2 / cap2) with cap2 = cap * log2(e).
+  static void softcap_scores(float* S, i64 mr, i64 ncols, float cap2) {
+    const float inv = 1.f / cap2;
+    for (i64 r = 0; r < mr; ++r)
+      for (i64 j = 0; j < ncols; ++j) S[r * BK + j] = cap2 * std::tanh(S[r * BK + j] * inv);
+  }
+
   // S[r][j] = scale * <q_r, k_j> for r < mr, j < kn with K rows read in place; four keys at a
   // time so their dot products are independent FMA chains.
   static void dot_scores(float* S, const float* q, i64 q_st, i64 mr, const float* k, i64 k_st, i64 kn, i64 D,
@@ -561,7 +569,7 @@ struct Engine {
             // not a tile boundary, and the next chunk counts the keys from c0 + KC on.
             const i64 kn = std::min(BK, std::min(pend, send) - k0), ncols = round_up(kn, W);
             if (k0 + kn <= row_key_begin(p, i0 + r0)) continue;  // sliding window: tile before every row's keys
-            bool fused = kvs.Kp && !p.bias;  // no row masks any of the tile's keys
+            bool fused = kvs.Kp && !p.bias && !(p.softcap > 0);  // no row masks any of the tile's keys
             for (i64 r = 0; r < mr; ++r) {
               // allowed columns of row r: [lo, lim)
               lo[r] = row_key_begin(p, i0 + r0 + r) - k0;
@@ -576,6 +584,7 @@ struct Engine {
                 gemm(mr, ncols, p.D, qp + r0 * p.D, MR, 1, kvs.Kp + k0 * p.D, KP, p.D * KP, S, BK, 1.f, false);
               else
                 dot_scores(S, q + r0 * p.q_st, p.q_st, mr, kvs.K + k0 * p.k_st, p.k_st, kn, p.D, qmul);
+              if (p.softcap > 0) softcap_scores(S, mr, ncols, p.softcap * kLog2e);
               for (i64 r = 0; r < mr; ++r)
                 if (lim[r] < ncols || lo[r] > 0 || p.bias)
                   mask_row(S + r * BK, lo[r], lim[r], ncols, p, b, h, i0 + r0 + r, k0, kLog2e);

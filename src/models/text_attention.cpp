@@ -2,22 +2,22 @@
 // one reader per model family, chosen by config.json's model_type.
 #include "qkv/models/text_attention.h"
 
+#include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <functional>
+#include <filesystem>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 #include "qkv/autograd/autograd.h"
 #include "qkv/core/error.h"
 #include "qkv/core/memory.h"
 #include "qkv/models/bert.h"
+#include "qkv/models/decoder_io.h"
 #include "qkv/models/gpt2.h"
+#include "qkv/models/registry.h"
+#include "qkv/io/gguf.h"
 #include "qkv/ops/ops.h"
-#include "qkv/tokenize/bpe.h"
+#include "qkv/tokenize/tokenizer.h"
 #include "qkv/tokenize/utf8.h"
-#include "qkv/tokenize/wordpiece.h"
 
 namespace qkv::models {
 namespace {
@@ -41,17 +41,17 @@ void check_length(i64 T, i64 positions, const std::string& dir) {
 
 // ---- GPT-2: the blocks' own weights, causal ----
 TextAttention gpt2_attention(const std::string& dir, const std::string& text) {
-  const tokenize::ByteLevelBPE bpe = tokenize::ByteLevelBPE::from_folder(dir);
+  const auto bpe = tokenize::load_tokenizer(dir);
   TextAttention a;
   a.model_type = "gpt2";
   a.family = "GPT-2";
   a.causal = true;
-  a.ids = bpe.encode(text);
+  a.ids = bpe->encode(text);
   const std::shared_ptr<GPT2LMHeadModel> m = load_gpt2(dir);
   const GPT2Config& c = m->config();
   const i64 T = static_cast<i64>(a.ids.size());
   check_length(T, c.n_positions, dir);
-  for (i64 id : a.ids) a.tokens.push_back(readable_token(bpe.token_bytes(id)));
+  for (i64 id : a.ids) a.tokens.push_back(readable_token(bpe->token_text(id)));
   check_maps_memory(c.n_layer, c.n_head, T, "heatmap (" + std::to_string(c.n_layer) + " layers x " +
                                                 std::to_string(c.n_head) + " heads x " + std::to_string(T) + "^2 tokens)");
   autograd::NoGradGuard no_grad;
@@ -69,16 +69,16 @@ TextAttention gpt2_attention(const std::string& dir, const std::string& text) {
 
 // ---- BERT: every token of the text, [CLS] and [SEP] included ----
 TextAttention bert_attention(const std::string& dir, const std::string& text) {
-  const tokenize::WordPieceTokenizer tok = tokenize::WordPieceTokenizer::from_folder(dir);
+  const auto tok = tokenize::load_tokenizer(dir);
   TextAttention a;
   a.model_type = "bert";
   a.family = "BERT";
-  a.ids = tok.encode(text);
+  a.ids = tok->encode_with_specials(text);
   const std::shared_ptr<BertModel> m = BertModel::from_folder(dir);
   const BertConfig& c = m->config();
   const i64 T = static_cast<i64>(a.ids.size());
   check_length(T, c.max_position_embeddings, dir);
-  for (i64 id : a.ids) a.tokens.push_back(tok.id_to_token(id));
+  for (i64 id : a.ids) a.tokens.push_back(tok->token_string(id));
   check_maps_memory(c.num_hidden_layers, c.num_attention_heads, T,
                     "heatmap (" + std::to_string(c.num_hidden_layers) + " layers x " +
                         std::to_string(c.num_attention_heads) + " heads x " + std::to_string(T) + "^2 tokens)");
@@ -89,49 +89,56 @@ TextAttention bert_attention(const std::string& dir, const std::string& text) {
   return a;
 }
 
-// model_type -> reader. A new family (a Llama-family causal LM, ...) is one line here.
-const std::vector<std::pair<std::string, std::function<TextAttention(const std::string&, const std::string&)>>>&
-readers() {
-  static const std::vector<std::pair<std::string, std::function<TextAttention(const std::string&, const std::string&)>>>
-      table = {{"gpt2", gpt2_attention}, {"bert", bert_attention}};
-  return table;
+// ---- every decoder of the registry: DecoderLM's attention weights, causal ----
+TextAttention decoder_attention(const std::string& path, const std::string& text, const ModelFamily& family,
+                                const std::string& declared) {
+  const std::shared_ptr<DecoderLM> m = load_decoder(path);  // names what is wrong with the model first
+  const auto tok = tokenize::find_tokenizer(path);
+  if (!tok) throw IOError("heatmap: " + path + " has no tokenizer (tokenizer.json, tokenizer.model, or a GGUF vocabulary)");
+  TextAttention a;
+  a.model_type = declared;
+  a.family = family.display;
+  a.causal = true;
+  a.ids = tok->encode_with_specials(text);  // as transformers' tokenizer(text): the BOS where it adds one
+  const DecoderSpec& c = m->spec();
+  const i64 T = static_cast<i64>(a.ids.size());
+  check_length(T, c.max_positions, path);
+  for (i64 id : a.ids) a.tokens.push_back(readable_token(tok->token_text(id)));
+  check_maps_memory(c.num_layers(), c.num_heads, T,
+                    "heatmap (" + std::to_string(c.num_layers()) + " layers x " + std::to_string(c.num_heads) +
+                        " heads x " + std::to_string(T) + "^2 tokens)");
+  a.layers = m->attention_weights(a.ids).layers;
+  return a;
 }
 
-std::string model_type_of(const std::string& dir) {
-  const std::string path = dir + "/config.json";
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw IOError("heatmap: " + dir + " has no config.json (a Hugging Face model folder has one)");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    throw FormatError(path + ": not valid JSON: " + e.what());
-  }
-  if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string())
-    throw FormatError(path + ": no \"model_type\" string, so the model family is unknown");
-  return j["model_type"].get<std::string>();
-}
-
-std::string families_list() {
-  std::string s;
-  for (const auto& [type, reader] : readers()) s += (s.empty() ? "" : ", ") + type;
-  return s;
+// The families with their own reader (the rest of the registry's causal LMs are decoders).
+using Reader = TextAttention (*)(const std::string&, const std::string&);
+Reader own_reader(const std::string& family) {
+  if (family == "gpt2") return gpt2_attention;
+  if (family == "bert") return bert_attention;
+  return nullptr;
 }
 
 }  // namespace
 
 std::vector<std::string> text_attention_families() {
   std::vector<std::string> v;
-  for (const auto& [type, reader] : readers()) v.push_back(type);
+  for (const ModelFamily* f : model_families())
+    if (f->decoder || own_reader(f->name)) v.insert(v.end(), f->model_types.begin(), f->model_types.end());
+  std::sort(v.begin(), v.end());
   return v;
 }
 
-TextAttention text_attention(const std::string& dir, const std::string& text) {
-  const std::string type = model_type_of(dir);
-  for (const auto& [t, reader] : readers())
-    if (t == type) return reader(dir, text);
-  throw ValueError("heatmap: " + dir + " is a '" + type + "' model folder; qkv heatmap draws " + families_list() +
-                   " folders (model_type in config.json)");
+TextAttention text_attention(const std::string& path, const std::string& text) {
+  const ModelKind k = model_kind(path);
+  if (k.family && k.family->decoder) return decoder_attention(path, text, *k.family, k.declared);
+  if (k.family && !k.gguf && own_reader(k.family->name)) return own_reader(k.family->name)(path, text);
+  std::string list;
+  for (const std::string& t : text_attention_families()) list += (list.empty() ? "" : ", ") + t;
+  if (k.declared.empty() && !k.gguf)
+    throw IOError("heatmap: " + path + " has no config.json with a model_type (a Hugging Face model folder has one)");
+  throw ValueError("heatmap: " + path + (k.gguf ? " is a GGUF file of architecture '" : " is a '") + k.declared +
+                   (k.gguf ? "'" : "' model folder") + "; qkv heatmap draws GGUF files and folders of " + list);
 }
 
 std::vector<AttentionMap> text_attention_maps(const TextAttention& a, const std::vector<i64>& layers,

@@ -2,6 +2,7 @@
 // response, or server-sent events as the tokens come (see server.h).
 #include <nlohmann/json.hpp>
 
+#include "qkv/tokenize/utf8.h"
 #include "qkv/infer/text_stream.h"
 #include "server_impl.h"
 
@@ -104,7 +105,7 @@ class Generation {
  public:
   Generation(Server::Impl& s, Prepared p, std::shared_ptr<infer::Sequence> seq)
       : s_(s), p_(std::move(p)), m_(*p_.model), seq_(std::move(seq)),
-        text_(m_.lm->tok(), {.stops = p_.params.stop, .skip = m_.lm->eos_ids, .mode = infer::StopMode::Drop}), id_(new_id(chat() ? "chatcmpl-" : "cmpl-")),
+        text_(m_.lm->tokenizer, {.stops = p_.params.stop, .skip = m_.lm->eos_ids, .mode = infer::StopMode::Drop}), id_(new_id(chat() ? "chatcmpl-" : "cmpl-")),
         created_(std::time(nullptr)), start_(detail::request_start()) {}
 
   bool chat() const { return p_.params.kind == ApiKind::Chat; }
@@ -272,17 +273,23 @@ class Generation {
   // Appends token t (whose text piece was just released) to a logprobs object.
   void add_logprob(json& lp, const infer::GeneratedToken& t, const std::string& piece) const {
     if (!p_.params.logprobs) return;
-    const tokenize::ByteLevelBPE& tok = m_.lm->tok();
+    const tokenize::Tokenizer& tok = m_.lm->tok();
+    // A token's own text (its leading space kept, as OpenAI shows tokens), invalid UTF-8 as U+FFFD.
+    auto text_of = [&](std::int64_t id) {
+      std::string out;
+      tokenize::utf8::append_lossy(tok.token_text(id), /*final=*/true, out);
+      return out;
+    };
     if (chat()) {
       json top = json::array();
       for (const auto& [id, l] : t.top)
-        top.push_back({{"token", tok.decode({id})}, {"logprob", l}, {"bytes", bytes_of(tok.token_bytes(id))}});
-      lp["content"].push_back({{"token", tok.decode({t.id})}, {"logprob", t.logprob},
-                               {"bytes", bytes_of(tok.token_bytes(t.id))}, {"top_logprobs", top}});
+        top.push_back({{"token", text_of(id)}, {"logprob", l}, {"bytes", bytes_of(tok.token_text(id))}});
+      lp["content"].push_back({{"token", text_of(t.id)}, {"logprob", t.logprob},
+                               {"bytes", bytes_of(tok.token_text(t.id))}, {"top_logprobs", top}});
     } else {
       json top = json::object();
-      for (const auto& [id, l] : t.top) top[tok.decode({id})] = l;
-      lp["tokens"].push_back(tok.decode({t.id}));
+      for (const auto& [id, l] : t.top) top[text_of(id)] = l;
+      lp["tokens"].push_back(text_of(t.id));
       lp["token_logprobs"].push_back(t.logprob);
       lp["top_logprobs"].push_back(top);
       lp["text_offset"].push_back(text_.released() - piece.size());

@@ -90,6 +90,12 @@ void split_added(std::string_view text, const AddedMatcher& matcher, const std::
 
 }  // namespace
 
+void split_added_tokens(std::string_view text, const AddedMatcher& matcher, const std::vector<AddedToken>& added,
+                        bool specials, const std::function<void(std::string_view)>& on_text,
+                        const std::function<void(std::int32_t)>& on_token) {
+  split_added(text, matcher, added, specials, on_text, on_token);
+}
+
 ByteLevelBPE::ByteLevelBPE(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
 void ByteLevelBPE::Impl::check_id(std::int64_t id, const char* what) const {
@@ -274,20 +280,14 @@ bool ByteLevelBPE::is_special(std::int64_t id) const {
   return it != added.end() && it->id == id && it->special;
 }
 
-StreamDecoder::StreamDecoder(const ByteLevelBPE& bpe) : bpe_(bpe) {}
-
-std::string StreamDecoder::push(std::int64_t id) {
-  pending_ += bpe_.token_bytes(id);  // IndexError before any state changes
+std::string ByteLevelBPE::token_string(std::int64_t id) const {
+  impl_->check_id(id, "token_string");
+  const auto& added = impl_->added;  // sorted by id
+  const auto it = std::lower_bound(added.begin(), added.end(), id,
+                                   [](const AddedToken& t, std::int64_t x) { return t.id < x; });
+  if (it != added.end() && it->id == id) return it->content;
   std::string out;
-  const std::size_t used = utf8::append_lossy(pending_, /*final=*/false, out);
-  pending_.erase(0, used);
-  return out;
-}
-
-std::string StreamDecoder::finish() {
-  std::string out;
-  utf8::append_lossy(pending_, /*final=*/true, out);
-  pending_.clear();
+  for (const unsigned char b : impl_->bytes[static_cast<std::size_t>(id)]) utf8::append_code_point(byte_to_code_point(b), out);
   return out;
 }
 

@@ -73,6 +73,13 @@ class AddedMatcher {
   std::array<bool, 256> first_{};     // bytes some content starts with
 };
 
+// HF AddedVocabulary::find_matches: the added tokens of `matcher` in text and the text between
+// them, in order (a special token is left as text when !specials; lstrip / rstrip widen a match
+// over the whitespace beside it).
+void split_added_tokens(std::string_view text, const AddedMatcher& matcher, const std::vector<AddedToken>& added,
+                        bool specials, const std::function<void(std::string_view)>& on_text,
+                        const std::function<void(std::int32_t)>& on_token);
+
 enum class Normalization { None, NFC };
 
 struct ByteLevelBPE::Impl {

@@ -1,12 +1,13 @@
 // ChatTemplate: parse once, render many times (see chat_template.h), and the OpenAI-style
-// messages reader. The Jinja2 subset itself is in jinja_*.cpp.
+// messages reader. The Jinja2 subset itself is src/jinja/.
 #include "qkv/tokenize/chat_template.h"
 
 #include <nlohmann/json.hpp>
 
-#include "jinja_ast.h"
-#include "jinja_lexer.h"
-#include "jinja_render.h"
+#include "../jinja/ast.h"
+#include "../jinja/error.h"
+#include "../jinja/lexer.h"
+#include "../jinja/render.h"
 #include "qkv/tokenize/utf8.h"
 
 namespace qkv::tokenize {
@@ -14,7 +15,7 @@ namespace qkv::tokenize {
 namespace {
 
 using json = nlohmann::ordered_json;
-namespace jj = jinja;
+namespace jj = ::qkv::jinja;
 
 constexpr std::size_t kMaxTemplateBytes = std::size_t{4} << 20;
 
@@ -88,11 +89,14 @@ jj::Value message_value(const ChatMessage& m, std::size_t k) {
   utf8::check(m.content, what + "'s content");
   auto map = std::make_shared<jj::Map>();
   std::vector<std::pair<std::string, jj::Value>> extra;
+  std::optional<jj::Value> parts;  // content given as a list of parts ({"type": "text", "text": ...})
   if (!m.extra_json.empty()) {
     const json x = parse_json(m.extra_json, what + "'s extra_json");
     if (!x.is_object()) throw ValueError(what + "'s extra_json is " + json_type(x) + ", not a JSON object");
-    for (const auto& [key, v] : x.items())
+    for (const auto& [key, v] : x.items()) {
+      if (key == "content" && v.is_array()) parts = to_value(v, 1, what);
       if (key != "role" && key != "content" && !v.is_null()) extra.emplace_back(key, to_value(v, 1, what));
+    }
   }
   std::optional<jj::Value> reasoning;
   for (const char* name : {"reasoning_content", "thinking", "reasoning"})
@@ -100,7 +104,7 @@ jj::Value message_value(const ChatMessage& m, std::size_t k) {
       if (!reasoning && key == name) reasoning = v;
   if (reasoning) map->set(jj::Value::str("thinking"), *reasoning);
   map->set(jj::Value::str("role"), jj::Value::str(m.role));
-  map->set(jj::Value::str("content"), jj::Value::str(m.content));
+  map->set(jj::Value::str("content"), parts ? *parts : jj::Value::str(m.content));
   for (auto& [key, v] : extra) map->set(jj::Value::str(key), std::move(v));
   if (reasoning) map->set(jj::Value::str("reasoning_content"), *reasoning);
   return jj::Value::dict(std::move(map));
@@ -114,15 +118,6 @@ ChatTemplateError::ChatTemplateError(const std::string& source, int line, int co
       column_(column),
       detail_(std::move(detail)),
       raised_(raised) {}
-
-namespace jinja {
-
-void throw_template_error(const SourceMap& map, const std::string& source_name, std::size_t pos,
-                          const std::string& message, bool raised) {
-  throw ChatTemplateError(source_name, map.line(pos), map.column(pos), message, raised);
-}
-
-}  // namespace jinja
 
 struct ChatTemplate::Impl {
   std::string source_name;
@@ -139,7 +134,16 @@ ChatTemplate::~ChatTemplate() = default;
 
 const std::string& ChatTemplate::source_name() const { return impl_->source_name; }
 
-ChatTemplate ChatTemplate::parse(std::string text, std::string source_name) {
+namespace {
+
+// The engine's error as the chat template's.
+ChatTemplateError chat_error(const jj::TemplateError& e) {
+  return ChatTemplateError(e.source(), e.line(), e.column(), e.detail(), e.raised());
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::parse(std::string text, std::string source_name) try {
   auto impl = std::make_shared<Impl>();
   impl->source_name = source_name.empty() ? "chat template" : std::move(source_name);
   if (text.size() > kMaxTemplateBytes)
@@ -161,6 +165,8 @@ ChatTemplate ChatTemplate::parse(std::string text, std::string source_name) {
     jj::throw_template_error(impl->map, impl->source_name, f.pos, f.message, false);
   }
   return ChatTemplate(std::move(impl));
+} catch (const jj::TemplateError& e) {
+  throw chat_error(e);
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const ChatTemplateOptions& options) const {
@@ -193,7 +199,11 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, const
   const jj::Limits limits{options.limits.max_output_bytes, options.limits.max_work,
                           options.limits.max_loop_iterations, options.limits.max_call_depth};
   jj::Renderer r(impl_->program, impl_->map, impl_->source_name, limits);
-  return r.render(std::move(vars));
+  try {
+    return r.render(std::move(vars));
+  } catch (const jj::TemplateError& e) {
+    throw chat_error(e);
+  }
 }
 
 std::vector<ChatMessage> parse_chat_messages_json(std::string_view text, const std::string& source) {
@@ -208,14 +218,30 @@ std::vector<ChatMessage> parse_chat_messages_json(std::string_view text, const s
     const std::string el = source + ": element " + std::to_string(k);
     if (!m.is_object()) throw ValueError(el + " is " + json_type(m) + " (" + shown(m) + "), not an object");
     ChatMessage msg;
+    json extra = json::object();
     for (const char* field : {"role", "content"}) {
       const auto it = m.find(field);
       if (it == m.end()) throw ValueError(el + " has no \"" + field + "\"");
+      // Content may be a list of parts (OpenAI's and transformers' multimodal form): the template
+      // sees the list; `content` keeps the text of its text parts.
+      if (std::string(field) == "content" && it->is_array()) {
+        for (const json& part : *it) {
+          if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+            throw ValueError(el + "'s \"content\" list holds " + shown(part) + ", not a {\"type\": ...} part");
+          if (part["type"] == "text") {
+            if (!part.contains("text") || !part["text"].is_string())
+              throw ValueError(el + "'s text part " + shown(part) + " has no \"text\" string");
+            msg.content += part["text"].get<std::string>();
+          }
+        }
+        extra["content"] = *it;
+        continue;
+      }
       if (!it->is_string())
-        throw ValueError(el + "'s \"" + field + "\" is " + json_type(*it) + ", not a string");
+        throw ValueError(el + "'s \"" + field + "\" is " + json_type(*it) + ", not a string" +
+                         (std::string(field) == "content" ? " or a list of parts" : ""));
       (std::string(field) == "role" ? msg.role : msg.content) = it->get<std::string>();
     }
-    json extra = json::object();
     for (const auto& [key, v] : m.items())
       if (key != "role" && key != "content" && !v.is_null()) extra[key] = v;
     if (!extra.empty()) msg.extra_json = extra.dump(-1, ' ', false, json::error_handler_t::strict);

@@ -6,6 +6,7 @@
 #include "bpe_impl.h"
 #include "qkv/core/error.h"
 #include "qkv/io/gguf.h"
+#include "qkv/tokenize/sentencepiece.h"
 #include "qkv/tokenize/utf8.h"
 
 namespace qkv::tokenize {
@@ -21,6 +22,13 @@ constexpr const char* kLlama3 =
 constexpr const char* kQwen2 =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
     "\\s+(?!\\S)|\\s+";
+
+// GPT-4o's o200k (Phi-4-mini), as its tokenizer.json writes it.
+constexpr const char* kGpt4o =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 PreTokenizeStep split(const char* pattern) {
   return {.kind = PreTokenizeStep::Kind::Split, .pattern = pattern, .behavior = SplitBehavior::Isolated};
@@ -44,6 +52,7 @@ const std::vector<PreType>& pre_types() {
       {{"smollm"}, {{.kind = PreTokenizeStep::Kind::Digits, .individual_digits = true}, byte_level(true)}},
       {{"llama3", "llama-v3", "llama-bpe"}, {split(kLlama3), byte_level(false)}, Normalization::None, true, true},
       {{"qwen2"}, {split(kQwen2), byte_level(false)}, Normalization::NFC},
+      {{"gpt-4o"}, {split(kGpt4o), byte_level(false)}},
   };
   return types;
 }
@@ -68,11 +77,8 @@ ByteLevelBPE bpe_from_gguf_vocab(const GgufVocab& g, const std::string& source) 
   auto fail = [&](const std::string& key, const std::string& msg) -> FormatError {
     return FormatError(where + "tokenizer.ggml." + key + ": " + msg);
   };
-  if (g.model == "llama")
-    throw fail("model", "\"llama\" (a SentencePiece vocabulary) is not supported yet; qkv reads byte-level BPE "
-                        "vocabularies (tokenizer.ggml.model \"gpt2\")");
   if (g.model != "gpt2")
-    throw fail("model", quote(g.model) + " is not supported; qkv reads byte-level BPE vocabularies (\"gpt2\")");
+    throw fail("model", quote(g.model) + " is not a byte-level BPE vocabulary (\"gpt2\")");
   const std::string pre_name = g.pre.value_or("default");
   const PreType* type = nullptr;
   for (const PreType& t : pre_types())
@@ -150,6 +156,9 @@ GgufVocab gguf_vocab_from(const io::GGUFFile& f) {
     for (const std::string_view m : f.get_string_array("tokenizer.ggml.merges")) g.merges->emplace_back(m);
   }
   if (f.find_value("tokenizer.ggml.token_type")) g.token_types = f.get_int_array("tokenizer.ggml.token_type");
+  if (f.find_value("tokenizer.ggml.scores"))
+    for (const double s : f.get_float_array("tokenizer.ggml.scores")) g.scores.push_back(static_cast<float>(s));
+  g.add_space_prefix = f.find_bool("tokenizer.ggml.add_space_prefix");
   g.bos_id = f.find_int("tokenizer.ggml.bos_token_id");
   g.eos_id = f.find_int("tokenizer.ggml.eos_token_id");
   g.pad_id = f.find_int("tokenizer.ggml.padding_token_id");
@@ -160,5 +169,16 @@ GgufVocab gguf_vocab_from(const io::GGUFFile& f) {
 }
 
 ByteLevelBPE bpe_from_gguf(const io::GGUFFile& f) { return bpe_from_gguf_vocab(gguf_vocab_from(f), f.source()); }
+
+std::shared_ptr<const Tokenizer> tokenizer_from_gguf_vocab(const GgufVocab& g, const std::string& source) {
+  if (g.model == "gpt2") return std::make_shared<ByteLevelBPE>(bpe_from_gguf_vocab(g, source));
+  if (g.model == "llama") return std::make_shared<SentencePiece>(SentencePiece::from_gguf_vocab(g, source));
+  throw FormatError("GGUF '" + source + "': tokenizer.ggml.model: " + quote(g.model) +
+                    " is not supported (qkv reads \"gpt2\", byte-level BPE, and \"llama\", SentencePiece)");
+}
+
+std::shared_ptr<const Tokenizer> tokenizer_from_gguf(const io::GGUFFile& f) {
+  return tokenizer_from_gguf_vocab(gguf_vocab_from(f), f.source());
+}
 
 }  // namespace qkv::tokenize

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bpe_impl.h"
+#include "json_reader.h"
 #include "qkv/core/error.h"
 
 namespace qkv::tokenize {
@@ -16,55 +17,8 @@ namespace qkv::tokenize {
 namespace {
 
 using nlohmann::json;
+using namespace hfjson;
 
-class Reader {
- public:
-  explicit Reader(std::string where) : where_(std::move(where)) {}
-  const std::string& where() const { return where_; }
-
-  [[noreturn]] void fail(const std::string& field, const std::string& msg) const {
-    throw FormatError(where_ + field + ": " + msg);
-  }
-  const json& object(const json& j, const std::string& field) const {
-    if (!j.is_object()) fail(field, "must be a JSON object, got " + shown(j));
-    return j;
-  }
-  // obj[key], which must exist.
-  const json& member(const json& obj, const char* key, const std::string& field) const {
-    const auto it = obj.find(key);
-    if (it == obj.end()) fail(field, std::string("has no \"") + key + "\"");
-    return *it;
-  }
-  const json& array(const json& obj, const char* key, const std::string& field) const {
-    const json& a = member(obj, key, field);
-    if (!a.is_array()) fail(field + "." + key, "must be an array, got " + shown(a));
-    return a;
-  }
-  bool boolean(const json& obj, const char* key, const std::string& field, bool fallback) const {
-    const auto it = obj.find(key);
-    if (it == obj.end()) return fallback;
-    if (!it->is_boolean()) fail(field + "." + key, "must be true or false, got " + shown(*it));
-    return it->get<bool>();
-  }
-  const std::string& string(const json& obj, const char* key, const std::string& field) const {
-    const json& s = member(obj, key, field);
-    if (!s.is_string()) fail(field + "." + key, "must be a string, got " + shown(s));
-    return s.get_ref<const std::string&>();
-  }
-  // A null-or-string member; "" when null or absent.
-  std::string optional_string(const json& obj, const char* key, const std::string& field) const {
-    const auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return {};
-    if (!it->is_string()) fail(field + "." + key, "must be a string or null, got " + shown(*it));
-    return it->get<std::string>();
-  }
-  const std::string& type(const json& j, const std::string& field) const { return string(object(j, field), "type", field); }
-
- private:
-  std::string where_;
-};
-
-std::string at(const std::string& field, std::size_t i) { return field + "[" + std::to_string(i) + "]"; }
 
 void read_normalizer(const Reader& r, const json& j, const std::string& field, Normalization& norm) {
   if (j.is_null()) return;
@@ -127,31 +81,6 @@ void read_pre_tokenizer(const Reader& r, const json& j, const std::string& field
                                 " is not supported (qkv supports ByteLevel, Split, Digits and Sequence)");
   }
   steps.push_back(std::move(st));
-}
-
-std::vector<AddedToken> read_added(const Reader& r, const json& root) {
-  std::vector<AddedToken> out;
-  const auto it = root.find("added_tokens");
-  if (it == root.end() || it->is_null()) return out;
-  if (!it->is_array()) r.fail("added_tokens", "must be an array, got " + shown(*it));
-  for (std::size_t i = 0; i < it->size(); ++i) {
-    const std::string field = at("added_tokens", i);
-    const json& t = r.object((*it)[i], field);
-    const json& id = r.member(t, "id", field);
-    if (!id.is_number_unsigned() || id.get<std::uint64_t>() > std::numeric_limits<std::int32_t>::max())
-      r.fail(field + ".id", "must be an integer in 0..2^31-1, got " + shown(id));
-    AddedToken a;
-    a.id = id.get<std::int32_t>();
-    a.content = r.string(t, "content", field);
-    a.special = r.boolean(t, "special", field, false);
-    a.lstrip = r.boolean(t, "lstrip", field, false);
-    a.rstrip = r.boolean(t, "rstrip", field, false);
-    a.normalized = r.boolean(t, "normalized", field, !a.special);
-    if (r.boolean(t, "single_word", field, false))
-      r.fail(field + ".single_word", "true is not supported (token " + quote(a.content) + ")");
-    out.push_back(std::move(a));
-  }
-  return out;
 }
 
 // The BPE model: vocabulary (with the added tokens' ids), merges and options.
@@ -220,86 +149,6 @@ void read_model(const Reader& r, const json& root, const std::vector<AddedToken>
   }
 }
 
-// The id of special token `name` in a TemplateProcessing's special_tokens.
-std::int64_t template_token(const Reader& r, const json& proc, const std::string& name, const std::string& field,
-                            std::size_t v) {
-  const json& specials = r.object(r.member(proc, "special_tokens", field), field + ".special_tokens");
-  const std::string f = field + ".special_tokens." + name;
-  const json& ids = r.array(r.object(r.member(specials, name.c_str(), field + ".special_tokens"), f), "ids", f);
-  if (ids.size() != 1 || !ids[0].is_number_unsigned() || ids[0].get<std::uint64_t>() >= v)
-    r.fail(f + ".ids", "must be one token id below " + std::to_string(v) + ", got " + shown(ids));
-  return ids[0].get<std::int64_t>();
-}
-
-void read_post_processor(const Reader& r, const json& j, const std::string& field, ByteLevelBPE::Impl& m) {
-  if (j.is_null()) return;
-  const std::string& type = r.type(j, field);
-  if (type == "ByteLevel") return;  // offsets only
-  if (type == "Sequence") {
-    const json& list = r.array(j, "processors", field);
-    for (std::size_t i = 0; i < list.size(); ++i) read_post_processor(r, list[i], at(field + ".processors", i), m);
-    return;
-  }
-  if (type != "TemplateProcessing")
-    r.fail(field + ".type", "post-processor " + quote(type) +
-                                " is not supported (qkv supports TemplateProcessing, ByteLevel and Sequence)");
-  // single: [SpecialToken BOS]? Sequence A [SpecialToken EOS]?
-  const json& single = r.array(j, "single", field);
-  bool seen_a = false;
-  for (std::size_t i = 0; i < single.size(); ++i) {
-    const std::string f = at(field + ".single", i);
-    const json& item = r.object(single[i], f);
-    if (item.size() == 1 && item.contains("Sequence")) {
-      const json& seq = r.object(item["Sequence"], f + ".Sequence");
-      if (seen_a || r.string(seq, "id", f + ".Sequence") != "A")
-        r.fail(f, "the single template must hold the sequence A once, got " + shown(single));
-      seen_a = true;
-    } else if (item.size() == 1 && item.contains("SpecialToken")) {
-      const json& tok = r.object(item["SpecialToken"], f + ".SpecialToken");
-      const std::int64_t id = template_token(r, j, r.string(tok, "id", f + ".SpecialToken"), field, m.bytes.size());
-      bool& flag = seen_a ? m.add_eos : m.add_bos;
-      if (flag) r.fail(f, "more than one special token on one side of the sequence is not supported");
-      flag = true;
-      (seen_a ? m.eos : m.bos) = id;
-    } else {
-      r.fail(f, "must be {\"Sequence\": ...} or {\"SpecialToken\": ...}, got " + shown(item));
-    }
-  }
-  if (!seen_a) r.fail(field + ".single", "has no sequence A: " + shown(single));
-}
-
-// tokenizer_config.json: the special tokens by name (a string or {"content": ...}) and the BOS/EOS flags.
-void read_config(std::string_view text, const std::string& where, ByteLevelBPE::Impl& m) {
-  const Reader r(where);
-  const json root = parse_json_strict(text, r.where(), "key");
-  r.object(root, "the top level");
-  const std::pair<const char*, std::optional<std::int64_t>*> kTokens[] = {
-      {"bos_token", &m.bos}, {"eos_token", &m.eos}, {"pad_token", &m.pad}, {"unk_token", &m.unk}};
-  for (const auto& [key, slot] : kTokens) {
-    const auto it = root.find(key);
-    if (it == root.end() || it->is_null()) continue;
-    const json* content = &*it;
-    if (it->is_object()) content = &r.member(*it, "content", key);
-    if (!content->is_string()) r.fail(key, "must be a string, {\"content\": string} or null, got " + shown(*it));
-    const std::string& token = content->get_ref<const std::string&>();
-    std::optional<std::int64_t> id;
-    if (const auto a = m.added_ids.find(token); a != m.added_ids.end())
-      id = a->second;
-    else if (const auto v = m.ids.find(token); v != m.ids.end())
-      id = v->second;
-    if (!id) r.fail(key, quote(token) + " is not a token of tokenizer.json");
-    *slot = id;
-  }
-  for (const auto& [key, flag] : {std::pair{"add_bos_token", &m.add_bos}, std::pair{"add_eos_token", &m.add_eos}}) {
-    const auto it = root.find(key);
-    if (it == root.end() || it->is_null()) continue;
-    if (!it->is_boolean()) r.fail(key, "must be true or false, got " + shown(*it));
-    *flag = it->get<bool>();
-  }
-  if (m.add_bos && !m.bos) r.fail("add_bos_token", "is true but there is no bos_token");
-  if (m.add_eos && !m.eos) r.fail("add_eos_token", "is true but there is no eos_token");
-}
-
 ByteLevelBPE build(std::string_view text, const std::string& name, std::string_view config_json,
                    const std::string& config_where);
 
@@ -348,15 +197,25 @@ ByteLevelBPE build(std::string_view text, const std::string& name, std::string_v
   const std::vector<AddedToken> added = read_added(r, root);
   read_model(r, root, added, *m);
   for (std::size_t i = 0; i < added.size(); ++i) m->add_token(added[i], r.where() + at("added_tokens", i) + ": ");
+  SpecialIds ids;
   if (const auto it = root.find("post_processor"); it != root.end())
-    read_post_processor(r, *it, "post_processor", *m);
+    read_post_processor(r, *it, "post_processor", m->bytes.size(), ids);
+  m->bos = ids.bos, m->eos = ids.eos, m->add_bos = ids.add_bos, m->add_eos = ids.add_eos;
   if (!m->eos) {
     if (const auto it = m->added_ids.find(std::string_view("<|endoftext|>")); it != m->added_ids.end())
       m->eos = it->second;
     else if (const auto v = m->ids.find(std::string_view("<|endoftext|>")); v != m->ids.end())
       m->eos = v->second;
   }
-  if (!config_json.empty()) read_config(config_json, config_where, *m);
+  if (!config_json.empty()) {
+    ids = {.bos = m->bos, .eos = m->eos, .pad = m->pad, .unk = m->unk, .add_bos = m->add_bos, .add_eos = m->add_eos};
+    read_special_config(config_json, config_where, [&](const std::string& token) -> std::optional<std::int64_t> {
+      if (const auto a = m->added_ids.find(token); a != m->added_ids.end()) return a->second;
+      if (const auto v = m->ids.find(token); v != m->ids.end()) return v->second;
+      return std::nullopt;
+    }, ids);
+    m->bos = ids.bos, m->eos = ids.eos, m->pad = ids.pad, m->unk = ids.unk, m->add_bos = ids.add_bos, m->add_eos = ids.add_eos;
+  }
   m->finish();
   return Impl::wrap(std::move(m));
 }

@@ -172,7 +172,7 @@ WordPieceTokenizer WordPieceTokenizer::from_folder(const std::string& dir) {
   return WordPieceTokenizer(read_vocab(vocab_path), o, vocab_path);
 }
 
-std::vector<std::string> WordPieceTokenizer::basic_tokenize(std::string_view text) const {
+std::vector<std::string> WordPieceTokenizer::basic_tokenize(std::string_view text, bool match_specials) const {
   std::vector<char32_t> all;
   const std::int64_t bad = detail::utf8_decode(text, &all);
   if (bad >= 0) throw ValueError("wordpiece: text is not valid UTF-8 (byte " + std::to_string(bad) + ")");
@@ -212,7 +212,7 @@ std::vector<std::string> WordPieceTokenizer::basic_tokenize(std::string_view tex
     }
   };
   std::size_t pos = 0, seg = 0;
-  while (pos < text.size()) {
+  while (match_specials && pos < text.size()) {
     const auto hit = std::find_if(specials_.begin(), specials_.end(),
                                   [&](const auto& s) { return text.substr(pos, s.first.size()) == s.first; });
     if (hit == specials_.end()) {
@@ -259,19 +259,58 @@ void WordPieceTokenizer::wordpiece(const std::string& word, std::vector<std::int
   }
 }
 
-std::vector<std::int64_t> WordPieceTokenizer::encode(std::string_view text, bool add_special_tokens) const {
+std::vector<std::int64_t> WordPieceTokenizer::encode_ids(std::string_view text, bool match_specials) const {
   std::vector<std::int64_t> ids;
-  if (add_special_tokens) ids.push_back(cls_id_);
-  for (const std::string& w : basic_tokenize(text)) {
+  for (const std::string& w : basic_tokenize(text, match_specials)) {
     auto sp = std::find_if(specials_.begin(), specials_.end(), [&](const auto& s) { return s.first == w; });
-    if (sp != specials_.end()) ids.push_back(sp->second);
+    if (match_specials && sp != specials_.end()) ids.push_back(sp->second);
     else wordpiece(w, &ids);
   }
-  if (add_special_tokens) {
-    if (static_cast<std::int64_t>(ids.size()) > opt_.max_length - 1) ids.resize(static_cast<std::size_t>(opt_.max_length - 1));
-    ids.push_back(sep_id_);
-  }
   return ids;
+}
+
+std::vector<std::int64_t> WordPieceTokenizer::encode(std::string_view text) const { return encode_ids(text, true); }
+
+std::vector<std::int64_t> WordPieceTokenizer::encode_ordinary(std::string_view text) const {
+  return encode_ids(text, false);
+}
+
+std::vector<std::int64_t> WordPieceTokenizer::encode_with_specials(std::string_view text) const {
+  std::vector<std::int64_t> ids{cls_id_};
+  const std::vector<std::int64_t> t = encode_ids(text, true);
+  ids.insert(ids.end(), t.begin(), t.end());
+  if (static_cast<std::int64_t>(ids.size()) > opt_.max_length - 1) ids.resize(static_cast<std::size_t>(opt_.max_length - 1));
+  ids.push_back(sep_id_);
+  return ids;
+}
+
+std::string WordPieceTokenizer::token_text(std::int64_t id) const {
+  const std::string& t = id_to_token(id);
+  if (t.size() > 2 && t.compare(0, 2, "##") == 0) return t.substr(2);
+  return " " + t;
+}
+
+std::string WordPieceTokenizer::decode(const std::vector<std::int64_t>& ids) const {
+  std::string out = decode_bytes(ids);
+  if (!out.empty() && out.front() == ' ') out.erase(0, 1);
+  return out;
+}
+
+std::optional<std::int64_t> WordPieceTokenizer::token_to_id(std::string_view token) const {
+  if (auto it = ids_.find(std::string(token)); it != ids_.end()) return it->second;
+  return std::nullopt;
+}
+
+std::vector<std::string> WordPieceTokenizer::special_tokens() const {
+  std::vector<std::string> out;
+  for (const auto& [text, id] : specials_) out.push_back(text);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool WordPieceTokenizer::is_special(std::int64_t id) const {
+  id_to_token(id);  // IndexError for an id outside the vocabulary
+  return std::any_of(specials_.begin(), specials_.end(), [&](const auto& s) { return s.second == id; });
 }
 
 EncodedBatch WordPieceTokenizer::pad(const std::vector<std::vector<std::int64_t>>& rows) const {
@@ -294,7 +333,7 @@ EncodedBatch WordPieceTokenizer::pad(const std::vector<std::vector<std::int64_t>
 EncodedBatch WordPieceTokenizer::encode_batch(const std::vector<std::string>& texts) const {
   std::vector<std::vector<std::int64_t>> rows;
   rows.reserve(texts.size());
-  for (const auto& t : texts) rows.push_back(encode(t));
+  for (const auto& t : texts) rows.push_back(encode_with_specials(t));
   return pad(rows);
 }
 
@@ -304,10 +343,5 @@ const std::string& WordPieceTokenizer::id_to_token(std::int64_t id) const {
   return vocab_[static_cast<std::size_t>(id)];
 }
 
-std::optional<std::int64_t> WordPieceTokenizer::token_to_id(const std::string& token) const {
-  auto it = ids_.find(token);
-  if (it == ids_.end()) return std::nullopt;
-  return it->second;
-}
 
 }  // namespace qkv::tokenize

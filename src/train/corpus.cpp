@@ -124,7 +124,7 @@ void TokenFile::write(const std::string& path, const std::vector<std::int64_t>& 
   io::write_file_atomic(path, encode(ids, key, text_bytes, vocab_size), "token file");
 }
 
-std::uint64_t corpus_key(const std::vector<std::string>& texts, const tokenize::ByteLevelBPE& bpe) {
+std::uint64_t corpus_key(const std::vector<std::string>& texts, const tokenize::Tokenizer& bpe) {
   Fnv f;
   f.u64(texts.size());
   for (const std::string& t : texts) {
@@ -133,7 +133,7 @@ std::uint64_t corpus_key(const std::vector<std::string>& texts, const tokenize::
   }
   f.u64(static_cast<std::uint64_t>(bpe.vocab_size()));
   for (std::int64_t id = 0; id < bpe.vocab_size(); ++id) {
-    const std::string& b = bpe.token_bytes(id);
+    const std::string b = bpe.token_text(id);
     f.u64(b.size());
     f.bytes(b);
   }
@@ -143,7 +143,7 @@ std::uint64_t corpus_key(const std::vector<std::string>& texts, const tokenize::
   return f.h;
 }
 
-CorpusTokens tokenize_corpus(const std::vector<std::string>& files, const tokenize::ByteLevelBPE& bpe,
+CorpusTokens tokenize_corpus(const std::vector<std::string>& files, const tokenize::Tokenizer& bpe,
                              const std::string& cache_path, const std::string& write_path, bool write_cache) {
   if (files.empty()) throw ValueError("train lm: no text files given");
   std::vector<std::string> texts;

@@ -202,7 +202,7 @@ Metrics LMTask::evaluate(i64) {
 // ---------------------------------------------------------------- trainer
 
 LMTrainer::LMTrainer(std::shared_ptr<models::GPT2LMHeadModel> m, const LMTrainOptions& o, const TokenFile& tokens,
-                     const tokenize::ByteLevelBPE& bpe)
+                     const tokenize::Tokenizer& bpe)
     : o_(o), model_(std::move(m)), tokens_(tokens) {
   o_.validate();
   if (bpe.vocab_size() != static_cast<i64>(tokens.vocab_size()))
@@ -210,14 +210,14 @@ LMTrainer::LMTrainer(std::shared_ptr<models::GPT2LMHeadModel> m, const LMTrainOp
                      " tokens, the token file was made with " + std::to_string(tokens.vocab_size()));
   token_bytes_.resize(static_cast<std::size_t>(model_->config().vocab_size), 0);
   for (i64 id = 0; id < bpe.vocab_size(); ++id)
-    token_bytes_[static_cast<std::size_t>(id)] = static_cast<std::int32_t>(bpe.token_bytes(id).size());
+    token_bytes_[static_cast<std::size_t>(id)] = static_cast<std::int32_t>(bpe.token_text(id).size());
   task_ = std::make_unique<LMTask>(*model_, tokens_, token_bytes_, o_);
   opt_ = make_lm_optimizer(*model_, o_);
   loop_ = std::make_unique<Loop>(*model_, *opt_, *task_, lm_loop_options(o_));
 }
 
 LMTrainer::LMTrainer(const models::GPT2Config& cfg, const LMTrainOptions& o, const TokenFile& tokens,
-                     const tokenize::ByteLevelBPE& bpe)
+                     const tokenize::Tokenizer& bpe)
     : LMTrainer(
           [&] {
             o.validate();
@@ -229,7 +229,7 @@ LMTrainer::LMTrainer(const models::GPT2Config& cfg, const LMTrainOptions& o, con
           o, tokens, bpe) {}
 
 std::unique_ptr<LMTrainer> LMTrainer::resume(const std::string& dir, const TokenFile& tokens,
-                                             const tokenize::ByteLevelBPE& bpe) {
+                                             const tokenize::Tokenizer& bpe) {
   const std::string path = dir + "/" + kStateFile;
   const io::Checkpoint c = io::load_checkpoint(path);
   std::unique_ptr<LMTrainer> t = resume_from(c, path, tokens, bpe);
@@ -247,7 +247,7 @@ void LMTrainer::restore_folder(const std::string& dir, const io::Checkpoint& sta
 }
 
 std::unique_ptr<LMTrainer> LMTrainer::resume_from(const io::Checkpoint& c, const std::string& path,
-                                                  const TokenFile& tokens, const tokenize::ByteLevelBPE& bpe) {
+                                                  const TokenFile& tokens, const tokenize::Tokenizer& bpe) {
   const StateReader r(c, path);
   if (c.model_type != kModelType)
     throw r.bad("holds a '" + c.model_type + "' run, not a language-model training run ('" + kModelType + "')");

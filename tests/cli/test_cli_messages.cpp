@@ -105,19 +105,22 @@ TEST(CliMessages, ADirectoryForAFileAndAFileForAFolderAreNamed) {
 TEST(CliMessages, AModelFolderOfTheWrongKindIsNamed) {
   const std::string bert = kMiniLM;
   ASSERT_TRUE(fs::exists(bert + "/config.json")) << bert << " is missing: run `make models` first";
+  // The kinds come from the registry (models/registry.h): the message lists what each role takes.
   const std::string g = " is a GPT-2 folder; qkv ";
-  expect_error("embed --model '" + kGpt2 + "' hello", 1, "embed: " + kGpt2 + g + "embed needs a BERT / sentence-transformers folder");
+  const std::string enc = "needs a sentence-embedding model: a folder of model_type bert (config.json";
+  expect_error("embed --model '" + kGpt2 + "' hello", 1, "embed: " + kGpt2 + g + "embed " + enc);
   expect_error("search --model '" + kGpt2 + "' --index '" + fixture("linear.safetensors") + "' q", 1,
-               "search: " + kGpt2 + g + "search needs a BERT / sentence-transformers folder");
-  expect_error("bench embed --model '" + kGpt2 + "'", 1, "bench embed: " + kGpt2 + g + "bench embed needs a BERT");
+               "search: " + kGpt2 + g + "search " + enc);
+  expect_error("bench embed --model '" + kGpt2 + "'", 1, "bench embed: " + kGpt2 + g + "bench embed " + enc);
   expect_error("generate --model '" + bert + "' hello", 1,
-               "generate: " + bert + " is a BERT / sentence-transformers folder; qkv generate needs a causal language model: a GGUF file, or a GPT-2 / Llama / Mistral / Qwen2 folder");
-  const fs::path llama = unique_temp("msg_llama");
-  fs::create_directories(llama);
-  std::ofstream(llama / "config.json") << R"({"model_type": "llama"})";
-  expect_error("heatmap --model '" + llama.string() + "' --text hi --out '" + unique_temp("msg_hm").string() + "'", 1,
-               "heatmap: " + llama.string() + " is a 'llama' folder; qkv heatmap needs a GPT-2 or BERT folder");
-  fs::remove_all(llama);
+               "generate: " + bert + " is a BERT folder; qkv generate needs a causal language model: a GGUF file (");
+  expect_error("generate --model '" + bert + "' hello", 1, ") or a folder of model_type gemma2, gemma3, gemma3_text, gpt2, llama, ");
+  const fs::path t5 = unique_temp("msg_t5");
+  fs::create_directories(t5);
+  std::ofstream(t5 / "config.json") << R"({"model_type": "t5"})";
+  expect_error("heatmap --model '" + t5.string() + "' --text hi --out '" + unique_temp("msg_hm").string() + "'", 1,
+               "heatmap: " + t5.string() + " is a 't5' model folder; qkv heatmap draws GGUF files and folders of bert, ");
+  fs::remove_all(t5);
 }
 
 TEST(CliMessages, MissingFoldersAndFilesAreNamedAsMissing) {
@@ -210,11 +213,11 @@ TEST(CliMessages, TopLevelHelpNamesEveryCommandANewcomerLooksFor) {
 TEST(CliMessages, SharedFlagsLookAlikeAndDefaultsAreShownWithinTheirRange) {
   // --model is a DIR where only folders are read, a PATH (GGUF file or folder) for language models;
   // --no-progress reads the same; bench attention shows its defaults.
-  for (const char* cmd : {"embed", "search", "heatmap", "bench embed"}) {
+  for (const char* cmd : {"embed", "search", "bench embed"}) {
     const Result r = run(std::string(cmd) + " --help");
     EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(--model DIR)"))) << cmd << ":\n" << r.out;
   }
-  for (const char* cmd : {"generate", "chat", "convert", "bench generate"}) {
+  for (const char* cmd : {"generate", "chat", "convert", "bench generate", "heatmap"}) {
     const Result r = run(std::string(cmd) + " --help");
     EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(--model PATH)"))) << cmd << ":\n" << r.out;
   }

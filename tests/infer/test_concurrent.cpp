@@ -189,7 +189,7 @@ Generated run(const infer::CausalLM& model, const tokenize::ByteLevelBPE& tok, c
   for (const std::string& t : q.texts) prompts.push_back(tok.encode(t));
   Generated g;
   g.texts.resize(prompts.size());
-  std::vector<tokenize::StreamDecoder> dec(prompts.size(), tokenize::StreamDecoder(tok));
+  std::vector<tokenize::StreamDecoder> dec(prompts.size(), tokenize::StreamDecoder(std::make_shared<tokenize::ByteLevelBPE>(tok)));
   auto on_token = [&](i64 b, i64 id) {
     g.texts[static_cast<std::size_t>(b)] += dec[static_cast<std::size_t>(b)].push(id);
     return true;

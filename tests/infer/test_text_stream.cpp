@@ -18,8 +18,9 @@ using i64 = std::int64_t;
 using qkv::infer::StopMode;
 using qkv::infer::TextStream;
 
-qkv::tokenize::ByteLevelBPE tiny_tokenizer() {
-  return qkv::tokenize::ByteLevelBPE::from_folder(std::string(QKV_FIXTURE_DIR) + "/gpt2_tiny");
+std::shared_ptr<const qkv::tokenize::ByteLevelBPE> tiny_tokenizer() {
+  return std::make_shared<qkv::tokenize::ByteLevelBPE>(
+      qkv::tokenize::ByteLevelBPE::from_folder(std::string(QKV_FIXTURE_DIR) + "/gpt2_tiny"));
 }
 
 // The ids of text, one byte per token (so every split point is exercised).
@@ -43,8 +44,8 @@ const std::string kText = "caf\xc3\xa9 and na\xc3\xafve END more text";
 
 TEST(TextStream, WithoutStopsThePiecesAreWholeCharactersAndMakeTheText) {
   const auto tok = tiny_tokenizer();
-  const auto ids = byte_ids(tok, kText);
-  ASSERT_EQ(tok.decode(ids), kText);
+  const auto ids = byte_ids(*tok, kText);
+  ASSERT_EQ(tok->decode(ids), kText);
   for (StopMode mode : {StopMode::Keep, StopMode::Drop}) {
     TextStream ts(tok, {.mode = mode});
     std::string all;
@@ -63,7 +64,7 @@ TEST(TextStream, WithoutStopsThePiecesAreWholeCharactersAndMakeTheText) {
 
 TEST(TextStream, StopStringsAcrossTokensKeepOrDrop) {
   const auto tok = tiny_tokenizer();
-  const auto ids = byte_ids(tok, kText);
+  const auto ids = byte_ids(*tok, kText);
   // A stop string that arrives a byte at a time; one inside a character's bytes; one that is
   // the whole rest; "ENX" is a held-back prefix that turns out not to be one.
   for (const std::string stop : {"END", " m", "\xc3\xaf", "na\xc3\xafve END more text", "t"}) {
@@ -104,7 +105,7 @@ TEST(TextStream, StopStringsAcrossTokensKeepOrDrop) {
 
 TEST(TextStream, SkippedIdsShowNoTextAndEmptyStopsAreRefused) {
   const auto tok = tiny_tokenizer();
-  const auto ids = byte_ids(tok, kText);
+  const auto ids = byte_ids(*tok, kText);
   TextStream ts(tok, {.skip = {ids[0]}});
   EXPECT_EQ(ts.push(ids[0]), "");
   EXPECT_EQ(ts.push(ids[1]), "a");

@@ -249,7 +249,7 @@ TEST(BertParity, HiddenStatesPerLayerWithinR1) {
   const auto m = models::BertModel::from_folder(qkv::testing::minilm_dir());
   const auto ref = qkv::testing::load_fixture("bert/hidden.safetensors");
   autograd::NoGradGuard g;
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < 1; ++k) {  // one sentence of 14 tokens (the fixture stays small)
     const std::string s = std::to_string(k);
     const Tensor ids = ref.at("ids." + s);
     std::vector<Tensor> hs;

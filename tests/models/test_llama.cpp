@@ -25,7 +25,7 @@
 #include "qkv/io/safetensors.h"
 #include "qkv/io/tensors.h"
 #include "qkv/models/gguf_export.h"
-#include "qkv/models/llama.h"
+#include "qkv/models/decoder_io.h"
 #include "testing/fixture.h"
 
 namespace {
@@ -66,30 +66,29 @@ nlohmann::json config_of(const std::string& kind) {
 }
 
 std::string config_error(nlohmann::json j) {
-  return error_of<qkv::FormatError>([&] { qkv::models::llama_config_from_json(j.dump(), "cfg.json"); });
+  return error_of<qkv::FormatError>([&] { qkv::models::decoder_spec_from_config(j.dump(), "cfg.json"); });
 }
 
 TEST(LlamaConfig, ReadsTransformersFiveAndFourSpellings) {
-  const auto c5 = qkv::models::llama_config_from_json(config_of("llama").dump(), "llama");
-  EXPECT_EQ(c5.num_key_value_heads, 2);
-  EXPECT_EQ(c5.rope_scaling.type, qkv::kernels::RopeScaling::Type::Llama3);
-  EXPECT_EQ(c5.rope_scaling.original_max_positions, 32);
+  using Type = qkv::kernels::RopeScaling::Type;
+  const auto c5 = qkv::models::decoder_spec_from_config(config_of("llama").dump(), "llama");
+  EXPECT_EQ(c5.arch, "llama");
+  EXPECT_EQ(c5.num_kv_heads, 2);
+  EXPECT_EQ(c5.ropes.at(0).scaling.type, Type::Llama3);
+  EXPECT_EQ(c5.ropes.at(0).scaling.original_max_positions, 32);
   // transformers 4: rope_theta + rope_scaling {"type" or "rope_type"}.
   nlohmann::json j = config_of("llama");
   j.erase("rope_parameters");
   j["rope_theta"] = 500000.0;
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  const auto c4 = qkv::models::llama_config_from_json(j.dump(), "llama");
-  EXPECT_EQ(c4.rope_theta, 500000.0);
-  EXPECT_EQ(c4.rope_scaling.type, qkv::kernels::RopeScaling::Type::Linear);
-  EXPECT_EQ(c4.rope_scaling.factor, 2.0);
-  // Written and read back.
-  const auto back = qkv::models::llama_config_from_json(qkv::models::llama_config_to_json(c5), "back");
-  EXPECT_EQ(back.rope_scaling.factor, c5.rope_scaling.factor);
-  EXPECT_EQ(back.num_key_value_heads, c5.num_key_value_heads);
-  const auto mistral = qkv::models::llama_config_from_json(config_of("mistral").dump(), "mistral");
-  EXPECT_EQ(mistral.sliding_window, 8);
-  EXPECT_TRUE(qkv::models::llama_config_from_json(config_of("qwen2").dump(), "qwen2").attention_bias);
+  const auto c4 = qkv::models::decoder_spec_from_config(j.dump(), "llama");
+  EXPECT_EQ(c4.ropes.at(0).theta, 500000.0);
+  EXPECT_EQ(c4.ropes.at(0).scaling.type, Type::Linear);
+  EXPECT_EQ(c4.ropes.at(0).scaling.factor, 2.0);
+  const auto mistral = qkv::models::decoder_spec_from_config(config_of("mistral").dump(), "mistral");
+  EXPECT_EQ(mistral.arch, "mistral");
+  for (const auto& l : mistral.layers) EXPECT_EQ(l.window, 8);
+  EXPECT_TRUE(qkv::models::decoder_spec_from_config(config_of("qwen2").dump(), "qwen2").attention_bias);
 }
 
 TEST(LlamaConfig, EveryDefectIsNamed) {
@@ -99,13 +98,14 @@ TEST(LlamaConfig, EveryDefectIsNamed) {
     x[k] = std::move(v);
     return config_error(x);
   };
-  EXPECT_NE(with("model_type", "gpt2").find("model_type \"gpt2\" is not a Llama-family model"), std::string::npos);
+  EXPECT_NE(with("model_type", "gpt2").find("model_type \"gpt2\" is not a decoder architecture qkv runs ("), std::string::npos);
+  EXPECT_NE(with("model_type", "falcon").find("is not a decoder architecture qkv runs (gemma"), std::string::npos);
   EXPECT_NE(with("hidden_act", "gelu").find("hidden_act \"gelu\" is not supported"), std::string::npos);
   EXPECT_NE(with("hidden_size", "32").find("field 'hidden_size' must be an integer"), std::string::npos);
   EXPECT_NE(with("num_key_value_heads", 3).find("num_attention_heads 4 is not a multiple of num_key_value_heads 3"),
             std::string::npos);
   EXPECT_NE(with("mlp_bias", true).find("mlp_bias true is not supported"), std::string::npos);
-  EXPECT_NE(with("rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 1e4}}).find("rope type \"yarn\" is not supported"),
+  EXPECT_NE(with("rope_parameters", {{"rope_type", "dynamic"}, {"rope_theta", 1e4}}).find("rope type \"dynamic\" is not supported"),
             std::string::npos);
   EXPECT_NE(with("rms_norm_eps", -1.0).find("rms_norm_eps"), std::string::npos);
   nlohmann::json x = j;
@@ -137,7 +137,7 @@ TEST(LlamaFiles, MissingUnexpectedAndWrongTensorsAreListed) {
     for (auto& [n, t] : v)
       if (n == "model.norm.weight") t = Tensor::zeros({31});   // one wrong shape
   });
-  const std::string msg = error_of<qkv::FormatError>([&] { qkv::models::load_llama(d.str()); });
+  const std::string msg = error_of<qkv::FormatError>([&] { qkv::models::load_decoder(d.str()); });
   EXPECT_NE(msg.find("does not match the llama config"), std::string::npos) << msg;
   EXPECT_NE(msg.find("missing 1 tensors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("unexpected 1 tensors: model.extra.weight"), std::string::npos) << msg;
@@ -147,30 +147,30 @@ TEST(LlamaFiles, MissingUnexpectedAndWrongTensorsAreListed) {
 TEST(LlamaFiles, IntegerWeightsAndBadShardIndexesAreNamed) {
   TempDir d;
   edit_folder("llama", d, [](auto& v) { v[0].second = Tensor::zeros(v[0].second.shape(), qkv::DType::I64); });
-  EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::models::load_llama(d.str()); }).find("has dtype I64"), std::string::npos);
+  EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::models::load_decoder(d.str()); }).find("has dtype I64"), std::string::npos);
   TempDir s;
   fs::copy(fixture("qwen2"), s.p, fs::copy_options::recursive);
   std::ofstream(s.str("model.safetensors.index.json")) << R"({"weight_map": {"model.norm.weight": "../../etc/passwd"}})";
-  EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::models::load_llama(s.str()); }).find("is not a file of the folder"),
+  EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::models::load_decoder(s.str()); }).find("is not a file of the folder"),
             std::string::npos);
   std::ofstream(s.str("model.safetensors.index.json")) << "{not json";
-  EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::models::load_llama(s.str()); }).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::models::load_decoder(s.str()); }).find("not valid JSON"), std::string::npos);
 }
 
 TEST(LlamaFiles, GgufOfAnotherArchitectureOrTypeIsNamed) {
   TempDir d;
   qkv::io::GGUFMetadata meta = {{"general.architecture", qkv::io::GGUFMeta::string("falcon")}};
   qkv::io::write_gguf(d.str("f.gguf"), meta, {});
-  EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::models::load_llama(d.str("f.gguf")); })
-                .find("GGUF architecture 'falcon' is not a Llama-family model"),
+  EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::models::load_decoder(d.str("f.gguf")); })
+                .find("GGUF architecture 'falcon' is not one qkv runs ("),
             std::string::npos);
   EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::infer::load_language_model(d.str("f.gguf")); })
                 .find("'falcon' is not one qkv generates with"),
             std::string::npos);
-  EXPECT_NE(error_of<qkv::IOError>([&] { qkv::models::load_llama(d.str("nothing")); }).find("does not exist"),
+  EXPECT_NE(error_of<qkv::IOError>([&] { qkv::models::load_decoder(d.str("nothing")); }).find("does not exist"),
             std::string::npos);
   std::ofstream(d.str("x.gguf")) << "not a gguf";
-  EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::models::load_llama(d.str("x.gguf")); }).find("not a GGUF file"),
+  EXPECT_NE(error_of<qkv::FormatError>([&] { qkv::models::load_decoder(d.str("x.gguf")); }).find("not a GGUF file"),
             std::string::npos);
 }
 
@@ -195,7 +195,7 @@ TEST(LanguageModel, ChatTemplateGivenAsTextOrFile) {
 }
 
 TEST(LlamaModel, ForwardCachedChecksBeforeWriting) {
-  const auto m = qkv::models::load_llama(fixture("mistral"));
+  const auto m = qkv::models::load_decoder(fixture("mistral"));
   qkv::infer::KVCache cache(m->cache_options(1, 8));
   EXPECT_NE(error_of<qkv::IndexError>([&] {
               m->forward_cached(Tensor::from_vector(std::vector<i64>{1, 500}, {1, 2}), {2}, cache);
@@ -219,7 +219,7 @@ TEST(LlamaModel, ForwardCachedChecksBeforeWriting) {
 // DecodeAttention.ASequenceGetsTheSameBitsWhateverTheOthersHold).
 TEST(LlamaModel, DecodeStepGivesEachSequenceItsLogitsAlone) {
   for (const std::string file : {"llama_q8_0.gguf", "qwen2_mixed.gguf"}) {
-    const auto m = qkv::models::load_llama(fixture(file));
+    const auto m = qkv::models::load_decoder(fixture(file));
     constexpr i64 B = 12;
     const i64 T = m->max_positions(), V = m->vocab_size();
     qkv::infer::KVCache cache(m->cache_options(B, T));
@@ -257,8 +257,8 @@ TEST(LlamaModel, DecodeStepGivesEachSequenceItsLogitsAlone) {
 // step still gives each sequence bitwise the logits it gets alone.
 TEST(LlamaModel, HalfCacheStaysWithinRoundingOfTheFloatCache) {
   for (const std::string file : {"mistral", "llama_q8_0.gguf", "qwen2_mixed.gguf"}) {
-    const auto m32 = qkv::models::load_llama(fixture(file));
-    const auto m16 = qkv::models::load_llama(fixture(file));
+    const auto m32 = qkv::models::load_decoder(fixture(file));
+    const auto m16 = qkv::models::load_decoder(fixture(file));
     m16->set_kv_type(qkv::infer::KVType::F16);
     const i64 T = std::min<i64>(m32->max_positions(), 40), V = m32->vocab_size();
     qkv::infer::KVCache c32(m32->cache_options(2, T)), c16(m16->cache_options(2, T));
@@ -302,18 +302,18 @@ TEST(LlamaModel, HalfCacheStaysWithinRoundingOfTheFloatCache) {
 TEST(LlamaGguf, ExportedFilesLoadBackWithTheSameLogits) {
   TempDir d;
   for (const std::string kind : {"llama", "qwen2"}) {
-    const auto m = qkv::models::load_llama(fixture(kind));
+    const auto m = qkv::models::load_decoder(fixture(kind));
     const std::vector<i64> ids = {5, 9, 17, 33, 2, 80, 101};
-    auto logits = [&](const qkv::models::LlamaForCausalLM& x) {
+    auto logits = [&](const qkv::models::DecoderLM& x) {
       qkv::infer::KVCache c(x.cache_options(1, 7));
       return x.forward_cached(Tensor::from_vector(ids, {1, 7}), {7}, c, true);
     };
     // Kept types (no conversion) read back give the same logits; Q8_0 within its rounding.
     const std::string same = d.str(kind + ".gguf"), q8 = d.str(kind + "_q8.gguf");
-    qkv::models::save_llama_gguf(*m, same, std::nullopt, {}, kind);
-    qkv::models::save_llama_gguf(*m, q8, qkv::kernels::QType::Q8_0, {}, kind);
-    const auto a = qkv::models::load_llama(same), b = qkv::models::load_llama(q8);
-    EXPECT_EQ(a->config().rope_style,
+    qkv::models::save_decoder_gguf(*m, same, std::nullopt, {}, kind);
+    qkv::models::save_decoder_gguf(*m, q8, qkv::kernels::QType::Q8_0, {}, kind);
+    const auto a = qkv::models::load_decoder(same), b = qkv::models::load_decoder(q8);
+    EXPECT_EQ(a->spec().ropes.front().style,
               kind == "llama" ? qkv::kernels::RopeStyle::Interleaved : qkv::kernels::RopeStyle::Half);
     EXPECT_LE(qkv::max_abs_diff(logits(*a), logits(*m)), 1e-4) << kind;
     EXPECT_LE(qkv::max_abs_diff(logits(*b), logits(*m)), 0.05) << kind;

@@ -25,7 +25,7 @@
 #include "qkv/kernels/cpu.h"
 #include "qkv/kernels/qgemm.h"
 #include "qkv/kernels/decode_attention.h"
-#include "qkv/models/llama.h"
+#include "qkv/models/decoder_io.h"
 #include "testing/fixture.h"
 #include "testing/guards.h"
 #include "testing/sanitizers.h"
@@ -64,7 +64,7 @@ std::vector<std::vector<i64>> prompts_of(const std::string& name) {
 }
 
 // Logits of every prompt position, the prompt fed in one cached call.
-Tensor prompt_logits(const qkv::models::LlamaForCausalLM& m, const std::vector<i64>& ids) {
+Tensor prompt_logits(const qkv::models::DecoderLM& m, const std::vector<i64>& ids) {
   qkv::infer::KVCache cache(m.cache_options(1, static_cast<i64>(ids.size())));
   const i64 n = static_cast<i64>(ids.size());
   return m.forward_cached(Tensor::from_vector(ids, {1, n}), {n}, cache, /*all_logits=*/true).select(0, 0);
@@ -89,7 +89,7 @@ class LlamaParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LlamaParity, PromptLogitsWithinR1OfFloat64) {
   const std::string name = GetParam();
-  const auto model = qkv::models::load_llama(model_path(name));
+  const auto model = qkv::models::load_decoder(model_path(name));
   const auto prompts = prompts_of(name);
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     const Tensor got = prompt_logits(*model, prompts[i]).to(qkv::DType::F64);
@@ -116,7 +116,7 @@ TEST_P(LlamaParity, PromptLogitsWithinR1OfFloat64) {
 
 TEST_P(LlamaParity, GreedyGenerationCachedBatchedAndUncached) {
   const std::string name = GetParam();
-  const auto model = qkv::models::load_llama(model_path(name));
+  const auto model = qkv::models::load_decoder(model_path(name));
   const auto prompts = prompts_of(name);
   const nlohmann::json& r = reference()[name];
   const i64 n_new = static_cast<i64>(r["generated"][0].size());
@@ -140,7 +140,7 @@ TEST(LlamaModel, DecodingTokenByTokenGivesThePromptLogits) {
   // The cache path (decode kernel, one token at a time) against the whole prompt at once
   // (FlashAttention); with Mistral's window 8 the prompt of 21 tokens crosses it.
   for (const std::string name : {"llama", "mistral", "qwen2"}) {
-    const auto model = qkv::models::load_llama(model_path(name));
+    const auto model = qkv::models::load_decoder(model_path(name));
     const std::vector<i64> ids = prompts_of(name)[2];
     const i64 n = static_cast<i64>(ids.size());
     const Tensor whole = prompt_logits(*model, ids);
@@ -160,7 +160,7 @@ TEST(LlamaModel, DecodingTokenByTokenGivesThePromptLogits) {
 // for 1 or 2 threads, and those of the whole prompt at once.
 TEST(LlamaModel, LongContextDecodeStepGivesTheSameBitsInATeamOrNot) {
   qkv::testing::ThreadsGuard tg;
-  const auto m = qkv::models::load_llama(smollm2_path());
+  const auto m = qkv::models::load_decoder(smollm2_path());
   // 1000 keys: 3 chunks for SmolLM2's 3 key/value heads; 600 under the sanitizers: 2 chunks.
   const i64 V = m->vocab_size(), n0 = qkv::testing::full_or_reduced<i64>(1000, 600);
   ASSERT_GT(qkv::kernels::decode_attention_splits(1, 1, n0 + 1), 1) << "the step must split its keys";
@@ -208,8 +208,8 @@ void q8_layout_keeps_the_logits(qkv::kernels::Isa isa) {
   SCOPED_TRACE(std::string("ISA ") + qkv::kernels::isa_name(isa));
   qkv::testing::IsaGuard isa_guard;
   qkv::kernels::set_isa(isa);
-  const auto m = qkv::models::load_llama(smollm2_path());
-  const auto plain = qkv::models::load_llama(smollm2_path());
+  const auto m = qkv::models::load_decoder(smollm2_path());
+  const auto plain = qkv::models::load_decoder(smollm2_path());
   const std::vector<i64> ids = {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 28, 7018, 288, 253, 30, 2};
   const i64 n = static_cast<i64>(ids.size());
   const Tensor exact = prompt_logits(*m, ids);
@@ -238,7 +238,7 @@ void q8_layout_keeps_the_logits(qkv::kernels::Isa isa) {
     EXPECT_EQ(m->decode_layout_bytes(), 0);
   }
   {  // a model built from these weights reads the blocks, not this model's layout
-    const qkv::models::LlamaForCausalLM copy(m->config(), m->weights());
+    const qkv::models::DecoderLM copy(m->spec(), m->weights());
     for (const auto& L : copy.weights().layers) EXPECT_EQ(L.down.w.rows8, nullptr);
     EXPECT_EQ(copy.weights().lm_head.rows8, nullptr);
     EXPECT_EQ(copy.weights().embed.rows8, nullptr);
@@ -280,7 +280,7 @@ TEST(LlamaModel, QEightDecodeLayoutKeepsTheLogits) {
 }
 
 TEST(LlamaModel, AvxTwoPathGivesTheSameTokens) {
-  const auto model = qkv::models::load_llama(model_path("qwen2_gguf"));
+  const auto model = qkv::models::load_decoder(model_path("qwen2_gguf"));
   const auto prompts = prompts_of("qwen2_gguf");
   const nlohmann::json& r = reference()["qwen2_gguf"];
   const qkv::kernels::Isa was = qkv::kernels::active_isa();

@@ -9,7 +9,10 @@ Every output is rendered by transformers' own code path for apply_chat_template(
 tokenize=False): transformers.utils.chat_template_utils.render_jinja_template (jinja2's
 ImmutableSandboxedEnvironment with trim_blocks / lstrip_blocks, transformers' raise_exception,
 tojson, strftime_now, namespace and dict). Messages go through transformers'
-_normalize_chat_messages first, as apply_chat_template does.
+_normalize_chat_messages first, as apply_chat_template does (keys whose value is None are dropped);
+render_jinja_template then copies a message's reasoning ("reasoning_content", "thinking" or
+"reasoning", the first not None) under both "thinking" and "reasoning_content", and always passes
+tools and documents (None unless given) besides add_generation_prompt, bos_token and eos_token.
 
 Templates (tests/fixtures/chat_templates/*.jinja, written by this script):
     smollm2.jinja      SmolLM2-135M-Instruct, read from models/SmolLM2-135M-Instruct.Q4_1.gguf's
@@ -26,12 +29,42 @@ Templates (tests/fixtures/chat_templates/*.jinja, written by this script):
                        with its raise_exception role-alternation check
     gemma2.jinja       google/gemma-2-2b-it (llama.cpp models/templates/google-gemma-2-2b-it.jinja;
                        591 bytes, the size of its LFS pointer elsewhere)
+  Read from models/llama.cpp/templates/ (llama.cpp's models/templates/, from the llama-cpp-python
+  0.3.36 sdist `make models` unpacks; each pinned by sha256, checked when read):
+    qwen3.jinja        Qwen/Qwen3-0.6B (Qwen-Qwen3-0.6B.jinja, 4116 bytes): Qwen3's template as
+                       released, with enable_thinking (an empty <think></think> after the generation
+                       prompt when it is false), <think> kept only in assistant turns after the last
+                       user query (from reasoning_content, else split out of the content), tools with
+                       <tool_call>. A revised Qwen3 template also circulates (`message.content is
+                       string` / `reasoning_content is string` checks, used by later Qwen releases); this
+                       is the earlier text, as llama.cpp fetched it.
+    smollm3-llamacpp.jinja  HuggingFaceTB/SmolLM3-3B as shipped in llama.cpp
+                       (HuggingFaceTB-SmolLM3-3B.jinja, 3795 bytes): NOT the model's own template but
+                       Unsloth's edit of it (its first lines say so: "Edits made by Unsloth to make it
+                       work for most inference engines"). It keeps enable_thinking, the /think and
+                       /no_think system-prompt flags and custom_instructions, but drops the original's
+                       "/system_override", its "Today Date: " line (strftime_now("%d %B %Y")), its
+                       xml_tools / python_tools / tools section and the {% generation %} block around
+                       assistant turns, and splits the replace / replace / rstrip chain into three sets.
+    phi3.5.jinja       microsoft/Phi-3.5-mini-instruct (microsoft-Phi-3.5-mini-instruct.jinja, 430
+                       bytes; eos_token ends the text without add_generation_prompt)
+    llama3.1.jinja     meta-llama/Llama-3.1-8B-Instruct (meta-llama-Llama-3.1-8B-Instruct.jinja,
+                       4614 bytes): date_string defaults to the fixed "26 Jul 2024" (no strftime_now,
+                       unlike Llama 3.2), builtin_tools, custom_tools, tools_in_user_message
+  As string literals in this script:
+    phi4-mini.jinja    microsoft/Phi-4-mini-instruct, tokenizer_config.json "chat_template" (the same
+                       text in several public copies; bos_token = eos_token = <|endoftext|>)
+    gemma3.jinja       google/gemma-3-*-it, tokenizer_config.json "chat_template" (its JSON string
+                       literal, decoded): system message folded into the first user turn, content
+                       as a string or a list of text / image parts, the role-alternation check
 
 Output: tests/fixtures/chat_templates/cases.json
     "templates":  name -> {file, bos_token, eos_token}
     "renders":    each template over several conversations, add_generation_prompt false/true:
                   {template, conversation, messages, add_generation_prompt, extra_vars,
-                   output | error + raised}
+                   output | error + raised}; extra_vars are template variables (date_string,
+                  enable_thinking, tools). The new templates' conversations are few and short, so
+                  the fixture folder stays small (SmolLM3's default /think prompt alone is 1.2 KB).
     "constructs": small templates for each Jinja construct of the subset, rendered over the
                   messages "construct_messages": {name, template, vars, output | error + raised}
     An "error" with "raised": true is a raise_exception(message) of the template: "error" is
@@ -41,6 +74,7 @@ Re-running writes byte-identical files.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -79,6 +113,40 @@ def smollm2_template() -> str:
         sys.exit(f"{path} is missing: run `make models` first")
     reader = gguf.GGUFReader(str(path))
     return reader.fields["tokenizer.chat_template"].contents()
+
+
+# microsoft/Phi-4-mini-instruct, tokenizer_config.json "chat_template" (the same text in several public copies).
+PHI4_MINI = "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and message['tools'] is not none %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] + '<|/tool|>' + '<|end|>' }}{% else %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}"
+
+# google/gemma-3-*-it, tokenizer_config.json "chat_template": the JSON string literal of that file, decoded.
+GEMMA3 = json.loads(r'''"{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n    {%- if messages[0]['content'] is string -%}\n        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}\n    {%- else -%}\n        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}\n    {%- endif -%}\n    {%- set loop_messages = messages[1:] -%}\n{%- else -%}\n    {%- set first_user_prefix = \"\" -%}\n    {%- set loop_messages = messages -%}\n{%- endif -%}\n{%- for message in loop_messages -%}\n    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n    {%- endif -%}\n    {%- if (message['role'] == 'assistant') -%}\n        {%- set role = \"model\" -%}\n    {%- else -%}\n        {%- set role = message['role'] -%}\n    {%- endif -%}\n    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}\n    {%- if message['content'] is string -%}\n        {{ message['content'] | trim }}\n    {%- elif message['content'] is iterable -%}\n        {%- for item in message['content'] -%}\n            {%- if item['type'] == 'image' -%}\n                {{ '<start_of_image>' }}\n            {%- elif item['type'] == 'text' -%}\n                {{ item['text'] | trim }}\n            {%- endif -%}\n        {%- endfor -%}\n    {%- else -%}\n        {{ raise_exception(\"Invalid content type\") }}\n    {%- endif -%}\n    {{ '<end_of_turn>\n' }}\n{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{'<start_of_turn>model\n'}}\n{%- endif -%}\n"''')
+
+# Templates read from llama.cpp's models/templates/ (the llama-cpp-python sdist `make models` unpacks into
+# models/llama.cpp/templates/; llama.cpp fetches each with scripts/get_chat_template.py <model id>), pinned by
+# sha256. Cross-checks: the SmolLM3 and Phi-3.5 files have the size and sha256 of their Git LFS pointers in a
+# llama.cpp fork; the Qwen3 one has the text of another fork's copy (there with CRLF line ends).
+LLAMACPP_TEMPLATES = ROOT / "models" / "llama.cpp" / "templates"
+LLAMACPP_FILES = {
+    "qwen3": ("Qwen-Qwen3-0.6B.jinja", "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5"),
+    "smollm3-llamacpp": ("HuggingFaceTB-SmolLM3-3B.jinja",
+                         "19eacf64569032f07644ea92c8e2a87af06ee7008147557302c31e474912ca97"),
+    "phi3.5": ("microsoft-Phi-3.5-mini-instruct.jinja",
+               "78d976a442bcde2f0be15aafbb8e3050e1104f86732266f68403251b89982a90"),
+    "llama3.1": ("meta-llama-Llama-3.1-8B-Instruct.jinja",
+                 "e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65"),
+}
+
+
+def llamacpp_template(name: str) -> str:
+    file, sha256 = LLAMACPP_FILES[name]
+    path = LLAMACPP_TEMPLATES / file
+    if not path.exists():
+        sys.exit(f"{path} is missing: run `make models` first")
+    data = path.read_bytes()
+    got = hashlib.sha256(data).hexdigest()
+    if got != sha256:
+        sys.exit(f"{path} has sha256 {got}, expected {sha256}")
+    return data.decode("utf-8")
 
 
 def render(template: str, messages: list, add_generation_prompt: bool, variables: dict) -> dict:
@@ -152,11 +220,77 @@ CONVERSATIONS = {
         {"role": "user", "content": "One."},
         {"role": "user", "content": "Two."},
     ],
+    # Later additions (kept small: tests/fixtures/chat_templates stays compact).
+    "system_middle": [
+        {"role": "user", "content": "Hi."},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": "Why?"},
+    ],
+    "system_empty": [
+        {"role": "system", "content": ""},
+        {"role": "user", "content": "Hi."},
+    ],
+    # Non-ASCII text, and leading / trailing whitespace that trimming templates remove.
+    "unicode_ws": [
+        {"role": "system", "content": "  Sé breve. \n"},
+        {"role": "user", "content": "\t¿Qué tal? 你好 🚀  "},
+        {"role": "assistant", "content": "\n Très bien — merci.\u00a0\n"},
+    ],
+    # Content as a list of parts (Gemma 3 reads them; its system message is folded into the first user turn).
+    "content_parts": [
+        {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "  What is this? "}]},
+        {"role": "assistant", "content": [{"type": "text", "text": " A cat. "}]},
+        {"role": "user", "content": [{"type": "text", "text": "Ünd "}, {"type": "text", "text": "the dog?\n"}]},
+    ],
+    # Reasoning: past assistant turns with <think>...</think> in their content or a separate field.
+    "think_history": [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "<think>\nA sum.\n</think>\n\n4."},
+        {"role": "user", "content": "3+3?"},
+    ],
+    "think_after_last_user": [
+        {"role": "system", "content": "Think."},
+        {"role": "user", "content": "3+3?"},
+        {"role": "assistant", "content": "Hmm."},
+        {"role": "assistant", "content": "<think>\n\nAdd\nthem.\n\n</think>\n\n\n6"},
+        {"role": "assistant", "content": "\nSo 6."},
+    ],
+    "reasoning_content": [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4", "reasoning_content": "A sum."},
+        {"role": "user", "content": "3+3?"},
+        {"role": "assistant", "content": "<think>\nkept\n</think>\n6", "reasoning_content": "\nAdd.\n"},
+    ],
+    # transformers fills reasoning_content from "reasoning" / "thinking", and drops keys whose value is None.
+    "reasoning_aliases": [
+        {"role": "user", "content": "3+3?"},
+        {"role": "assistant", "content": "<think>\nfrom content\n</think>\n\n6", "reasoning_content": None},
+        {"role": "user", "content": "4+4?"},
+        {"role": "assistant", "content": "8", "reasoning": "Add."},
+    ],
+    # SmolLM3's /think and /no_think flags in the system prompt (they win over enable_thinking).
+    "system_think": [
+        {"role": "system", "content": "Réponds en français. /think"},
+        {"role": "user", "content": "2+2 ?"},
+        {"role": "assistant", "content": "<think>\nSomme.\n</think>\n\n4"},
+    ],
+    "system_no_think": [
+        {"role": "system", "content": "/no_think"},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "\n<think>\nSum.\n</think>\n4"},
+    ],
+    "system_both_flags": [
+        {"role": "system", "content": "Be brief. /think  /no_think  \n"},
+        {"role": "user", "content": "Hi!"},
+    ],
 }
 
 TEMPLATES = {
-    # name: (text, bos_token, eos_token, conversations, extra variables per conversation)
-    "smollm2": (None, "<|im_start|>", "<|im_end|>",
+    # name: (text or a function giving it, bos_token, eos_token, conversations); a conversation is a name of
+    # CONVERSATIONS or (name, extra variables); extra_vars() adds the variables every case of a template needs.
+    "smollm2": (smollm2_template, "<|im_start|>", "<|im_end|>",
                 ["empty", "single_user", "system_user", "multi_turn", "system_multi_turn", "unicode_and_escapes"]),
     "qwen2.5": (QWEN25, None, "<|im_end|>",
                 ["single_user", "system_user", "multi_turn", "system_multi_turn", "unicode_and_escapes", "tool_use"]),
@@ -169,6 +303,30 @@ TEMPLATES = {
                 ["single_user", "multi_turn", "unicode_and_escapes", "system_user", "two_users"]),
     "gemma2": (GEMMA2, "<bos>", "<eos>",
                ["single_user", "multi_turn", "unicode_and_escapes", "system_user", "two_users"]),
+    # Qwen/Qwen3-0.6B (tokenizer_config: bos_token null, eos_token <|im_end|>).
+    "qwen3": (lambda: llamacpp_template("qwen3"), None, "<|im_end|>",
+              ["single_user", ("single_user", {"enable_thinking": True}), ("single_user", {"enable_thinking": False}),
+               "system_user", "unicode_ws", "system_middle", "think_history",
+               ("think_history", {"enable_thinking": False}), ("think_after_last_user", {"enable_thinking": True}),
+               "reasoning_content", "reasoning_aliases"]),
+    # HuggingFaceTB/SmolLM3-3B as shipped in llama.cpp: Unsloth's edit of it (see the docstring). Without custom
+    # instructions and in /think mode it prints a 1.2 KB default system prompt: one conversation shows it.
+    "smollm3-llamacpp": (lambda: llamacpp_template("smollm3-llamacpp"), "<|begin_of_text|>", "<|im_end|>",
+                         ["single_user", ("single_user", {"enable_thinking": False}),
+                          ("system_user", {"enable_thinking": True}), "unicode_ws",
+                          ("system_think", {"enable_thinking": False}), ("system_no_think", {"enable_thinking": True}),
+                          "system_both_flags"]),
+    # microsoft/Phi-3.5-mini-instruct (tokenizer_config: bos_token <s>, eos_token <|endoftext|>).
+    "phi3.5": (lambda: llamacpp_template("phi3.5"), "<s>", "<|endoftext|>",
+               ["single_user", "system_user", "system_empty", "unicode_ws", "system_middle"]),
+    "phi4-mini": (PHI4_MINI, "<|endoftext|>", "<|endoftext|>",
+                  ["single_user", "system_user", "unicode_ws", "system_middle"]),
+    "gemma3": (GEMMA3, "<bos>", "<eos>",
+               ["single_user", "system_user", "unicode_ws", "content_parts", "system_middle", "two_users"]),
+    # meta-llama/Llama-3.1-8B-Instruct (tokenizer_config: bos_token <|begin_of_text|>, eos_token <|eot_id|>). Its
+    # template has no strftime_now: without date_string it prints its fixed default, 26 Jul 2024.
+    "llama3.1": (lambda: llamacpp_template("llama3.1"), "<|begin_of_text|>", "<|eot_id|>",
+                 ["single_user", ("system_user", {"date_string": "07 Dec 2025"}), "unicode_ws", "system_middle"]),
 }
 
 
@@ -284,6 +442,24 @@ CONSTRUCTS = [
     ("error_namespace_underscore", "{% set ns = namespace(_x=1) %}", {}),
     ("error_set_attr_non_namespace", "{% set d = {} %}{% set d.x = 1 %}", {}),
     ("error_range_too_big", "{{ range(1000000)|length }}", {}),
+    # constructs of the Qwen3, SmolLM3, Phi-3.5 / Phi-4-mini, Gemma 3 and Llama 3.1 templates
+    ("not_call_paren", "{{ not(true and false) }}|{{ not('<a>'.startswith('<a') and '<a>'.endswith('>')) }}|{{ not(0) }}", {}),
+    ("not_binds_looser_than_is", "{{ not missing is defined }}|{{ not none is none }}|{{ not [1, 2]|length == 1 }}|{{ not 'x' in 'xy' }}|{{ not missing is defined and true }}", {}),
+    ("filter_binds_tighter_than_plus", "{{ 'a' + '  b  '|trim + 'c' }}|{{ 'T: ' + ['x', 'y', 'z']|reject('equalto', 'y')|join(', ') + '!' }}|{{ messages|length - 1 }}|{{ '<' + messages[0]['content']|upper + '>' }}", {}),
+    ("string_literal_raw_newline", "{{'<|user|>\n' + 'x' + '<|end|>\n'}}{% if true %}{{ \"a\r\nb\" }}{% endif %}\nend", {}),
+    ("set_if_not_defined", "{%- if flag is not defined -%}{%- set flag = true -%}{%- endif -%}\n{%- if not date is defined %}\n    {%- set date = '26 Jul 2024' %}\n{%- endif %}\n[{{ flag }}][{{ date }}]", {}),
+    ("set_if_not_defined_passed", "{%- if flag is not defined -%}{%- set flag = true -%}{%- endif -%}\n{%- if not date is defined %}\n    {%- set date = '26 Jul 2024' %}\n{%- endif %}\n[{{ flag }}][{{ date }}]", {"flag": False, "date": "07 Dec 2025"}),
+    ("if_undefined", "{% if missing %}t{% else %}f{% endif %}|{% if not missing %}n{% endif %}|{{ 'y' if missing else 'n' }}|{% if messages[0].nope %}t{% elif messages[0].role %}r{% endif %}|{% if messages[0].role == 'system' %}{% set ci = messages[0].content %}{% endif %}{% if ci %}{{ ci }}{% endif %}{% if ci2 %}x{% endif %}", {}),
+    ("is_false_strict", "{{ false is false }} {{ 0 is false }} {{ none is false }} {{ '' is false }} {{ 1 is true }}|{% if flag is defined and flag is false %}off{% endif %}", {"flag": False}),
+    ("set_context_var", "{% set messages = messages[1:] %}{{ messages|length }}{% for m in messages %}{{ m.role }}{% endfor %}|{% set loop_messages = messages[1:] %}{{ loop_messages[0].content }}", {}),
+    ("set_loop_variable", "{% for t in calls %}{% if t.function %}{% set t = t.function %}{% endif %}{{ t.name }}{{ t.function is defined }};{% endfor %}", {"calls": [{"function": {"name": "a"}}, {"name": "b"}]}),
+    ("namespace_expr_kwargs", "{% set ns = namespace(flag=true, last=messages|length - 1, s='x' ~ 1) %}{% for m in messages[::-1] %}{% set index = (messages|length - 1) - loop.index0 %}{% if ns.flag and m.role == 'user' and not(m.content.startswith('<r>') and m.content.endswith('</r>')) %}{% set ns.flag = false %}{% set ns.last = index %}{% endif %}{% endfor %}{{ ns.last }} {{ ns.flag }} {{ ns.s }}", {}),
+    ("content_dispatch", "{% for c in contents %}{% if c is string %}s:{{ c|trim }}{% elif c is iterable %}i:{% for p in c %}{% if p['type'] == 'image' %}<img>{% elif p['type'] == 'text' %}{{ p['text']|trim }}{% endif %}{% endfor %}{% else %}o:{{ c }}{% endif %};{% endfor %}{{ 5 is iterable }} {{ {'a': 1} is iterable }} {{ {'a': 1} is mapping }} {{ [] is mapping }} {{ 'a' is mapping }}", {"contents": [" s ", [{"type": "image"}, {"type": "text", "text": " t "}], {"type": "text"}, 5, None]}),
+    ("inline_if_in_concat", "{% for m in messages %}{{ '<' + m.role + '>' + (m.content if loop.first else \"\") + ('!' if loop.last else '') }}{% endfor %}", {}),
+    ("for_unpack_items_filter", "{% for k, v in d|items %}{{ k + '=\"' + v + '\"' }}{% if not loop.last %}{{ ', ' }}{% endif %}{% endfor %}|{{ 'b' in names }} {{ 'z' in names }}", {"d": {"city": "Paris", "unit": "c"}, "names": ["a", "b"]}),
+    ("str_replace_chain", "{{ s.replace('/no_think', '').replace('/think', '').rstrip() }}|{{ '/no_think' in s }} {{ '/think' in s }}|{{ s.replace('/x', '') == s }}", {"s": "Be brief. /think  /no_think  \n"}),
+    ("strip_chars_newline", "[{{ '\\n\\nr\\n\\n'.strip('\\n') }}][{{ '\\n x\\n'.lstrip('\\n') }}][{{ 'ab\\n \\n'.rstrip('\\n') }}][{{ 'xyzyx'.strip('xy') }}][{{ ''.strip('\\n') }}]", {}),
+    ("comment_unicode_ws", "{# ───── defaults ───── #}\n{%- if true -%}\n    {%- set x = 1 -%}\n{%- endif -%}\n{# ───── header ───── #}\n{{- 'h' -}}\n{#- dash -#}\n  {{ 'v' ~ x }}\n{# end #}\n!", {}),
 ]
 
 
@@ -291,14 +467,15 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     texts = {}
     for name, (text, bos, eos, _) in TEMPLATES.items():
-        texts[name] = smollm2_template() if name == "smollm2" else text
+        texts[name] = text() if callable(text) else text
         (OUT / f"{name}.jinja").write_text(texts[name], encoding="utf-8", newline="")
     cases = {"templates": {}, "renders": [], "construct_messages": MSGS, "constructs": []}
     for name, (_, bos, eos, convs) in TEMPLATES.items():
         cases["templates"][name] = {"file": f"{name}.jinja", "bos_token": bos, "eos_token": eos}
         for conv in convs:
+            conv, conv_vars = conv if isinstance(conv, tuple) else (conv, {})
             for agp in (False, True):
-                variables = dict(extra_vars(name, conv))
+                variables = {**extra_vars(name, conv), **conv_vars}
                 specials = {k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v is not None}
                 case = {"template": name, "conversation": conv, "messages": CONVERSATIONS[conv],
                         "add_generation_prompt": agp, "extra_vars": variables}

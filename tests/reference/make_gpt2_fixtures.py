@@ -20,8 +20,10 @@ Outputs:
         the prompts, their ids, greedy continuations, per-step argmax margins,
         the left-padded batched run and its comparison with the single runs.
     tests/fixtures/gpt2_tiny_logits.safetensors
-        float32 logits of every prompt, generate's per-step logits for one
-        prompt, per-layer activations for one prompt.
+        float32 logits of the last min(T, 8) positions of every prompt (all of
+        a short prompt's, the last 8 rows of a longer one; LOGITS_ROWS),
+        generate's per-step logits for one prompt, per-layer activations for
+        one prompt.
     tests/reference/fixture_index.md (its gpt2_tiny block)
 
 Every number is Hugging Face transformers' own (GPT2LMHeadModel, eager
@@ -33,8 +35,8 @@ is closer than MIN_MARGIN to a tie.
 --check-qkv-save DIR loads a GPT-2 folder written by qkv with
 GPT2LMHeadModel.from_pretrained, requires a clean loading report (no
 missing / unexpected / mismatched keys), compares its logits on the fixture
-prompts with the reference, prints the result and appends one dated line to
-the index. Exit status 1 if the load is not clean or the logits differ by
+prompts with the reference (the stored last rows of each), prints the result
+and appends one dated line to the index. Exit status 1 if the load is not clean or the logits differ by
 more than --tol.
 
 Deterministic: one thread, torch.use_deterministic_algorithms, fixed seeds;
@@ -88,6 +90,8 @@ MAX_NEW = 40
 MIN_MARGIN = 1e-4    # every greedy step's top1 - top2 logit gap must exceed this
 STEP_LOGITS_PROMPT = "short"      # generate's per-step logits are stored for this prompt,
 STEP_LOGITS_ROWS = 16             # for its first 16 steps (the file stays small)
+LOGITS_ROWS = 8                   # logits.<i> keeps the last min(T, 8) rows of each prompt's logits
+                                  # (it held all T rows, ~560 KB; the C++ test compares the last rows)
 ACTIVATIONS_PROMPT = "endoftext"  # per-layer activations are stored for this prompt
 
 # (name, text). Ids come from GPT2TokenizerFast on the fixture's vocab.json /
@@ -301,7 +305,7 @@ def references(tok: GPT2TokenizerFast) -> tuple[dict, dict[str, torch.Tensor]]:
         if min(margins) <= MIN_MARGIN:
             sys.exit(f"prompt {name!r}: greedy step {margins.index(min(margins))} has margin "
                      f"{min(margins):.3g} <= {MIN_MARGIN}; choose another prompt")
-        tensors[f"logits.{i}"] = logits.contiguous()
+        tensors[f"logits.{i}"] = logits[-LOGITS_ROWS:].contiguous()  # last min(T, LOGITS_ROWS) rows
         if name == STEP_LOGITS_PROMPT:
             tensors[f"step_logits.{i}"] = step_logits[:STEP_LOGITS_ROWS].contiguous()
         if name == ACTIVATIONS_PROMPT:
@@ -439,10 +443,11 @@ def write_index(ref: dict, tensors: dict[str, torch.Tensor], losses: list[float]
              "step), `min_margin`}; `batch` = the same prompts in one left-padded batch "
              "(`input_ids`, `attention_mask`, `new_ids`, `rows_equal_single`); tolerances measured "
              "in HF itself (`max_abs_diff_*`).")
-    L.append("- `gpt2_tiny_logits.safetensors` (all F32): `logits.<i>` [T_i, V] = logits of prompt i's "
-             f"full forward; `step_logits.<i>` [{STEP_LOGITS_ROWS}, V] for prompt `{STEP_LOGITS_PROMPT}` = the "
-             f"logits of its first {STEP_LOGITS_ROWS} generate steps (KV cache; row 0 = last prompt row); activations of prompt "
-             f"`{ACTIVATIONS_PROMPT}` [T, n_embd]: " + ", ".join(f"`{k}`" for k in ref["activations"]["tensors"])
+    L.append(f"- `gpt2_tiny_logits.safetensors` (all F32): `logits.<i>` [min(T_i, {LOGITS_ROWS}), V] = the "
+             f"last min(T_i, {LOGITS_ROWS}) rows of prompt i's full-forward logits (all of a short prompt's; "
+             f"the last row = position T_i - 1); `step_logits.<i>` [{STEP_LOGITS_ROWS}, V] for prompt "
+             f"`{STEP_LOGITS_PROMPT}` = the logits of its first {STEP_LOGITS_ROWS} generate steps (KV cache; "
+             f"row 0 = last prompt row); activations of prompt `{ACTIVATIONS_PROMPT}` [T, n_embd]: " + ", ".join(f"`{k}`" for k in ref["activations"]["tensors"])
              + ". `hidden.0` = wte + wpe, `hidden.1` = block 0 output, `hidden.2` = **ln_f** of block 1's "
              "output (HF's convention); `block.<l>.attn` / `.mlp` are after c_proj, before the residual add.")
     L.append("")
@@ -452,9 +457,9 @@ def write_index(ref: dict, tensors: dict[str, torch.Tensor], losses: list[float]
              f"{ref['batch']['max_abs_diff_step_logits_vs_single']}, batched rows equal single: "
              f"{all(ref['batch']['rows_equal_single'])}; batched min margin {ref['batch']['min_margin']}.\n")
     L.append("- **Test (model):** load `gpt2_tiny/` with qkv's HF GPT-2 loader; for each prompt compare the "
-             "forward logits with `logits.<i>` (float32: `atol 1e-4` is ample, the eager/SDPA spread above "
-             "is the scale of legitimate rounding differences); on failure compare the activations of "
-             f"`{ACTIVATIONS_PROMPT}` in order (`hidden.0`, `block.0.ln_1`, `block.0.attn`, ...) to find "
+             "last `logits.<i>.size(0)` rows of the forward logits with `logits.<i>` (float32: `atol 1e-4` "
+             "is ample, the eager/SDPA spread above is the scale of legitimate rounding differences); on "
+             f"failure compare the activations of `{ACTIVATIONS_PROMPT}` in order (`hidden.0`, `block.0.ln_1`, `block.0.attn`, ...) to find "
              "the first divergence.")
     L.append("- **Test (tokenizer):** qkv's BPE on `text` gives exactly `ids` (special token "
              "`<|endoftext|>` in the text is one id).")
@@ -509,7 +514,8 @@ def check_qkv_save(directory: Path, tol: float) -> int:
         with torch.no_grad():
             logits = model(ids, attention_mask=torch.ones_like(ids)).logits[0]
             new, _ = greedy(model, ids, torch.ones_like(ids), ref["pad_token_id"])
-        d = float((logits - want[p["logits_tensor"]]).abs().max())
+        ref_rows = want[p["logits_tensor"]]  # the prompt's last rows (all of a short prompt's)
+        d = float((logits[-ref_rows.shape[0]:] - ref_rows).abs().max())
         same = new[0].tolist() == p["new_ids"]
         ids_equal &= same
         worst = max(worst, d)

@@ -38,7 +38,7 @@ inline std::shared_ptr<const infer::LanguageModel> gpt2_tiny_lm() {
   return lm;
 }
 inline std::shared_ptr<const infer::CausalLM> gpt2_tiny_model() { return gpt2_tiny_lm()->model; }
-inline const tokenize::ByteLevelBPE* gpt2_tiny_tokenizer() { return &gpt2_tiny_lm()->tok(); }
+inline const tokenize::Tokenizer* gpt2_tiny_tokenizer() { return &gpt2_tiny_lm()->tok(); }
 
 // The tiny GPT-2 as a served text model (id "gpt2_tiny"), with the ChatML template; `model`
 // replaces the network (a gated one, say).

@@ -67,7 +67,7 @@ const Reference& generated(std::size_t q, const std::string& flags = "") {
   return cache[{q, flags}] = ref;
 }
 
-const qkv::tokenize::ByteLevelBPE& smol_tokenizer() {
+const qkv::tokenize::Tokenizer& smol_tokenizer() {
   static const qkv::infer::LanguageModel lm = qkv::infer::load_language_model(kSmol);
   return lm.tok();
 }
@@ -141,7 +141,7 @@ void expect_generated(const Answer& a, std::size_t q, const std::string& flags =
   ASSERT_EQ(a.token_bytes.size(), ref.new_ids.size()) << kQuestions[q].first;
   ASSERT_EQ(ref.logprobs.size(), ref.new_ids.size());
   for (std::size_t i = 0; i < ref.new_ids.size(); ++i) {
-    EXPECT_EQ(a.token_bytes[i], smol_tokenizer().token_bytes(ref.new_ids[i])) << kQuestions[q].first << ", token " << i;
+    EXPECT_EQ(a.token_bytes[i], smol_tokenizer().token_text(ref.new_ids[i])) << kQuestions[q].first << ", token " << i;
     EXPECT_EQ(a.logprobs[i], ref.logprobs[i]) << kQuestions[q].first << ", token " << i;
   }
 }

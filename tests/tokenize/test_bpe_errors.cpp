@@ -127,7 +127,7 @@ TEST(BpeInputErrors, OutOfRangeIdsAreIndexErrors) {
   expect_error<IndexError>([&] { bpe.decode_bytes({1, 2, 1 << 30}); }, {"token id 1073741824"});
   expect_error<IndexError>([&] { bpe.token_bytes(1000); }, {"token id 1000"});
   // A failed push leaves the stream decoder as it was.
-  StreamDecoder sd(bpe);
+  StreamDecoder sd(std::make_shared<ByteLevelBPE>(bpe));
   std::vector<std::int64_t> euro;  // U+20AC as its three one-byte tokens
   for (unsigned char b : std::string("\xE2\x82\xAC")) euro.push_back(*bpe.token_to_id(byte_char(b)));
   std::string out;

@@ -19,7 +19,7 @@ namespace {
 // Every chunk is valid UTF-8 (so none ends inside a character) and they add up to decode(ids).
 void expect_stream_matches_decode(const ByteLevelBPE& bpe, const std::vector<std::int64_t>& ids,
                                   const std::string& what) {
-  StreamDecoder sd(bpe);
+  StreamDecoder sd(std::make_shared<ByteLevelBPE>(bpe));
   std::string all;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::string chunk = sd.push(ids[i]);

@@ -65,7 +65,7 @@ TEST(BpeRoundTrip, RandomValidUtf8) {
     const Ids ids = bpe.encode(s);
     ASSERT_EQ(bpe.decode(ids), s) << "case " << k << ": " << show(s);
     // Streaming: chunks are whole characters and add up to the text.
-    StreamDecoder sd(bpe);
+    StreamDecoder sd(std::make_shared<ByteLevelBPE>(bpe));
     std::string all;
     for (const auto id : ids) {
       const std::string chunk = sd.push(id);
@@ -87,7 +87,7 @@ TEST(BpeRoundTrip, RandomIdsStreamLikeDecode) {
     for (auto& id : ids) id = static_cast<std::int64_t>(rng() % 2 ? 1 + rng() % 256 : rng() % 1000);
     const std::string text = bpe.decode(ids);
     ASSERT_FALSE(utf8::find_invalid(text).has_value());
-    StreamDecoder sd(bpe);
+    StreamDecoder sd(std::make_shared<ByteLevelBPE>(bpe));
     std::string all;
     for (const auto id : ids) {
       const std::string chunk = sd.push(id);
@@ -105,7 +105,7 @@ TEST(BpeRoundTrip, RandomIdsStreamLikeDecode) {
 TEST(BpeStreamDecoder, HoldsBackPartialCharacters) {
   const auto& bpe = reference_bpe();
   auto byte_id = [&](unsigned char b) { return *bpe.token_to_id(byte_char(b)); };
-  StreamDecoder sd(bpe);
+  StreamDecoder sd(std::make_shared<ByteLevelBPE>(bpe));
   EXPECT_EQ(sd.push(byte_id('a')), "a");
   EXPECT_EQ(sd.push(byte_id(0xF0)), "");      // U+1F600 = F0 9F 98 80
   EXPECT_EQ(sd.push(byte_id(0x9F)), "");
@@ -123,7 +123,7 @@ TEST(BpeStreamDecoder, HoldsBackPartialCharacters) {
   std::optional<StreamDecoder> keep;
   {
     const ByteLevelBPE local = ByteLevelBPE::from_folder(fixture("gpt2_tiny"));
-    keep.emplace(local);
+    keep.emplace(std::make_shared<ByteLevelBPE>(local));
   }
   EXPECT_EQ(keep->push(byte_id('z')), "z");
 }

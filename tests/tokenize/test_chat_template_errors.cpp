@@ -176,9 +176,17 @@ TEST(ChatTemplateErrors, MessagesJsonShapeErrorsNameTheElement) {
   EXPECT_EQ(message("[{\"role\": \"user\"}]"), "messages.json: element 0 has no \"content\"");
   EXPECT_EQ(message("[{\"role\": 1, \"content\": \"hi\"}]"), "messages.json: element 0's \"role\" is a number, not a string");
   EXPECT_EQ(message("[{\"role\": \"user\", \"content\": null}]"),
-            "messages.json: element 0's \"content\" is null, not a string");
+            "messages.json: element 0's \"content\" is null, not a string or a list of parts");
+  // Content as a list of parts: each a {"type": ...} object, text parts with their text.
   EXPECT_EQ(message("[{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]"),
-            "messages.json: element 0's \"content\" is an array, not a string");
+            "messages.json: element 0's text part {\"type\":\"text\"} has no \"text\" string");
+  EXPECT_EQ(message("[{\"role\": \"user\", \"content\": [3]}]"),
+            "messages.json: element 0's \"content\" list holds 3, not a {\"type\": ...} part");
+  const auto parts = parse_chat_messages_json(
+      "[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, {\"type\": \"image\"}, "
+      "{\"type\": \"text\", \"text\": \"b\"}]}]",
+      "m");
+  EXPECT_EQ(parts.at(0).content, "ab");
   EXPECT_EQ(message("[{\"role\": \"user\", \"content\": \"hi\"}"),
             "messages.json is not valid JSON: parse error at line 1, column 35: syntax error while parsing array - "
             "unexpected end of input; expected ']'");

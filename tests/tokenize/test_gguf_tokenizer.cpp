@@ -94,7 +94,7 @@ TEST(GgufTokenizer, KeyErrorsNameTheFileAndKey) {
   using io::GGUFMeta;
   bad("tokenizer.ggml.model", nullptr, {"no tokenizer", "tokenizer.ggml.model"});
   const GGUFMeta llama = GGUFMeta::string("llama");
-  bad("tokenizer.ggml.model", &llama, {"tokenizer.ggml.model", "SentencePiece", "not supported yet"});
+  bad("tokenizer.ggml.model", &llama, {"tokenizer.ggml.model", "not a byte-level BPE vocabulary"});
   const GGUFMeta number = GGUFMeta::u32(3);
   bad("tokenizer.ggml.tokens", &number, {"tokenizer.ggml.tokens"});
   bad("tokenizer.ggml.tokens", nullptr, {"tokenizer.ggml.tokens"});

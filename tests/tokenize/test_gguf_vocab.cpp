@@ -130,10 +130,14 @@ TEST(GgufVocabErrors, EachDefectNamed) {
     edit(g);
     gguf_error([&] { bpe_from_gguf_vocab(g, "bad.gguf"); }, want);
   };
-  bad([](GgufVocab& g) { g.model = "llama"; },
-      {"tokenizer.ggml.model", "\"llama\"", "SentencePiece", "not supported yet", "\"gpt2\""});
-  bad([](GgufVocab& g) { g.model = "bert"; }, {"tokenizer.ggml.model", "\"bert\"", "not supported"});
-  bad([](GgufVocab& g) { g.model = ""; }, {"tokenizer.ggml.model", "\"\"", "not supported"});
+  // bpe_from_gguf_vocab reads "gpt2"; tokenizer_from_gguf_vocab every model qkv knows.
+  bad([](GgufVocab& g) { g.model = "llama"; }, {"tokenizer.ggml.model", "\"llama\"", "not a byte-level BPE", "\"gpt2\""});
+  for (const std::string model : {"bert", ""}) {
+    GgufVocab g = small_vocab();
+    g.model = model;
+    gguf_error([&] { tokenizer_from_gguf_vocab(g, "bad.gguf"); },
+               {"tokenizer.ggml.model", "\"" + model + "\"", "not supported", "\"gpt2\"", "\"llama\", SentencePiece"});
+  }
   bad([](GgufVocab& g) { g.pre = "deepseek-llm"; },
       {"tokenizer.ggml.pre", "\"deepseek-llm\"", "not a pre-tokenizer", "smollm", "llama3", "qwen2", "default"});
   bad([](GgufVocab& g) { g.tokens.clear(); }, {"tokenizer.ggml.tokens", "empty"});

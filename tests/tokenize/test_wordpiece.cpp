@@ -28,7 +28,7 @@ WordPieceTokenizer tiny(WordPieceOptions o = {}) { return WordPieceTokenizer(tin
 
 std::vector<std::string> toks(const WordPieceTokenizer& t, const std::string& s) {
   std::vector<std::string> out;
-  for (auto id : t.encode(s, false)) out.push_back(t.id_to_token(id));
+  for (auto id : t.encode(s)) out.push_back(t.id_to_token(id));
   return out;
 }
 
@@ -48,11 +48,11 @@ TEST(WordPiece, SpecialTokensAroundAndTruncation) {
   WordPieceOptions o;
   o.max_length = 4;
   const auto t = tiny(o);
-  EXPECT_EQ(t.encode("hello"), (std::vector<std::int64_t>{2, 10, 3}));
-  EXPECT_EQ(t.encode(""), (std::vector<std::int64_t>{2, 3}));
+  EXPECT_EQ(t.encode_with_specials("hello"), (std::vector<std::int64_t>{2, 10, 3}));
+  EXPECT_EQ(t.encode_with_specials(""), (std::vector<std::int64_t>{2, 3}));
   // [CLS] hello world [SEP]: the tail of the text is dropped, [SEP] kept.
-  EXPECT_EQ(t.encode("hello world hello world"), (std::vector<std::int64_t>{2, 10, 11, 3}));
-  EXPECT_EQ(t.encode("hello world hello world", false).size(), 4u);  // bare ids are not truncated
+  EXPECT_EQ(t.encode_with_specials("hello world hello world"), (std::vector<std::int64_t>{2, 10, 11, 3}));
+  EXPECT_EQ(t.encode("hello world hello world").size(), 4u);  // bare ids are not truncated
 }
 
 TEST(WordPiece, BasicTokenizerRules) {
@@ -195,7 +195,7 @@ TEST(WordPieceParity, IdsEqualHuggingFace) {
   int mismatches = 0;
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const std::vector<std::int64_t> want(ids.begin() + off[i], ids.begin() + off[i + 1]);
-    const auto got = tok.encode(lines[i]);
+    const auto got = tok.encode_with_specials(lines[i]);
     if (got != want) {
       ++mismatches;
       std::string g, w;

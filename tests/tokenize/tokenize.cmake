@@ -7,4 +7,5 @@ qkv_add_test(test_tokenize
           tokenize/test_bpe_train.cpp  # BPE training vs HF BpeTrainer (BpeTrain*.*)
           tokenize/test_tokenizer_json.cpp tokenize/test_tokenizer_json_errors.cpp tokenize/test_gguf_vocab.cpp
           tokenize/test_gguf_tokenizer.cpp  # SmolLM2 from its GGUF (needs `make models`)
+          tokenize/test_sentencepiece.cpp   # SentencePiece and the tokenizer interface (models/llama.cpp: `make models`)
   LIBS qkv nlohmann_json::nlohmann_json PkgConfig::PCRE2)  # PCRE2: the test asks it which code points it knows

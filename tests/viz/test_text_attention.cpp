@@ -115,22 +115,21 @@ TEST(TextAttention, SelectionsAndErrorsNameTheModelsSizes) {
 }
 
 TEST(TextAttention, AFamilyItCannotDrawIsNamed) {
-  const fs::path dir = cli_test::unique_temp("llama_folder");
+  const fs::path dir = cli_test::unique_temp("t5_folder");
   fs::create_directories(dir);
-  std::ofstream(dir / "config.json") << R"({"model_type": "llama"})";
+  std::ofstream(dir / "config.json") << R"({"model_type": "t5"})";
   try {
     models::text_attention(dir.string(), "hello");
-    ADD_FAILURE() << "a llama folder";
+    ADD_FAILURE() << "a t5 folder";
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("is a 'llama' model folder; qkv heatmap draws gpt2, bert folders"),
+    EXPECT_NE(std::string(e.what()).find("is a 't5' model folder; qkv heatmap draws GGUF files and folders of bert, gemma2, "),
               std::string::npos)
         << e.what();
   }
   const cli_test::Result r = run("heatmap --model '" + dir.string() + "' --text hello --out '" +
-                                 cli_test::unique_temp("llama_out").string() + "'");
+                                 cli_test::unique_temp("t5_out").string() + "'");
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find(dir.string() + " is a 'llama' folder; qkv heatmap needs a GPT-2 or BERT folder"), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find(dir.string() + " is a 't5' model folder; qkv heatmap draws"), std::string::npos) << r.err;
   fs::remove_all(dir);
 }
 

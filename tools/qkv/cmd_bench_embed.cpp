@@ -67,14 +67,14 @@ int run_bench_embed(const BenchEmbedOptions& o) {
     for (const auto& t : texts) f << t << '\n';
     if (!f) throw IOError("bench embed: cannot write " + o.dump);
   }
-  require_model_kind(o.model, {"bert"}, "bench embed", "a BERT / sentence-transformers folder (config.json, model.safetensors, vocab.txt, modules.json)");
+  require_model_role(o.model, models::ModelRole::Encoder, "bench embed");
   const infer::SentenceEmbedder e = infer::SentenceEmbedder::from_folder(o.model);
   // FLOPs of the matrix products embed() runs: no padding (BertRunner), so per token and per
   // query-key pair of each sentence. padded_tokens: what batches padded to their longest row
   // (sentence-transformers' way, sorted by length as embed sorts) would have computed.
   std::vector<std::int64_t> lens;
   std::int64_t tokens = 0;
-  for (const auto& t : texts) lens.push_back(static_cast<std::int64_t>(e.tokenizer().encode(t).size()));
+  for (const auto& t : texts) lens.push_back(static_cast<std::int64_t>(e.tokenizer().encode_with_specials(t).size()));
   for (auto l : lens) tokens += l;
   const double flops = e.runner().matmul_flops(lens);
   // The warm-up runs the first 4 batches embed() runs: the 4 x batch longest sentences (embed

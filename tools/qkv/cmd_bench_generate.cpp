@@ -21,7 +21,6 @@
 #include "qkv/kernels/peak.h"
 #include "qkv/infer/language_model.h"
 #include "qkv/models/gpt2.h"
-#include "qkv/models/llama.h"
 
 namespace qkv::tool {
 
@@ -41,13 +40,8 @@ int run_bench_generate(const BenchGenerateOptions& o) {
     model = lm.model;
     arch = lm.architecture;
     weight_bytes = static_cast<double>(lm.weight_bytes);
-    if (auto* llama = dynamic_cast<const models::LlamaForCausalLM*>(model.get())) {
-      const models::LlamaConfig& c = llama->config();
-      sizes["layers"] = c.num_hidden_layers, sizes["d_model"] = c.hidden_size, sizes["heads"] = c.num_attention_heads;
-      sizes["kv_heads"] = c.num_key_value_heads, sizes["vocab"] = c.vocab_size;
-    } else if (o.activations != "f32") {
-      throw ValueError("--activations q8 applies to quantized Llama-family models only");
-    }
+    if (o.activations != "f32" && !lm.q8_activations)
+      throw ValueError("--activations q8 applies to decoder models with quantized weights only, not to " + lm.architecture);
   } else {
     models::GPT2Config c;
     c.n_layer = o.layers, c.n_embd = o.d_model, c.n_head = o.heads, c.vocab_size = o.vocab;
@@ -61,11 +55,7 @@ int run_bench_generate(const BenchGenerateOptions& o) {
     weight_bytes = 4.0 * static_cast<double>(m->num_parameters() - m->wpe->weight.numel());
     model = m;
   }
-  if (const auto* g2 = dynamic_cast<const models::GPT2LMHeadModel*>(model.get())) {
-    const models::GPT2Config& c = g2->config();
-    sizes["layers"] = c.n_layer, sizes["d_model"] = c.n_embd, sizes["heads"] = c.n_head, sizes["vocab"] = c.vocab_size;
-    if (weight_bytes == 0) weight_bytes = 4.0 * static_cast<double>(g2->num_parameters() - g2->wpe->weight.numel());
-  }
+  for (const auto& [key, value] : model->sizes()) sizes[key] = value;
   if (o.prompt_len + o.new_tokens > model->max_positions())
     throw ValueError("--prompt-len " + std::to_string(o.prompt_len) + " + --new " + std::to_string(o.new_tokens) +
                      " exceeds the model's " + std::to_string(model->max_positions()) + " positions");

@@ -53,8 +53,7 @@ class SigintFlag {
 };
 
 int run_chat(const ChatOptions& o) {
-  require_model_kind(o.model, {"gpt2", "llama", "mistral", "qwen2"}, "chat",
-                     "a causal language model: a GGUF file, or a GPT-2 / Llama / Mistral / Qwen2 folder");
+  require_model_role(o.model, models::ModelRole::CausalLM, "chat");
   const infer::SamplingOptions sampling = o.sampling.options();
   if (o.activations != "f32" && o.activations != "q8")
     throw ValueError("--activations must be f32 or q8, got '" + o.activations + "'");
@@ -116,7 +115,7 @@ int run_chat(const ChatOptions& o) {
     infer::SamplingOptions so = sampling;
     so.seed = sampling.seed + turn;  // each turn its own stream, the same for the same seed
     infer::Sampler sampler(so);
-    tokenize::StreamDecoder dec(lm.tok());
+    tokenize::StreamDecoder dec(lm.tokenizer);
     std::string reply;
     i64 n = 0;
     const char* why = "length";

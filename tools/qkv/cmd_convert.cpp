@@ -18,8 +18,8 @@
 #include "qkv/io/folder.h"
 #include "qkv/io/gguf.h"
 #include "qkv/models/gguf_export.h"
-#include "qkv/models/gpt2.h"
-#include "qkv/models/llama.h"
+#include "qkv/models/registry.h"
+#include "qkv/tokenize/gguf_vocab.h"
 
 namespace qkv::tool {
 namespace {
@@ -55,64 +55,55 @@ int run_gguf(const ConvertOptions& o, std::ostream& os) {
   if (fs::exists(o.out, ec) && fs::equivalent(o.model, o.out, ec))
     throw ValueError("convert: --out is the --model file; write to another file");
   check_output_file(o.out, {.cmd = "convert", .flag = "--out", .overwrite = o.overwrite});
-  const std::string kind = infer::model_kind(o.model);
   const std::string name = fs::path(o.out).stem().string();
-  std::string what;
-  if (in_file) {
-    if (!io::is_gguf_file(o.model)) throw FormatError("convert: " + o.model + " is not a GGUF file or a model folder");
-    auto f = std::make_shared<const io::GGUFFile>(io::GGUFFile::open(o.model));
-    const auto m = models::load_llama_gguf(f);
-    io::GGUFMetadata tok;
-    if (f->find_value("tokenizer.ggml.model")) {
-      const auto t = f->find_string("tokenizer.chat_template");
-      tok = models::gguf_tokenizer_metadata(tokenize::gguf_vocab_from(*f), t ? std::string(*t) : std::string());
-    }
-    models::save_llama_gguf(*m, o.out, type, tok, name);
-    what = kind;
-  } else if (kind == "gpt2") {
-    const auto m = models::load_gpt2(o.model);
-    io::GGUFMetadata tok;
-    if (fs::exists(fs::path(o.model) / "vocab.json", ec) || fs::exists(fs::path(o.model) / "tokenizer.json", ec))
-      tok = models::gguf_tokenizer_metadata(models::gguf_vocab_from_folder(o.model), folder_chat_template_text(o.model));
-    models::save_gpt2_gguf(*m, o.out, type.value_or(kernels::QType::F32), tok, name);
-    what = "gpt2";
-  } else if (kind == "llama" || kind == "mistral" || kind == "qwen2") {
-    const auto m = models::load_llama(o.model);
-    io::GGUFMetadata tok;
-    if (fs::exists(fs::path(o.model) / "tokenizer.json", ec) || fs::exists(fs::path(o.model) / "vocab.json", ec))
-      tok = models::gguf_tokenizer_metadata(models::gguf_vocab_from_folder(o.model), folder_chat_template_text(o.model));
-    models::save_llama_gguf(*m, o.out, type, tok, name);
-    what = kind;
-  } else {
-    require_model_kind(o.model, {"gpt2", "llama", "mistral", "qwen2"}, "convert",
-                       "a GPT-2 / Llama / Mistral / Qwen2 folder or a GGUF file to write GGUF");
+  const models::ModelKind kind = models::model_kind(o.model);
+  if (in_file && !io::is_gguf_file(o.model)) throw FormatError("convert: " + o.model + " is not a GGUF file or a model folder");
+  if (!kind.family || !kind.family->write_gguf) {
+    if (kind.family)
+      throw ValueError("convert: " + o.model + " is a " + kind.family->display + (kind.gguf ? " GGUF file" : " folder") +
+                       "; qkv convert writes GGUF from " + role_needs(models::ModelRole::CausalLM));
+    if (!kind.declared.empty())
+      throw FormatError("convert: " + o.model + (kind.gguf ? ": GGUF architecture '" : ": model_type \"") + kind.declared +
+                        (kind.gguf ? "'" : "\"") + " is not one qkv converts (" +
+                        (kind.gguf ? models::gguf_architectures_list() : models::model_types_list(models::ModelRole::CausalLM)) + ")");
     throw FormatError("convert: " + o.model + " is not a model folder qkv reads (no config.json with a model_type)");
   }
-  os << "wrote " << o.out << " (GGUF, " << what << ", weights " << (type ? kernels::qtype_name(*type) : "as stored")
-     << ", " << fs::file_size(o.out, ec) << " bytes)\n";
+  // The tokenizer and chat template travel with the weights.
+  io::GGUFMetadata tok;
+  if (in_file) {
+    const io::GGUFFile f = io::GGUFFile::open_header(o.model);
+    if (f.find_value("tokenizer.ggml.model")) {
+      const auto t = f.find_string("tokenizer.chat_template");
+      tok = tokenize::gguf_tokenizer_metadata(tokenize::gguf_vocab_from(f), t ? std::string(*t) : std::string());
+    }
+  } else if (tokenize::find_tokenizer(o.model)) {
+    tok = tokenize::gguf_tokenizer_metadata(tokenize::gguf_vocab_from_folder(o.model), folder_chat_template_text(o.model));
+  }
+  const std::string what = kind.family->write_gguf(o.model, o.out, type, tok, name);
+  os << "wrote " << o.out << " (GGUF, " << what << ", " << fs::file_size(o.out, ec) << " bytes)\n";
   return 0;
 }
 
 int run_convert(const ConvertOptions& o, std::ostream& os) {
   if (ends_with_gguf(o.out)) return run_gguf(o, os);
   if (!o.type.empty()) throw ValueError("convert: --type applies to GGUF output (an --out ending in .gguf)");
-  check_input_folder(o.model, "convert: --model", "a GPT-2 model folder");
+  check_input_folder(o.model, "convert: --model", "a model folder");
   std::error_code ec;
   if (fs::exists(o.out, ec) && same_file(o.model, o.out))
     throw ValueError("convert: --out is the --model folder; write to another folder");
-  require_model_kind(o.model, {"gpt2"}, "convert", "a GPT-2 folder to write a folder (give an --out ending in .gguf for GGUF)");
+  const models::ModelKind kind = models::model_kind(o.model);
+  if (kind.family && !kind.family->write_folder)
+    throw ValueError("convert: " + o.model + " is a " + kind.family->display +
+                     " folder; qkv convert writes a folder back only for a family it trains (give an --out ending in "
+                     ".gguf for GGUF)");
   check_output_folder(o.out, {.cmd = "convert", .overwrite = o.overwrite});
-  const auto m = models::load_gpt2(o.model);
-  io::StagedFolder f(o.out, "convert");  // OUT appears (or is replaced) whole, once complete
-  models::save_gpt2(*m, f.path());
-  for (const char* name : {"vocab.json", "merges.txt"}) {
-    const fs::path src = fs::path(o.model) / name;
-    if (fs::exists(src, ec)) io::write_file_atomic(f.file(name), io::read_file(src.string(), "convert"), "convert");
-  }
-  f.commit();
-  const models::GPT2Config& c = m->config();
-  os << "wrote " << o.out << " (GPT-2, " << c.n_layer << " layers, n_embd " << c.n_embd << ", vocab " << c.vocab_size
-     << ", " << m->num_parameters() << " parameters, float32)\n";
+  // A folder without model_type: the family that reads such folders names what is wrong with it.
+  const models::ModelFamily* family = kind.family;
+  if (!family)
+    for (const models::ModelFamily* f : models::model_families())
+      if (f->untyped_folders && f->write_folder) family = f;
+  if (!family) throw FormatError("convert: " + o.model + " is not a model folder qkv reads");
+  os << "wrote " << o.out << " (" << family->write_folder(o.model, o.out) << ")\n";
   return 0;
 }
 

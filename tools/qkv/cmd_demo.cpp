@@ -193,7 +193,8 @@ std::vector<DemoStep> demo_steps() {
            return 0;
          }
          const auto model = models::load_gpt2(ctx.opt.gpt2);
-         const auto tok = tokenize::ByteLevelBPE::from_folder(ctx.opt.gpt2);
+         const auto tokp = tokenize::load_tokenizer(ctx.opt.gpt2);
+         const tokenize::Tokenizer& tok = *tokp;
          const std::string prompt = "And God said";
          const std::vector<std::int64_t> ids = tok.encode(prompt);
          ctx.out << "Prompt \"" << prompt << "\" -> ids";
@@ -241,7 +242,8 @@ std::vector<DemoStep> demo_steps() {
          for (const char* f : {"config.json", "model.safetensors", "vocab.json", "merges.txt"})
            ctx.files_written.push_back(dir + "/" + f);
          const auto model = models::load_gpt2(dir);
-         const auto tok = tokenize::ByteLevelBPE::from_folder(dir);
+         const auto tokp = tokenize::load_tokenizer(dir);
+         const tokenize::Tokenizer& tok = *tokp;
          const std::vector<std::int64_t> ids = tok.encode("And God said");
          std::vector<std::int64_t> first;
          for (bool cache : {true, false}) {

@@ -54,7 +54,7 @@ int run_embed(const EmbedCmdOptions& o, std::ostream& out) {
   if (!o.file.empty()) check_input_file(o.file, "embed: --file");
   if (o.similarity && !o.out.empty())
     throw ValueError("embed: --similarity prints the similarity matrix and --out writes a search index; give one of them");
-  require_model_kind(o.model, {"bert"}, "embed", "a BERT / sentence-transformers folder (config.json, model.safetensors, vocab.txt, modules.json)");
+  require_model_role(o.model, models::ModelRole::Encoder, "embed");
   if (!o.out.empty())
     check_output_file(o.out, {.cmd = "embed", .overwrite = o.overwrite});
   std::vector<std::string> texts = o.file.empty() ? o.texts : infer::read_text_lines(o.file);

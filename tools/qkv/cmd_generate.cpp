@@ -41,7 +41,6 @@ struct GenerateOptions {
   bool no_cache = false, json = false, chat = false, ignore_eos = false;
 };
 
-const char* kNeeds = "a causal language model: a GGUF file, or a GPT-2 / Llama / Mistral / Qwen2 folder";
 
 int run_generate(GenerateOptions o, std::ostream& out) {
   // Every check before the model is read.
@@ -52,7 +51,7 @@ int run_generate(GenerateOptions o, std::ostream& out) {
     if (o.prompt) throw ValueError("generate: the prompt is given twice (--prompt and a PROMPT argument); give one");
     o.prompt = o.positional[0];
   }
-  require_model_kind(o.model, {"gpt2", "llama", "mistral", "qwen2"}, "generate", kNeeds);
+  require_model_role(o.model, models::ModelRole::CausalLM, "generate");
   infer::GenerationOptions g;
   g.max_new_tokens = o.max_new;
   g.sampling = o.sampling.options();
@@ -81,11 +80,8 @@ int run_generate(GenerateOptions o, std::ostream& out) {
                 .activations = o.activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32,
                 .kv_cache = infer::parse_kv_type(o.kv_cache, "--kv-cache")});
   const bool ids_only = !o.prompt_ids.empty();
-  const tokenize::ByteLevelBPE* tok = lm.tokenizer ? &*lm.tokenizer : nullptr;
-  if (!ids_only && !tok && !fs::exists(fs::path(o.model) / "tokenizer.json"))
-    load_tokenizer(o.model, true, "to read text prompts");  // names the missing file
-  if (!ids_only && !tok)
-    throw IOError("'" + o.model + "' has no tokenizer (tokenizer.json, or vocab.json + merges.txt); give --prompt-ids");
+  const tokenize::Tokenizer* tok = lm.tokenizer.get();
+  if (!ids_only && !tok) load_tokenizer(o.model, true, "to read text prompts; or give --prompt-ids");  // names what is missing
   if (!o.stop.empty() && !tok) throw IOError("--stop needs the tokenizer: '" + o.model + "' has none");
   std::vector<std::string> texts;
   std::vector<std::vector<i64>> prompts;
@@ -134,7 +130,7 @@ int run_generate(GenerateOptions o, std::ostream& out) {
   std::vector<std::optional<infer::TextStream>> streams(prompts.size());
   if (tok)
     for (auto& s : streams)
-      s.emplace(*tok, infer::TextStreamOptions{.stops = o.stop,
+      s.emplace(lm.tokenizer, infer::TextStreamOptions{.stops = o.stop,
                                                .skip = o.ignore_eos ? std::vector<i64>{} : lm.eos_ids,
                                                .mode = infer::StopMode::Keep});
   if (stream) out << texts[0] << std::flush;

@@ -117,9 +117,10 @@ int run_heatmap(const HeatmapOptions& opt, std::ostream& out, std::vector<std::s
     throw ValueError("heatmap: give --model DIR --text TEXT (a pretrained model folder) or --checkpoint FILE --input "
                      "INPUT (a model trained by qkv train), not both");
   if (pretrained) {
-    check_input_folder(opt.model, "heatmap: --model", "a model folder (GPT-2 or BERT)");
-    require_model_kind(opt.model, models::text_attention_families(), "heatmap",
-                       "a GPT-2 or BERT folder (model_type gpt2 or bert in config.json)");
+    if (std::filesystem::is_regular_file(opt.model))
+      check_input_file(opt.model, "heatmap: --model", "a GGUF file or a model folder");
+    else
+      check_input_folder(opt.model, "heatmap: --model", "a model folder or a GGUF file");
   } else {
     check_input_file(opt.checkpoint, "heatmap: --checkpoint", "a checkpoint file (.safetensors)");
   }
@@ -186,7 +187,7 @@ int run_heatmap(const HeatmapOptions& opt, std::ostream& out, std::vector<std::s
 
 QKV_TOOL_COMMAND(heatmap, {
     .name = "heatmap",
-    .summary = "Attention heatmaps (PNG per layer and head) and an HTML explorer: a pretrained GPT-2 or BERT, or a trained checkpoint",
+    .summary = "Attention heatmaps (PNG per layer and head) and an HTML explorer: a pretrained model, or a trained checkpoint",
     .order = 60,
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
@@ -195,9 +196,15 @@ QKV_TOOL_COMMAND(heatmap, {
           "both) plus index.html: one self-contained page (no network access) to pick the layer and head, hover "
           "tokens and see their attention. --out appears whole once every file is written; an --out that already "
           "holds files is refused unless --overwrite.\n\n"
-          "--model DIR --text TEXT: a pretrained Hugging Face folder, GPT-2 (causal; byte-level tokens shown as the "
-          "text they stand for) or BERT / sentence-transformers ([CLS] and [SEP] added, as the model sees them); "
-          "the weights are transformers' output_attentions=True.\n"
+          "--model PATH --text TEXT: a pretrained Hugging Face folder or a GGUF file of a causal language model "
+          "(causal maps; byte-level tokens shown as the text they stand for; the BOS first where the tokenizer adds "
+          "one) or a sentence-embedding folder ([CLS] and [SEP] added, as the model sees them); the weights are "
+          "transformers' output_attentions=True with eager attention. Model types: " +
+          [] {
+            std::string s;
+            for (const std::string& t : models::text_attention_families()) s += (s.empty() ? "" : ", ") + t;
+            return s;
+          }() + ".\n"
           "--checkpoint FILE --input INPUT: a model saved by 'qkv train ... --save', on its own input format "
           "(space-separated token ids for the classifier, e.g. \"3 7 1 0 5 2 9 4\"; the source digits for seq2seq).\n"
           "--layers and --heads pick some (e.g. --layers 0,5 --heads 0-3); the default is every layer and head.\n\n"
@@ -207,7 +214,7 @@ QKV_TOOL_COMMAND(heatmap, {
           "  qkv heatmap --checkpoint clf.safetensors --input \"3 7 1 0 5 2 9 4\" --out clf_heads");
       auto opt = std::make_shared<HeatmapOptions>();
       auto layers = std::make_shared<std::string>(), heads = std::make_shared<std::string>();
-      auto* model = add_model_option(sub, opt->model, "Pretrained model folder (GPT-2 or BERT), with --text");
+      auto* model = add_lm_model_option(sub, opt->model, "Pretrained model: a folder or a GGUF file, with --text");
       auto* text = sub.add_option("--text", opt->text, "The text to run --model on");
       auto* ckpt = sub.add_option("--checkpoint", opt->checkpoint, "Checkpoint file written by qkv train --save, with --input")
                        ->type_name("FILE");

@@ -17,7 +17,7 @@
 namespace qkv::tool {
 // Runs qkv search (see the command's --help).
 int run_search(const SearchOptions& o, std::ostream& out) {
-  require_model_kind(o.model, {"bert"}, "search", "a BERT / sentence-transformers folder (config.json, model.safetensors, vocab.txt, modules.json)");
+  require_model_role(o.model, models::ModelRole::Encoder, "search");
   const EmbeddingIndex ix = load_index(o.index);
   const infer::SentenceEmbedder e = infer::SentenceEmbedder::from_folder(o.model);
   if (ix.embeddings.size(1) != e.dimension())

@@ -52,16 +52,17 @@ int run_tokenize_chat(const TokenizeOptions& o, std::ostream& out) {
 
 // The tokenizer of a GGUF file (its header only) or of a folder; a folder without one names the
 // missing file.
-tokenize::ByteLevelBPE model_tokenizer(const std::string& model) {
-  if (auto t = infer::load_model_tokenizer(model)) return std::move(*t);
+std::shared_ptr<const tokenize::Tokenizer> model_tokenizer(const std::string& model) {
   std::error_code ec;
-  if (std::filesystem::is_regular_file(model, ec)) throw FormatError(model + " has no tokenizer (tokenizer.ggml.model)");
-  return *load_tokenizer(model, true, "by qkv tokenize");
+  if (std::filesystem::is_regular_file(model, ec) && !tokenize::find_tokenizer(model))
+    throw FormatError(model + " has no tokenizer (tokenizer.ggml.model)");
+  return load_tokenizer(model, true, "by qkv tokenize");
 }
 
 int run_tokenize(const TokenizeOptions& o, std::ostream& out) {
   if (!o.chat.empty() || !o.messages.empty()) return run_tokenize_chat(o, out);
-  const tokenize::ByteLevelBPE tok = model_tokenizer(o.model);
+  const auto tokp = model_tokenizer(o.model);
+  const tokenize::Tokenizer& tok = *tokp;
   for (const std::string& t : o.texts) {
     if (o.decode) {
       const std::vector<std::int64_t> ids = parse_ids(t, "--decode");

@@ -45,7 +45,7 @@ std::string strip_slash(std::string s) {
 
 // The run's tokenizer and the bytes of its files (written into every save of the folder).
 struct RunTokenizer {
-  std::optional<tokenize::ByteLevelBPE> bpe;
+  std::shared_ptr<const tokenize::Tokenizer> bpe;
   std::map<std::string, std::string> files;  // vocab.json, merges.txt
 };
 
@@ -78,7 +78,7 @@ RunTokenizer train_tokenizer(const TrainLMCliOptions& o, std::ostream& log) {
     }
   } remove{scratch};
   for (const auto& [name, bytes] : t.files) io::write_file_atomic(scratch + "/" + name, bytes, "train lm");
-  t.bpe = tokenize::ByteLevelBPE::from_folder(scratch);
+  t.bpe = tokenize::load_tokenizer(scratch);
   if (!o.json)
     log << "tokenizer: byte-level BPE of " << r.vocab.size() << " tokens (" << r.merges.size() << " merges) learnt from "
         << r.text_bytes << " bytes in "
@@ -135,22 +135,22 @@ void obtain_tokenizer(RunTokenizer& tok, const TrainLMCliOptions& o, std::ostrea
   const std::size_t n = nl == std::string::npos ? 0 : std::stoull(files.substr(0, nl));
   if (nl == std::string::npos || n > files.size() - nl - 1)
     throw train::DistributedError("train lm: a malformed tokenizer from rank 0", false);
-  tok.bpe = tokenize::ByteLevelBPE::parse(files.substr(nl + 1, n), files.substr(nl + 1 + n), "rank 0's vocab.json",
-                                          "rank 0's merges.txt");
+  tok.bpe = tokenize::tokenizer_from_bpe_files(files.substr(nl + 1, n), files.substr(nl + 1 + n), "rank 0's vocab.json",
+                                               "rank 0's merges.txt");
 }
 
 // The corpus's tokens; a new cache is written to `write_path` (renamed to `cache` at the
 // first save). Data-parallel: rank 0 does that; every other rank reuses `cache` when it
 // holds its texts (one machine, or a shared disk), else keeps its tokens in memory and
 // writes nothing. The start-up check compares every rank's corpus key.
-train::CorpusTokens tokenize_texts(const TrainLMCliOptions& o, const tokenize::ByteLevelBPE& bpe,
+train::CorpusTokens tokenize_texts(const TrainLMCliOptions& o, const tokenize::Tokenizer& bpe,
                                    const std::string& cache, const std::string& write_path, train::World& w) {
   const train::World::Busy busy(w);  // the ranks tokenize side by side
   if (w.root()) return train::tokenize_corpus(o.texts, bpe, cache, write_path);
   return train::tokenize_corpus(o.texts, bpe, cache, "", /*write_cache=*/false);
 }
 
-std::string sample_text(const models::GPT2LMHeadModel& model, const tokenize::ByteLevelBPE& bpe,
+std::string sample_text(const models::GPT2LMHeadModel& model, const tokenize::Tokenizer& bpe,
                         const std::vector<i64>& prompt, i64 n) {
   const i64 room = model.config().n_positions - static_cast<i64>(prompt.size());
   if (room < 1 || prompt.empty()) return "";
@@ -218,7 +218,7 @@ int run_train_lm(const TrainLMCliOptions& o, std::ostream& out_all) {
       },
       "the checks before training");
   obtain_tokenizer(tok, o, out, w);
-  const tokenize::ByteLevelBPE& bpe = *tok.bpe;
+  const tokenize::Tokenizer& bpe = *tok.bpe;
 
   // ---- the corpus; a new token cache goes beside --out once the run has a folder ----
   const std::string cache = dir + ".tokens";

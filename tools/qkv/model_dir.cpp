@@ -3,47 +3,40 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "qkv/core/error.h"
 
 namespace qkv::tool {
 
-std::optional<tokenize::ByteLevelBPE> load_tokenizer(const std::string& dir, bool required, const char* why) {
+std::shared_ptr<const tokenize::Tokenizer> load_tokenizer(const std::string& path, bool required, const char* why) {
   namespace fs = std::filesystem;
-  for (const char* f : {"vocab.json", "merges.txt"})
-    if (!fs::exists(fs::path(dir) / f)) {
-      if (!required) return std::nullopt;
-      throw IOError("'" + dir + "' has no " + f + " (the tokenizer is needed " + why + ")");
-    }
-  return tokenize::ByteLevelBPE::from_folder(dir);
+  if (auto t = tokenize::find_tokenizer(path)) return t;
+  if (!required) return nullptr;
+  std::error_code ec;
+  for (const auto& [have, missing] : {std::pair{"vocab.json", "merges.txt"}, std::pair{"merges.txt", "vocab.json"}})
+    if (fs::exists(fs::path(path) / have, ec) && !fs::exists(fs::path(path) / missing, ec))
+      throw IOError("'" + path + "' has no " + missing + " (the tokenizer is needed " + why + ")");
+  throw IOError("'" + path + "' has no tokenizer (" +
+                (fs::is_regular_file(path, ec) ? std::string("no tokenizer.ggml.* keys")
+                                               : std::string("tokenizer.json, tokenizer.model, vocab.json + merges.txt, "
+                                                             "or vocab.txt")) +
+                "; it is needed " + why + ")");
 }
 
-std::string model_folder_kind(const std::string& dir) {
-  std::ifstream f(std::filesystem::path(dir) / "config.json", std::ios::binary);
-  if (!f) return "";
-  try {
-    const nlohmann::json j = nlohmann::json::parse(f);
-    if (j.is_object() && j.contains("model_type") && j["model_type"].is_string()) return j["model_type"].get<std::string>();
-  } catch (const std::exception&) {
-  }
-  return "";
+std::string role_needs(models::ModelRole role) {
+  if (role == models::ModelRole::CausalLM)
+    return "a causal language model: a GGUF file (" + models::gguf_architectures_list() + ") or a folder of model_type " +
+           models::model_types_list(role);
+  return "a sentence-embedding model: a folder of model_type " + models::model_types_list(role) +
+         " (config.json, model.safetensors, vocab.txt, modules.json)";
 }
 
-std::string model_kind_phrase(const std::string& kind) {
-  if (kind == "gpt2") return "a GPT-2 folder";
-  if (kind == "bert") return "a BERT / sentence-transformers folder";
-  return "a '" + kind + "' folder";
-}
-
-void require_model_kind(const std::string& dir, const std::vector<std::string>& kinds, const std::string& cmd,
-                        const std::string& needs) {
-  const std::string kind = model_folder_kind(dir);
-  if (kind.empty() || std::find(kinds.begin(), kinds.end(), kind) != kinds.end()) return;
-  throw ValueError(cmd + ": " + dir + " is " + model_kind_phrase(kind) + "; qkv " + cmd + " needs " + needs);
+void require_model_role(const std::string& path, models::ModelRole role, const std::string& cmd) {
+  const models::ModelKind k = models::model_kind(path);
+  if (!k.family || k.family->role == role) return;
+  throw ValueError(cmd + ": " + path + " is a " + k.family->display + (k.gguf ? " GGUF file" : " folder") + "; qkv " + cmd +
+                   " needs " + role_needs(role));
 }
 
 std::vector<std::int64_t> parse_ids(const std::string& text, const char* flag) {

@@ -1,33 +1,30 @@
-// A GPT-2 folder as `qkv generate`, `qkv tokenize` and `qkv bench generate` use it:
-// config.json + model.safetensors, and (optional for ids-only use) vocab.json + merges.txt.
+// Model folders and files as the generation commands use them: their kind (from the registry),
+// their tokenizer, token id lists.
 #pragma once
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "qkv/models/gpt2.h"
-#include "qkv/tokenize/bpe.h"
+#include "qkv/models/registry.h"
+#include "qkv/tokenize/tokenizer.h"
 
 namespace qkv::tool {
 
-// The tokenizer of DIR. IOError naming DIR and the missing file when vocab.json or
-// merges.txt is absent and `required` (else nullopt); FormatError for malformed files.
-std::optional<tokenize::ByteLevelBPE> load_tokenizer(const std::string& dir, bool required, const char* why);
+// The tokenizer of a model folder or GGUF file (tokenize::find_tokenizer). Without one: null, or
+// (`required`) IOError naming the path and the files looked for (the missing half of vocab.json
+// and merges.txt when one is there); FormatError for malformed files.
+std::shared_ptr<const tokenize::Tokenizer> load_tokenizer(const std::string& path, bool required, const char* why);
 
-// The kind of model folder DIR is, from model_type in its config.json ("gpt2", "bert", ...
-// as written there), or "" when it has no readable config.json with a model_type.
-std::string model_folder_kind(const std::string& dir);
-// How a kind is named in messages: "a GPT-2 folder", "a BERT / sentence-transformers folder",
-// "a 'llama' folder".
-std::string model_kind_phrase(const std::string& kind);
-// ValueError when DIR is a model folder of a kind not in `kinds`, naming both, e.g.
-//   "embed: tests/fixtures/gpt2_tiny is a GPT-2 folder; qkv embed needs a BERT /
-//    sentence-transformers folder"
-// (`needs` is the end of that sentence). A folder without a config.json passes: the
-// loader then names the file that is missing.
-void require_model_kind(const std::string& dir, const std::vector<std::string>& kinds, const std::string& cmd,
-                        const std::string& needs);
+// What a command needs of a model of `role`, from the registry: "a causal language model: a GGUF
+// file (llama, qwen2, ...) or a folder of model_type gemma2, gpt2, ..." / "a sentence-embedding
+// model: a folder of model_type bert (config.json, model.safetensors, vocab.txt, modules.json)".
+std::string role_needs(models::ModelRole role);
+// ValueError when PATH is a model folder or GGUF file of a family of another role, naming both,
+// e.g. "embed: tests/fixtures/gpt2_tiny is a GPT-2 folder; qkv embed needs a sentence-embedding
+// model: ...". A folder without a config.json, or of a model_type qkv does not know, passes: the
+// loader then names what is missing or unsupported.
+void require_model_role(const std::string& path, models::ModelRole role, const std::string& cmd);
 
 // "1,2,3" or "1 2 3" -> ids. ValueError naming the entry that is not an integer.
 std::vector<std::int64_t> parse_ids(const std::string& text, const char* flag);

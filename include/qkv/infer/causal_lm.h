@@ -2,6 +2,8 @@
 // model that offers it): logits of new tokens given a KV cache.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "qkv/core/tensor.h"
@@ -24,6 +26,10 @@ class CausalLM {
   // [B, Tn, V] when all_logits. Never records autograd history.
   virtual Tensor forward_cached(const Tensor& ids, const std::vector<std::int64_t>& n_new, KVCache& cache,
                                 bool all_logits = false) const = 0;
+
+  // The model's sizes for reports (bench generate, inspect): name and value pairs such as
+  // {"layers", 30}, {"d_model", 576}, {"heads", 9}, {"kv_heads", 3}, {"vocab", 49152}.
+  virtual std::vector<std::pair<std::string, std::int64_t>> sizes() const { return {}; }
 
   // The element type of the caches cache_options describes: float32 (the default) or float16
   // (KVType; set once, before the model is shared between threads).

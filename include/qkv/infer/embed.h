@@ -1,4 +1,4 @@
-// Sentence embeddings as sentence-transformers computes them: WordPiece ids -> BERT ->
+// Sentence embeddings as sentence-transformers computes them: the tokenizer's ids -> BERT ->
 // pooling over the attention mask (1_Pooling/config.json) -> L2 normalisation (when
 // modules.json lists sentence_transformers.models.Normalize).
 //
@@ -19,7 +19,7 @@
 #include "qkv/core/tensor.h"
 #include "qkv/infer/bert_runner.h"
 #include "qkv/models/bert.h"
-#include "qkv/tokenize/wordpiece.h"
+#include "qkv/tokenize/tokenizer.h"
 
 namespace qkv::infer {
 
@@ -50,7 +50,7 @@ struct EmbedOptions {
 
 class SentenceEmbedder {
  public:
-  SentenceEmbedder(std::shared_ptr<const tokenize::WordPieceTokenizer> tok, std::shared_ptr<const models::BertModel> model,
+  SentenceEmbedder(std::shared_ptr<const tokenize::Tokenizer> tok, std::shared_ptr<const models::BertModel> model,
                    const PoolingConfig& pooling);
   // Tokenizer, model and pooling of a sentence-transformers folder (see the from_folder functions).
   static SentenceEmbedder from_folder(const std::string& dir);
@@ -61,14 +61,14 @@ class SentenceEmbedder {
   // Already tokenized rows ([CLS] ... [SEP]) -> embeddings [N, C] in input order.
   Tensor embed_ids(const std::vector<std::vector<std::int64_t>>& rows, const EmbedOptions& o = {}) const;
 
-  const tokenize::WordPieceTokenizer& tokenizer() const { return *tok_; }
+  const tokenize::Tokenizer& tokenizer() const { return *tok_; }
   const models::BertModel& model() const { return *model_; }
   const BertRunner& runner() const { return *runner_; }
   const PoolingConfig& pooling() const { return pooling_; }
   std::int64_t dimension() const { return model_->config().hidden_size; }
 
  private:
-  std::shared_ptr<const tokenize::WordPieceTokenizer> tok_;
+  std::shared_ptr<const tokenize::Tokenizer> tok_;
   std::shared_ptr<const models::BertModel> model_;
   std::shared_ptr<const BertRunner> runner_;
   PoolingConfig pooling_;

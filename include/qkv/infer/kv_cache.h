@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "qkv/core/tensor.h"
+#include "qkv/kernels/attention.h"
 
 namespace qkv::nn {
 class MultiHeadAttention;
@@ -52,6 +53,9 @@ struct KVCacheOptions {
   // clears its cache buffer); false: pages arrive as positions are first written.
   bool populate = false;
   KVType dtype = KVType::F32;
+  // true: the cache also keeps each position's token id (token_ids), for a model that must run a
+  // sequence's prefix again (LongRoPE's switch to its long factors, models/decoder.h).
+  bool keep_ids = false;
 };
 
 class KVCache {
@@ -94,9 +98,10 @@ class KVCache {
   // float32 its Lk keys and values (KVCache::widen; O(Lk D) beside the kernel's O(n Lk D), in a
   // buffer of the calling thread): the values the decode kernel widens as it
   // goes. For a model that attends in place (Llama) as attend does.
+  // The scores' scale, window and soft-cap are `sp`'s (kernels/attention.h).
   void attend_prefill(std::int64_t layer, std::int64_t b, std::int64_t n, std::int64_t Lk, const float* q,
-                      std::int64_t q_sh, std::int64_t q_st, float* o, std::int64_t o_sh, std::int64_t o_st, double scale,
-                      std::int64_t window = 0) const;
+                      std::int64_t q_sh, std::int64_t q_st, float* o, std::int64_t o_sh, std::int64_t o_st,
+                      const kernels::ScoreParams& sp) const;
   // Once every layer was written: length(b) += n_new[b].
   void advance(const std::vector<std::int64_t>& n_new);
 
@@ -105,6 +110,11 @@ class KVCache {
   // sequence rewound to a shared prefix continues from there.
   void truncate(std::int64_t b, std::int64_t n);
   void reset();                // every slot
+
+  // Sequence b's token ids at positions [0, max_len) (those past length(b) unspecified), written by
+  // the model that fills the cache; ValueError when the cache was made without keep_ids.
+  std::int64_t* token_ids(std::int64_t b);
+  const std::int64_t* token_ids(std::int64_t b) const;
 
   // The whole buffers [B, H_kv, T_max, D] (entries at or past length(b) are unspecified) of a
   // float32 cache; TypeError for a float16 one.
@@ -128,6 +138,7 @@ class KVCache {
   // float16 (shared by copies of the cache, as the float32 tensors' storage is)
   std::vector<std::shared_ptr<std::uint16_t[]>> kh_, vh_;
   std::vector<std::int64_t> len_;
+  std::shared_ptr<std::int64_t[]> ids_;  // [B, T_max] with keep_ids (shared by copies, as the keys are)
 };
 
 // Causal self-attention of a MultiHeadAttention module through the cache: projects

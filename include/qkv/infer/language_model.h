@@ -18,7 +18,7 @@
 
 #include "qkv/infer/causal_lm.h"
 #include "qkv/kernels/qgemm.h"
-#include "qkv/tokenize/bpe.h"
+#include "qkv/tokenize/tokenizer.h"
 #include "qkv/tokenize/chat_template.h"
 
 namespace qkv::infer {
@@ -41,9 +41,9 @@ struct LanguageModelOptions {
 struct LanguageModel {
   std::string path;
   std::string name;          // the file or folder name: the model's id in listings and the API
-  std::string architecture;  // gpt2 | llama | mistral | qwen2
+  std::string architecture;  // the registry's family (models/registry.h): "llama", "qwen3", "gpt2", ...
   std::shared_ptr<const CausalLM> model;
-  std::optional<tokenize::ByteLevelBPE> tokenizer;       // absent for a folder without one
+  std::shared_ptr<const tokenize::Tokenizer> tokenizer;  // null for a folder without one
   std::shared_ptr<const tokenize::ChatTemplate> chat_template;  // null when the model has none
   // Why the model's own template could not be used (a construct outside qkv's Jinja subset, say):
   // the model still loads and runs plain prompts; render_chat throws this message.
@@ -52,11 +52,12 @@ struct LanguageModel {
   std::optional<std::int64_t> bos_id;
   bool add_bos = false;                 // a plain prompt starts with bos_id
   std::int64_t weight_bytes = 0;        // bytes of weights the products read per generated token
+  bool q8_activations = false;          // LanguageModelOptions::activations applies (quantized products)
 
   // The first stop token, if any (what GenerationOptions::eos_id takes).
   std::optional<std::int64_t> eos_id() const;
   // The tokenizer; ValueError naming the model when it has none ("... has no tokenizer").
-  const tokenize::ByteLevelBPE& tok() const;
+  const tokenize::Tokenizer& tok() const;
   // A plain (completion) prompt: BOS first when the model wants one, then encode(text).
   std::vector<std::int64_t> encode_prompt(const std::string& text) const;
   // A conversation rendered by the chat template, as transformers' apply_chat_template renders
@@ -86,12 +87,9 @@ struct ChatTemplateSource {
 };
 std::optional<ChatTemplateSource> folder_chat_template_source(const std::string& dir);
 
-// The tokenizer of a model alone (the network is not read): a GGUF file's vocabulary (its header
-// only), or a folder's tokenizer.json / vocab.json + merges.txt; nullopt when it has none.
-std::optional<tokenize::ByteLevelBPE> load_model_tokenizer(const std::string& path);
 
-// What a model folder or file is, from its config.json model_type or GGUF architecture: "gpt2",
-// "llama", "mistral", "qwen2", "bert", ... ; "" when it cannot tell. Reads only small headers.
+// What a model folder or file declares itself, from its config.json model_type or GGUF
+// architecture ("" when it cannot tell); models/registry.h says what qkv reads it as.
 std::string model_kind(const std::string& path);
 
 }  // namespace qkv::infer

@@ -15,10 +15,11 @@
 // Thread safety: one TextStream per sequence, used by one thread.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "qkv/tokenize/bpe.h"
+#include "qkv/tokenize/tokenizer.h"
 
 namespace qkv::infer {
 
@@ -32,7 +33,7 @@ struct TextStreamOptions {
 
 class TextStream {
  public:
-  TextStream(const tokenize::ByteLevelBPE& tokenizer, TextStreamOptions o);
+  TextStream(std::shared_ptr<const tokenize::Tokenizer> tokenizer, TextStreamOptions o);
   // The text that token `id` releases (possibly empty). Nothing once stopped().
   std::string push(std::int64_t id);
   // The text still held back (an incomplete character becomes U+FFFD). Nothing once stopped().

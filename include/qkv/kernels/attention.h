@@ -7,6 +7,7 @@
 // Lk key length, D query/key head dim, Dv value head dim.
 //
 //   scores[b,h,i,j] = scale * <q[b,h,i,:], k[b,g(h),j,:]> + bias[b,h,i,j]
+//                     (then softcap * tanh(scores / softcap) with a soft-cap, forward only)
 //                     (-inf where masked: causal, sliding window, key padding, -inf bias)
 //   P[b,h,i,:]      = softmax_j(scores[b,h,i,:])      (0 for a fully masked row)
 //   O[b,h,i,:]      = sum_j dropout(P)[b,h,i,j] * v[b,g(h),j,:]
@@ -54,6 +55,9 @@ struct AttnParams {
   float scale = 0.f;  // usually 1/sqrt(D)
   bool causal = false;  // bottom-right aligned: query i sees key j iff j <= i + (Lk - Lq)
   std::int64_t window = 0;  // sliding window W >= 1: query i sees key j only if i + (Lk - Lq) - j < W; 0: none
+  // Soft-capping of the scores (Gemma 2): s = softcap * tanh(s / softcap) before the mask and
+  // the softmax; 0: none. Forward only: the backward kernels require 0.
+  float softcap = 0.f;
   const std::int64_t* key_lengths = nullptr;  // [B] or null: keys j >= key_lengths[b] are masked (lengths may be 0)
   // Optional additive bias/mask, added to the scaled scores; element (b,h,i,j) at
   //   bias[b*bias_sb + h*bias_sh + i*bias_si + j*bias_sj]; -inf blocks (strides may be 0 to broadcast).
@@ -65,6 +69,15 @@ struct AttnParams {
   // kept ones are scaled by 1/(1-p).
   std::uint64_t seed = 0, offset = 0;
   AttnKernel kernel = AttnKernel::Auto;
+};
+
+// The arithmetic of a model layer's scores, as one struct wherever it is handed on (the KV
+// cache's prefill attention, the decoder's layers): scale, sliding window and soft-cap, with the
+// meanings of AttnParams' fields of the same names.
+struct ScoreParams {
+  float scale = 0.f;
+  std::int64_t window = 0;
+  float softcap = 0.f;
 };
 
 // Tiled FlashAttention-2 forward (Dao, "FlashAttention-2", 2023, Algorithm 1).

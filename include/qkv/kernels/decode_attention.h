@@ -45,6 +45,7 @@ struct DecodeParams {
   const std::int64_t* k_len = nullptr;  // [B], q_len[b] <= k_len[b] <= T
   float scale = 0.f;
   std::int64_t window = 0;  // sliding window W >= 1 (query at position t sees keys t - W < j <= t); 0: none
+  float softcap = 0.f;      // scores s -> softcap * tanh(s / softcap) before the softmax (Gemma 2); 0: none
   // false: every (sequence, key/value head) splits its keys into decode_attention_splits(B, H_kv,
   // the most keys any sequence sees) chunks. true: sequence b's into decode_attention_splits(1, 1,
   // its own keys) — bitwise the result of a call for that sequence and head alone, whatever else

@@ -18,25 +18,49 @@ namespace qkv::kernels {
 
 enum class RopeStyle { Half, Interleaved };
 
+// The rope_scaling rules of transformers' modeling_rope_utils.py:
+//   Linear    inv_freq / factor (positions / factor)
+//   Llama3    long wavelengths (> C0 / low_freq_factor) / factor, short ones kept, a smooth
+//             blend between (REFERENCES section 7)
+//   Yarn      (Peng et al. 2023, "YaRN") inv_freq blended between base^(-2i/R) (extrapolation)
+//             and base^(-2i/R) / factor (interpolation) by a linear ramp over the dims whose
+//             rotations in C0 positions fall between beta_fast and beta_slow (truncated to whole
+//             dims unless truncate is false); cos and sin multiplied by the attention factor
+//             (0.1 ln(factor) + 1 unless given)
+//   LongRope  (Phi-3) inv_freq_i = 1 / (ext_i * base^(2i/R)) with the short factors for a
+//             sequence of at most C0 positions, the long ones beyond (transformers decides by
+//             the largest position of the forward call); cos and sin multiplied by the
+//             attention factor (sqrt(1 + ln(s) / ln(C0)), s = max_positions / C0, unless given)
 struct RopeScaling {
-  enum class Type { None, Linear, Llama3 };
+  enum class Type { None, Linear, Llama3, Yarn, LongRope };
   Type type = Type::None;
-  double factor = 1.0;            // Linear: positions / factor; Llama3: long wavelengths / factor
+  double factor = 1.0;            // Linear: positions / factor; Llama3: long wavelengths / factor; Yarn
   double low_freq_factor = 1.0;   // Llama3
   double high_freq_factor = 4.0;  // Llama3
-  double original_max_positions = 8192;  // Llama3: the pretraining context C0
+  double original_max_positions = 8192;  // Llama3, Yarn, LongRope: the pretraining context C0
+  double beta_fast = 32.0, beta_slow = 1.0;  // Yarn: the ramp's bounds in rotations
+  bool truncate = true;                      // Yarn: the ramp's bounds rounded to whole dims
+  double attention_factor = 0.0;  // Yarn, LongRope: cos and sin multiplied by it; 0: the rule above
+  std::vector<float> short_factor, long_factor;  // LongRope: [R/2] each
 };
 
 // inv_freq [R/2] in float32, computed as transformers computes it (base^(2i/R) in float, its
-// reciprocal, then the scaling rule of REFERENCES section 7 in float). ValueError for R odd or
-// < 2, base <= 1 or not finite, a factor <= 0 or not finite, or Llama3 factors with
-// high_freq_factor <= low_freq_factor.
-std::vector<float> rope_inv_freq(std::int64_t rot_dim, double base, const RopeScaling& scaling);
+// reciprocal, then the scaling rule in float). LongRope: the short factors, or the long ones when
+// `long_context`. ValueError for R odd or < 2, base <= 1 or not finite, a factor <= 0 or not
+// finite, Llama3 factors with high_freq_factor <= low_freq_factor, or LongRope factor lists that
+// are not R/2 long.
+std::vector<float> rope_inv_freq(std::int64_t rot_dim, double base, const RopeScaling& scaling,
+                                 bool long_context = false);
+// The factor cos and sin are multiplied by (1 but for Yarn and LongRope); max_positions is the
+// model's max_position_embeddings (LongRope's default rule).
+double rope_attention_factor(const RopeScaling& scaling, double max_positions);
 
 // cos, sin: [T, R/2] (row-major) of angle pos[t] * inv_freq[i] (float32 product), rounded from
 // double cos and sin.
+// With `attention_factor` != 1, each is then multiplied by it in float (transformers'
+// cos() * attention_scaling).
 void rope_tables(float* cos, float* sin, const std::int64_t* pos, std::int64_t T, const float* inv_freq,
-                 std::int64_t half);
+                 std::int64_t half, float attention_factor = 1.0f);
 
 // Rotates, in place, the first R dims of each of `heads` heads (head dim D, heads contiguous)
 // of T rows with row stride ld: x [T, ld] holding [heads, D] at the start of each row.

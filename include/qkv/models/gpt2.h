@@ -73,6 +73,9 @@ class GPT2LMHeadModel : public nn::Module, public infer::CausalLM {
   // infer::CausalLM
   std::int64_t vocab_size() const override { return cfg_.vocab_size; }
   std::int64_t max_positions() const override { return cfg_.n_positions; }
+  std::vector<std::pair<std::string, std::int64_t>> sizes() const override {
+    return {{"layers", cfg_.n_layer}, {"d_model", cfg_.n_embd}, {"heads", cfg_.n_head}, {"vocab", cfg_.vocab_size}};
+  }
   infer::KVCacheOptions cache_options(std::int64_t batch, std::int64_t max_len) const override;
   Tensor forward_cached(const Tensor& ids, const std::vector<std::int64_t>& n_new, infer::KVCache& cache,
                         bool all_logits = false) const override;

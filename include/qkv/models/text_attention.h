@@ -7,9 +7,8 @@
 //   // a.tokens = [CLS] i love nl ##p [SEP]; a.layers[l] is [H, 6, 6]
 //   auto maps = models::text_attention_maps(a, {0, 5}, {});   // layers 0 and 5, every head
 //
-// A model family plugs in with one reader (folder + text -> TextAttention) and one line in
-// the table of src/models/text_attention.cpp (model_type -> reader): GPT-2 and BERT are there;
-// a Llama-family causal LM adds its own reader the same way.
+// Every decoder architecture of the registry is drawn from a folder or a GGUF file
+// (DecoderLM::attention_weights); GPT-2 and BERT folders by their own readers.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,22 +20,23 @@
 namespace qkv::models {
 
 struct TextAttention {
-  std::string model_type;            // config.json's model_type ("gpt2", "bert")
-  std::string family;                // how it is named ("GPT-2", "BERT")
+  std::string model_type;            // config.json's model_type or the GGUF architecture ("gpt2", "qwen3", ...)
+  std::string family;                // how it is named ("GPT-2", "Qwen3", ...)
   std::vector<std::int64_t> ids;     // [T] the tokenizer's ids (BERT: [CLS] ... [SEP] included)
   std::vector<std::string> tokens;   // T readable labels (readable_token for byte-level BPE)
   std::vector<Tensor> layers;        // per layer: float32 [H, T, T], rows sum to 1
   bool causal = false;               // keys after the query have weight 0
 };
 
-// Reads DIR (config.json's model_type picks the reader), tokenizes `text` with the folder's
-// tokenizer (GPT-2: byte-level BPE, no special token added; BERT: WordPiece with [CLS] and
-// [SEP]) and runs the model once without gradients. Checks the memory the maps take before
+// Reads PATH (a folder: config.json's model_type picks the reader; a GGUF file of a decoder),
+// tokenizes `text` with the model's tokenizer (as transformers' tokenizer(text): GPT-2 byte-level
+// BPE with no special token; BERT WordPiece with [CLS] and [SEP]; a decoder's BOS where its
+// tokenizer adds one) and runs the model once without gradients. Checks the memory the maps take before
 // allocating them. ValueError for a family qkv cannot draw (naming it and the families it
 // can), an empty text, or more tokens than the model has positions; the loaders' errors for
 // a damaged folder.
-TextAttention text_attention(const std::string& dir, const std::string& text);
-// The model_types text_attention reads ({"gpt2", "bert"}).
+TextAttention text_attention(const std::string& path, const std::string& text);
+// The model_types text_attention reads (every causal LM of the registry, and BERT), sorted.
 std::vector<std::string> text_attention_families();
 
 // The selected layers and heads (empty: all) as AttentionMaps for the heatmap and explorer

@@ -22,7 +22,8 @@
 // decode: concatenate the tokens' bytes -> invalid UTF-8 becomes U+FFFD.
 //
 // A loaded tokenizer is immutable and safe to use from several threads
-// (the word cache inside is locked); copies share the loaded tables.
+// (the word cache inside is locked); copies share the loaded tables. Code outside tokenize/ uses
+// it through the Tokenizer interface (tokenize/tokenizer.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -31,9 +32,11 @@
 #include <string_view>
 #include <vector>
 
+#include "qkv/tokenize/tokenizer.h"
+
 namespace qkv::tokenize {
 
-class ByteLevelBPE {
+class ByteLevelBPE : public Tokenizer {
  public:
   // Reads vocab.json and merges.txt. IOError naming the path if a file cannot be
   // read; FormatError naming the file and the token (vocab.json) or the line
@@ -56,41 +59,45 @@ class ByteLevelBPE {
                                                std::string_view config_json = {});
 
   // text (UTF-8) -> ids [T]. ValueError naming the byte offset for invalid UTF-8.
-  std::vector<std::int64_t> encode(std::string_view text) const;
+  std::vector<std::int64_t> encode(std::string_view text) const override;
   // As encode, but special tokens (GGUF control tokens) in the text are ordinary text (HF
   // split_special_tokens=True; llama.cpp parse_special=false): for untrusted input that must
   // not inject "<|endoftext|>". Non-special added tokens (user-defined) are still matched.
-  std::vector<std::int64_t> encode_ordinary(std::string_view text) const;
+  std::vector<std::int64_t> encode_ordinary(std::string_view text) const override;
   // ids [T] -> text; invalid UTF-8 byte runs become U+FFFD (one per maximal
   // invalid subpart, like Rust's String::from_utf8_lossy). IndexError for an
   // id outside 0..V-1.
-  std::string decode(const std::vector<std::int64_t>& ids) const;
+  std::string decode(const std::vector<std::int64_t>& ids) const override;
   // ids [T] -> the tokens' raw bytes concatenated, no replacement. IndexError as decode.
-  std::string decode_bytes(const std::vector<std::int64_t>& ids) const;
+  std::string decode_bytes(const std::vector<std::int64_t>& ids) const override;
   // Raw bytes of one token. IndexError for an id outside 0..V-1.
   const std::string& token_bytes(std::int64_t id) const;
+  std::string token_text(std::int64_t id) const override { return token_bytes(id); }
+  // As the vocabulary writes it: an added token's text, else the bytes in GPT-2's alphabet ("Ġthe").
+  std::string token_string(std::int64_t id) const override;
+  std::string kind() const override { return "byte-level BPE"; }
   // V: the number of token ids (vocabulary and added tokens).
-  std::int64_t vocab_size() const;
+  std::int64_t vocab_size() const override;
   // Id of an added token's text (e.g. "<|im_start|>") or of a vocabulary token as written
   // (e.g. "Ġthe"), or nullopt.
-  std::optional<std::int64_t> token_to_id(std::string_view token) const;
+  std::optional<std::int64_t> token_to_id(std::string_view token) const override;
   // End of text: GGUF eos_token_id, tokenizer_config.json's eos_token, else "<|endoftext|>" if
   // the vocabulary has it; nullopt otherwise.
-  std::optional<std::int64_t> eos_id() const;
+  std::optional<std::int64_t> eos_id() const override;
   // Beginning of text (GGUF bos_token_id, tokenizer_config.json's bos_token, the BOS of
   // tokenizer.json's post-processor), padding and unknown tokens; nullopt when not given.
-  std::optional<std::int64_t> bos_id() const;
-  std::optional<std::int64_t> pad_id() const;
-  std::optional<std::int64_t> unk_id() const;
+  std::optional<std::int64_t> bos_id() const override;
+  std::optional<std::int64_t> pad_id() const override;
+  std::optional<std::int64_t> unk_id() const override;
   // Whether the model wants bos_id() before a prompt / eos_id() after it (GGUF
   // add_bos_token / add_eos_token; tokenizer.json's TemplateProcessing). encode() never adds them.
-  bool add_bos() const;
-  bool add_eos() const;
+  bool add_bos() const override;
+  bool add_eos() const override;
   // The special tokens (GPT-2: vocab entries "<|...|>"; HF special added tokens; GGUF control
   // tokens) as written, sorted.
-  std::vector<std::string> special_tokens() const;
+  std::vector<std::string> special_tokens() const override;
   // Whether id is a special token (decoders may hide it). IndexError for an id outside 0..V-1.
-  bool is_special(std::int64_t id) const;
+  bool is_special(std::int64_t id) const override;
   // The pieces the pre-tokenizer cuts text into after the normalizer, as raw bytes (added
   // tokens are not matched): what BPE encodes one by one. ValueError for invalid UTF-8.
   std::vector<std::string> pre_tokenize(std::string_view text) const;
@@ -100,24 +107,6 @@ class ByteLevelBPE {
  private:
   explicit ByteLevelBPE(std::shared_ptr<const Impl> impl);
   std::shared_ptr<const Impl> impl_;
-};
-
-// Streaming decode for generation: push ids one at a time; each call returns
-// only whole UTF-8 characters (never half of one). Bytes that can no longer
-// become a character come out as U+FFFD, so the concatenation of every push()
-// and finish() equals decode() of all the ids. Keeps a copy of the tokenizer
-// handle (shared tables), so it may outlive the ByteLevelBPE it was made from.
-class StreamDecoder {
- public:
-  explicit StreamDecoder(const ByteLevelBPE& bpe);
-  // The text completed by token `id` (possibly empty). IndexError for an id outside 0..V-1.
-  std::string push(std::int64_t id);
-  // The rest: an incomplete tail becomes U+FFFD (as decode() would); the decoder is then empty.
-  std::string finish();
-
- private:
-  ByteLevelBPE bpe_;
-  std::string pending_;  // at most 3 bytes of a character not yet complete
 };
 
 }  // namespace qkv::tokenize

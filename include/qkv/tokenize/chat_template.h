@@ -65,7 +65,9 @@ class ChatTemplateError : public ValueError {
 
 // One message of a conversation. `extra_json`, when not empty, is a JSON object of the message's
 // other fields ("name", "tool_calls", "tool_call_id", ...), which the template sees after role and
-// content (a template may read message.tool_calls).
+// content (a template may read message.tool_calls); a "content" list there (parts such as
+// {"type": "text", "text": ...}) is what the template sees as the content, `content` then
+// holding the text of its text parts.
 struct ChatMessage {
   std::string role;
   std::string content;

@@ -21,6 +21,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "qkv/tokenize/tokenizer.h"
+
 #include "qkv/core/tensor.h"
 
 namespace qkv::tokenize {
@@ -46,7 +48,7 @@ struct EncodedBatch {
 // Byte offset of the first invalid UTF-8 sequence of s, or -1 if s is valid UTF-8.
 std::int64_t utf8_invalid_offset(std::string_view s);
 
-class WordPieceTokenizer {
+class WordPieceTokenizer : public Tokenizer {
  public:
   // vocab: token of id i at index i (non-empty, no duplicates, must hold the special tokens).
   // ValueError naming `source` and the token otherwise.
@@ -64,9 +66,30 @@ class WordPieceTokenizer {
 
   // text (UTF-8) -> words after clean-up, normalisation and pre-tokenisation (special tokens kept
   // as they are). ValueError naming the byte offset if text is not valid UTF-8.
-  std::vector<std::string> basic_tokenize(std::string_view text) const;
-  // text -> [CLS] ids [SEP] (add_special_tokens) truncated to max_length, or the bare ids (untruncated).
-  std::vector<std::int64_t> encode(std::string_view text, bool add_special_tokens = true) const;
+  std::vector<std::string> basic_tokenize(std::string_view text) const { return basic_tokenize(text, true); }
+  // text -> the bare ids (untruncated; [CLS], [SEP], ... written in the text are matched).
+  std::vector<std::int64_t> encode(std::string_view text) const override;
+  // The same with the special tokens' texts taken as words.
+  std::vector<std::int64_t> encode_ordinary(std::string_view text) const override;
+  // text -> [CLS] ids [SEP], truncated to max_length (what BERT is fed).
+  std::vector<std::int64_t> encode_with_specials(std::string_view text) const override;
+  std::string kind() const override { return "WordPiece"; }
+  // A word's token as " word", a "##" continuation without its marks (HF's WordPiece decoder
+  // joins words with spaces and continuations without).
+  std::string token_text(std::int64_t id) const override;
+  std::string token_string(std::int64_t id) const override { return id_to_token(id); }
+  bool strips_leading_space() const override { return true; }
+  std::optional<std::int64_t> max_length() const override { return opt_.max_length; }
+  std::string decode(const std::vector<std::int64_t>& ids) const override;
+  std::optional<std::int64_t> token_to_id(std::string_view token) const override;
+  std::optional<std::int64_t> bos_id() const override { return cls_id_; }
+  std::optional<std::int64_t> eos_id() const override { return sep_id_; }
+  std::optional<std::int64_t> pad_id() const override { return pad_id_; }
+  std::optional<std::int64_t> unk_id() const override { return unk_id_; }
+  bool add_bos() const override { return true; }
+  bool add_eos() const override { return true; }
+  std::vector<std::string> special_tokens() const override;
+  bool is_special(std::int64_t id) const override;
   // texts -> one padded batch (see EncodedBatch). B = texts.size() (B = 0 gives [0, 0] tensors).
   EncodedBatch encode_batch(const std::vector<std::string>& texts) const;
   // Pads already encoded rows into a batch.
@@ -74,16 +97,14 @@ class WordPieceTokenizer {
 
   // id -> token; IndexError if out of range.
   const std::string& id_to_token(std::int64_t id) const;
-  // token -> id, or nullopt.
-  std::optional<std::int64_t> token_to_id(const std::string& token) const;
-  std::int64_t vocab_size() const { return static_cast<std::int64_t>(vocab_.size()); }
-  std::int64_t pad_id() const { return pad_id_; }
+  std::int64_t vocab_size() const override { return static_cast<std::int64_t>(vocab_.size()); }
   std::int64_t cls_id() const { return cls_id_; }
   std::int64_t sep_id() const { return sep_id_; }
-  std::int64_t unk_id() const { return unk_id_; }
   const WordPieceOptions& options() const { return opt_; }
 
  private:
+  std::vector<std::string> basic_tokenize(std::string_view text, bool match_specials) const;
+  std::vector<std::int64_t> encode_ids(std::string_view text, bool match_specials) const;
   void wordpiece(const std::string& word, std::vector<std::int64_t>* out) const;
   std::vector<std::string> vocab_;
   std::unordered_map<std::string, std::int64_t> ids_;

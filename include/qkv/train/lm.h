@@ -27,7 +27,7 @@
 #include "qkv/core/memory.h"
 #include "qkv/io/checkpoint.h"
 #include "qkv/models/gpt2.h"
-#include "qkv/tokenize/bpe.h"
+#include "qkv/tokenize/tokenizer.h"
 #include "qkv/train/loop.h"
 
 namespace qkv::train {
@@ -71,7 +71,7 @@ class TokenFile {
 
 // FNV-1a 64 over the texts' bytes (each preceded by its length) and the tokenizer's
 // vocabulary (each token's bytes): equal keys mean the same corpus, tokenized alike.
-std::uint64_t corpus_key(const std::vector<std::string>& texts, const tokenize::ByteLevelBPE& bpe);
+std::uint64_t corpus_key(const std::vector<std::string>& texts, const tokenize::Tokenizer& bpe);
 
 struct CorpusTokens {
   TokenFile tokens;
@@ -85,7 +85,7 @@ struct CorpusTokens {
 // cache_path once its run has a folder: qkv train lm writes nothing before its first save).
 // write_cache = false (a data-parallel rank other than 0, which writes nothing): a
 // matching cache is still reused, else the ids are kept in memory only.
-CorpusTokens tokenize_corpus(const std::vector<std::string>& files, const tokenize::ByteLevelBPE& bpe,
+CorpusTokens tokenize_corpus(const std::vector<std::string>& files, const tokenize::Tokenizer& bpe,
                              const std::string& cache_path, const std::string& write_path = "",
                              bool write_cache = true);
 
@@ -173,15 +173,15 @@ class LMTrainer {
  public:
   // A new run: init_gpt2_weights(model, o.seed).
   LMTrainer(const models::GPT2Config& cfg, const LMTrainOptions& o, const TokenFile& tokens,
-            const tokenize::ByteLevelBPE& bpe);
+            const tokenize::Tokenizer& bpe);
   // Continues the run saved in dir. FormatError naming the state file on anything
   // inconsistent, including a corpus whose key differs from the saved one.
   static std::unique_ptr<LMTrainer> resume(const std::string& dir, const TokenFile& tokens,
-                                           const tokenize::ByteLevelBPE& bpe);
+                                           const tokenize::Tokenizer& bpe);
   // The same from a state file already read (`source` names it; e.g. received from rank 0
   // of a data-parallel job); writes nothing.
   static std::unique_ptr<LMTrainer> resume_from(const io::Checkpoint& state, const std::string& source,
-                                                const TokenFile& tokens, const tokenize::ByteLevelBPE& bpe);
+                                                const TokenFile& tokens, const tokenize::Tokenizer& bpe);
   // After resume_from(state) of DIR's state file: rewrites DIR's model files from the
   // state's weights if a save cut short left them a save ahead (resume() does this).
   void restore_folder(const std::string& dir, const io::Checkpoint& state) const;
@@ -207,7 +207,7 @@ class LMTrainer {
 
  private:
   LMTrainer(std::shared_ptr<models::GPT2LMHeadModel> m, const LMTrainOptions& o, const TokenFile& tokens,
-            const tokenize::ByteLevelBPE& bpe);
+            const tokenize::Tokenizer& bpe);
   LMTrainOptions o_;
   std::shared_ptr<models::GPT2LMHeadModel> model_;
   std::vector<std::int32_t> token_bytes_;

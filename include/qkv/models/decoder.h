@@ -1,0 +1,199 @@
+// The one decoder-only language model of qkv: every architecture of the registry (models/
+// registry.h: Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3, Phi-3, SmolLM3, ...) is this network,
+// described by data (DecoderSpec) and run by one step function (src/models/decoder/).
+//
+// Per token x [C] (C hidden_size), x = embed(token) * embed_scale, then for each layer l:
+//   h = RMSNorm(x) * attn_norm
+//   q = h Wq^T (+ bq) [H, D];  k = h Wk^T (+ bk), v = h Wv^T (+ bv)  [H_kv, D]
+//   q, k = RMSNorm per head * q_norm, k_norm          (qk_norm: Qwen3, Gemma 3)
+//   q, k rotated by the layer's RoPE at the token's position (none: SmolLM3's NoPE layers)
+//   s = scale * q k^T over the sequence's keys so far; s = cap * tanh(s / cap) (soft-capping,
+//       Gemma 2); only the last W keys with a sliding window; o = softmax(s) v (grouped-query:
+//       query head h reads key/value head h / (H / H_kv))
+//   a = o Wo^T;  x = x + a, or x = x + RMSNorm(a) * post_attn_norm          (Gemma 2 and 3)
+//   h = RMSNorm(x) * ffn_norm
+//   f = Wdown^T (act(h Wgate^T) * (h Wup^T)), act = SiLU or GELU (tanh)
+//   x = x + f, or x = x + RMSNorm(f) * post_ffn_norm
+// then logits = RMSNorm(x) * norm @ lm_head^T (lm_head = the embedding when tied), and
+// logits = cap * tanh(logits / cap) with a final soft-cap (Gemma 2).
+//
+// Every norm weight is the one applied: an architecture whose files store w for a norm computed
+// with (1 + w) (Gemma) has 1 added when its weights are read (GGUF files store 1 + w already).
+//
+// Letters (docs/shapes.md): C hidden_size, F intermediate_size, H query heads, H_kv key/value
+// heads, D head_dim, V vocab_size, L layers, R rotated dims per head.
+//
+// The weights are used where they lie: a GGUF file's and a safetensors file's bytes are mapped,
+// and the products read them in their stored type (F32, F16, BF16 and the GGML block types,
+// kernels/qgemm.h) with float32 activations. Nothing is initialised, drawn or copied to load a
+// model but the small norm and bias vectors (converted to float32).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qkv/core/tensor.h"
+#include "qkv/infer/causal_lm.h"
+#include "qkv/kernels/qgemm.h"
+#include "qkv/kernels/rope.h"
+
+namespace qkv::io {
+class MappedFile;
+}
+
+namespace qkv::models {
+
+// How a layer rotates its queries and keys (kernels/rope.h).
+struct RopeSpec {
+  double theta = 10000.0;
+  kernels::RopeScaling scaling;
+  std::int64_t dims = 0;  // R: rotated dims per head (even, <= head_dim; partial rotary below it)
+  kernels::RopeStyle style = kernels::RopeStyle::Half;
+  // Divisors of inv_freq (llama.cpp's rope_freqs tensor of llama3-scaled GGUF files): [R/2] or empty.
+  std::vector<float> freq_factors;
+};
+
+enum class FfnActivation { SiLU, GeluTanh };
+
+struct LayerSpec {
+  int rope = 0;               // index into DecoderSpec::ropes; -1: no RoPE in this layer (NoPE)
+  std::int64_t window = 0;    // sliding window W >= 1 (a query at t sees keys t - W < j <= t); 0: global
+  float attn_scale = 0.f;     // scale of the scores; 0: 1 / sqrt(head_dim)
+  float attn_softcap = 0.f;   // cap of the scores (cap * tanh(s / cap)); 0: none
+  bool qk_norm = false;       // RMSNorm over each head of q and k (before RoPE)
+  bool post_attn_norm = false;  // RMSNorm of the attention's output before the residual add
+  bool post_ffn_norm = false;   // RMSNorm of the feed-forward's output before the residual add
+};
+
+struct DecoderSpec {
+  std::string arch;        // the registry's name of the architecture ("llama", "qwen3", ...)
+  std::string model_type;  // the Hugging Face model_type it was read as ("mistral" for arch llama, say)
+  std::int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0;
+  std::int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  std::int64_t max_positions = 2048;  // max_position_embeddings
+  double norm_eps = 1e-6;             // of every RMSNorm
+  bool attention_bias = false;        // q/k/v projections with biases (Qwen2)
+  FfnActivation activation = FfnActivation::SiLU;
+  float embed_scale = 1.f;     // the embedding rows are multiplied by it (Gemma: sqrt(C))
+  float final_softcap = 0.f;   // cap of the logits (cap * tanh(l / cap)); 0: none
+  bool tied = false;           // lm_head is the embedding
+  std::vector<RopeSpec> ropes;
+  std::vector<LayerSpec> layers;  // L
+  std::optional<std::int64_t> bos_token_id;
+  std::vector<std::int64_t> eos_token_ids;
+
+  std::int64_t num_layers() const { return static_cast<std::int64_t>(layers.size()); }
+};
+
+// What the model checks before using a spec: sizes in [1, 2^24], heads dividing, every layer's
+// RoPE index valid and its dims even and <= head_dim, the rope settings valid, windows >= 0, eps,
+// scales and caps finite and >= 0. ValueError naming the field and value.
+void check_decoder_spec(const DecoderSpec& s);
+
+// One linear layer's weight [N, K] viewed in place, and its bias [N] (float32) or null.
+struct DecoderLinear {
+  kernels::QMatrix w;
+  const float* bias = nullptr;
+};
+
+struct DecoderLayerWeights {
+  const float* attn_norm = nullptr;       // [C]
+  DecoderLinear q, k, v, o;
+  const float* q_norm = nullptr;          // [D] (qk_norm)
+  const float* k_norm = nullptr;          // [D]
+  const float* post_attn_norm = nullptr;  // [C] (post_attn_norm)
+  const float* ffn_norm = nullptr;        // [C]
+  DecoderLinear gate, up, down;
+  const float* post_ffn_norm = nullptr;   // [C] (post_ffn_norm)
+};
+
+// The weights of a model and what keeps their memory alive (file mappings, owned buffers).
+struct DecoderWeights {
+  kernels::QMatrix embed;  // [V, C]
+  std::vector<DecoderLayerWeights> layers;
+  const float* norm = nullptr;  // [C]
+  kernels::QMatrix lm_head;     // [V, C] (embed when tied)
+  std::vector<std::shared_ptr<const void>> keep_alive;
+  // The file mapping the matrices view (a GGUF file), or null: the pages of matrices copied to
+  // their decode layout are given back to the system (a later read maps them from the file again).
+  std::shared_ptr<const io::MappedFile> mapping;
+};
+
+// Per layer, the attention weights a forward pass computed (DecoderLM::attention_weights).
+struct AttentionWeights {
+  std::vector<Tensor> layers;  // per layer: float32 [H, T, T], rows sum to 1 (0 above the diagonal)
+};
+
+class DecoderLM : public infer::CausalLM {
+ public:
+  // Checks the spec and every weight's type and shape against it (FormatError naming the
+  // weight). The weights' memory must stay valid while the model lives (keep_alive).
+  DecoderLM(DecoderSpec spec, DecoderWeights weights);
+  const DecoderSpec& spec() const { return spec_; }
+  const DecoderWeights& weights() const { return w_; }
+  // Bytes of the weights the products read per token (every matrix once), for bandwidth bounds.
+  std::int64_t weight_bytes() const;
+  // How activations meet quantized weights (kernels/qgemm.h): F32 (exact, the default) or Q8.
+  // Q8 also copies the Q4_0 / Q4_1 / Q8_0 matrices into their decode layout where the CPU's
+  // kernels read it (kernels::qgemm_repack_rows8: a decode step then reads memory in order; the
+  // same bits), all of them in one buffer in the order a step reads them, and gives the file's
+  // pages of those matrices back (the resident set stays about the weights' size); F32 frees the
+  // copies. Call it before the model computes, not meanwhile.
+  void set_activations(kernels::QActivations a);
+  kernels::QActivations activations() const { return act_; }
+  // Bytes of the matrices held in their decode layout (0 unless Q8 activations on such a CPU).
+  std::int64_t decode_layout_bytes() const;
+
+  // infer::CausalLM
+  std::int64_t vocab_size() const override { return spec_.vocab_size; }
+  std::int64_t max_positions() const override { return spec_.max_positions; }
+  std::vector<std::pair<std::string, std::int64_t>> sizes() const override {
+    return {{"layers", spec_.num_layers()}, {"d_model", spec_.hidden_size}, {"heads", spec_.num_heads},
+            {"kv_heads", spec_.num_kv_heads}, {"vocab", spec_.vocab_size}};
+  }
+  infer::KVCacheOptions cache_options(std::int64_t batch, std::int64_t max_len) const override;
+  // The sequences' new tokens are computed together as rows of one matrix (no padding); a
+  // sequence with few new tokens attends through the decode kernel, a longer one through the
+  // tiled FlashAttention kernel, both reading the cache's shared key/value heads in place. When
+  // no sequence has more than kernels::qgemm_decode_max_m() new tokens (a decode step), each
+  // sequence's logits are bitwise those it gets alone, whatever the other rows (continuous
+  // batching: infer/scheduler.h). A LongRoPE model runs a sequence again from its first token when
+  // it passes the original context with keys of the short factors in its cache (transformers'
+  // generation does the same): the cache keeps token ids for it (KVCacheOptions::keep_ids).
+  Tensor forward_cached(const Tensor& ids, const std::vector<std::int64_t>& n_new, infer::KVCache& cache,
+                        bool all_logits = false) const override;
+
+  // The attention weights of every layer for one sequence of token ids [T] (T >= 1, within
+  // max_positions), as transformers' output_attentions=True gives them (eager attention: the
+  // softmax of the scaled, soft-capped, masked scores), computed in float32 beside one forward
+  // pass. Checks the memory the weights take (L * H * T * T floats) before allocating them.
+  AttentionWeights attention_weights(const std::vector<std::int64_t>& ids) const;
+
+ private:
+  struct Rope {  // a RopeSpec's inverse frequencies (the short and long ones of LongRope)
+    std::vector<float> inv_freq, inv_freq_long;
+    float attention_factor = 1.f;
+  };
+  DecoderSpec spec_;
+  DecoderWeights w_;
+  std::vector<Rope> ropes_;
+  kernels::QActivations act_ = kernels::QActivations::F32;
+  // The decode layouts set_activations made (QMatrix::rows8 of w_'s matrices point into them).
+  struct Rows8Buffer {
+    void* p = nullptr;
+    std::size_t n = 0;
+    explicit Rows8Buffer(std::size_t bytes);
+    ~Rows8Buffer();
+    Rows8Buffer(const Rows8Buffer&) = delete;
+    Rows8Buffer& operator=(const Rows8Buffer&) = delete;
+  };
+  std::vector<std::unique_ptr<Rows8Buffer>> rows8_;
+  std::vector<kernels::QMatrix*> matrices();
+  bool long_rope() const;  // a RoPE of the spec is LongRoPE (the cache keeps token ids)
+  Tensor forward_impl(const Tensor& ids, const std::vector<std::int64_t>& n_new, infer::KVCache& cache,
+                      bool all_logits, AttentionWeights* capture) const;
+};
+
+}  // namespace qkv::models

@@ -1,0 +1,42 @@
+// Decoder models from and to files, for every architecture of the registry (models/registry.h):
+// Hugging Face folders (config.json + model.safetensors, or shards named by
+// model.safetensors.index.json; F32, F16 and BF16 weights) and GGUF files (llama.cpp's names and
+// metadata; the GGML tensor types of kernels/quant.h), read through the architecture's one table
+// of tensor names (src/models/arch/) and written back through the same table.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "qkv/io/gguf_writer.h"
+#include "qkv/kernels/quant.h"
+#include "qkv/models/decoder.h"
+
+namespace qkv::io {
+class GGUFFile;
+}
+
+namespace qkv::models {
+
+// The spec of a config.json's text (its model_type picks the architecture). FormatError naming
+// `source` and the field for malformed JSON, a missing or mistyped field, an unsupported value
+// or model_type (listing the supported ones), a spec whose options contradict each other.
+DecoderSpec decoder_spec_from_config(const std::string& text, const std::string& source);
+// The spec of a GGUF file's metadata (general.architecture picks the architecture).
+DecoderSpec decoder_spec_from_gguf(const io::GGUFFile& f);
+
+// Loads a decoder from a Hugging Face folder or a GGUF file. IOError / FormatError naming the
+// file and the weight: missing, unexpected or wrongly shaped tensors are listed together; an
+// unsupported architecture or tensor type is named with the supported ones.
+std::shared_ptr<DecoderLM> load_decoder(const std::string& path);
+std::shared_ptr<DecoderLM> load_decoder_gguf(std::shared_ptr<const io::GGUFFile> file);
+
+// Writes `m` as GGUF (atomically), with the names, metadata and layouts of llama.cpp's
+// convert_hf_to_gguf.py for its architecture (llama.cpp and gguf-py load it). type: convert every
+// weight matrix to it (nullopt: keep each matrix's stored type); norms and biases are F32.
+// name: general.name. ValueError naming the tensor when a matrix's rows are not a multiple of
+// the type's block.
+void save_decoder_gguf(const DecoderLM& m, const std::string& path, std::optional<kernels::QType> type,
+                       const io::GGUFMetadata& tokenizer, const std::string& name);
+
+}  // namespace qkv::models

@@ -1,0 +1,73 @@
+// What the architecture files share (internal header of models/arch/): the fields every
+// decoder's config.json and GGUF metadata have, read into a spec; the GGUF keys every decoder
+// writes; the Llama layout of tensor names that most architectures start from.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "arch.h"
+
+namespace qkv::models::arch {
+
+using json = nlohmann::json;
+
+// How an architecture's config.json is read beyond the common fields.
+struct ConfigDefaults {
+  bool tie_word_embeddings = false;           // transformers' default for the config class
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  std::int64_t max_position_embeddings = 2048;
+  // The field naming the activation and the values accepted for it (first: the default).
+  const char* act_field = "hidden_act";
+  std::vector<std::string> activations = {"silu"};
+};
+
+// The common fields of a decoder config.json: sizes, eps, tying, special tokens, the RoPE of
+// every layer (rope_theta + rope_scaling, or transformers 5's rope_parameters; partial_rotary_
+// factor), every layer global with the default scale. FormatError naming `src` and the field.
+DecoderSpec spec_from_config(const json& j, const std::string& src, const ConfigDefaults& d = {});
+
+// A RoPE from a config's rope settings: `rp` is the rope_parameters / rope_scaling object (or
+// null: none), `field` its name for messages; theta is the base when rp has no rope_theta.
+RopeSpec rope_from_config(const json* rp, const std::string& field, double theta, std::int64_t dims,
+                          const std::string& src);
+// The object of config field `key` (null when absent or null; FormatError when not an object).
+const json* object_field(const json& j, const char* key, const std::string& src);
+// A list of floats (longrope factors, say): FormatError naming the field for anything else.
+std::vector<float> float_list(const json& j, const char* key, const std::string& where);
+
+// `layer_types` (transformers: "sliding_attention" / "full_attention" per layer), when present:
+// checked against the layer count; nullopt when absent.
+std::optional<std::vector<bool>> sliding_layers(const json& j, std::int64_t layers, const std::string& src);
+
+// The common keys of `{arch}.*` GGUF metadata: block_count, embedding_length,
+// feed_forward_length, attention.head_count(_kv), key_length, rope.dimension_count,
+// context_length, attention.layer_norm_rms_epsilon, rope.freq_base, rope.scaling.*, vocab_size,
+// attention.sliding_window; the tokenizer's BOS and EOS ids; tied when there is no output
+// tensor. The RoPE style follows the architecture's (interleaved where llama.cpp permuted q/k
+// of `arch`). FormatError naming the file and the key.
+DecoderSpec spec_from_gguf(const io::GGUFFile& f, const Architecture& arch);
+
+// The keys spec_from_gguf reads, written for `spec` under `prefix` ("llama." ...).
+void write_common_gguf_metadata(const DecoderSpec& spec, const std::string& prefix, io::GGUFMetadata& meta);
+
+// The Llama layout: embed_tokens, the layers' input_layernorm, q/k/v/o projections (and q/k/v
+// biases), post_attention_layernorm (the feed-forward's norm), gate/up/down, the final norm,
+// lm_head; GGUF token_embd, blk.{i}.attn_norm, attn_q/k/v/output, ffn_norm, ffn_gate/up/down,
+// output_norm, output, rope_freqs.
+std::vector<TensorName> llama_tensor_names();
+// `names` with the entry of `slot` replaced by (or, when absent, extended with) `t`.
+std::vector<TensorName> with(std::vector<TensorName> names, const TensorName& t);
+// `names` without the entry of `slot`.
+std::vector<TensorName> without(std::vector<TensorName> names, Slot slot);
+
+// Loads a folder or GGUF file of a decoder family (the registry's load_causal_lm of them).
+LoadedCausalLM load_decoder_causal_lm(const std::string& path, const CausalLMLoadOptions& options);
+// Writes one as GGUF (the registry's write_gguf of decoder families).
+std::string write_decoder_gguf(const std::string& path, const std::string& out, std::optional<kernels::QType> type,
+                               const io::GGUFMetadata& tokenizer, const std::string& name);
+
+}  // namespace qkv::models::arch

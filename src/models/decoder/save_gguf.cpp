@@ -1,0 +1,131 @@
+// Decoder models written as GGUF (see decoder_io.h), through the architecture's table of tensor
+// names: the loader's table, read the other way.
+#include <fmt/format.h>
+
+#include "../arch/arch.h"
+#include "../arch/common.h"
+#include "../gguf_tensors.h"
+#include "qkv/core/error.h"
+#include "qkv/models/decoder_io.h"
+#include "tensor_slots.h"
+
+namespace qkv::models {
+namespace {
+
+using namespace gguf_out;
+
+// Matrices stored one after the other (the views of a fused tensor) as one matrix, or nullopt
+// when they are not adjacent rows of one type.
+std::optional<kernels::QMatrix> stacked(std::initializer_list<const kernels::QMatrix*> ms) {
+  kernels::QMatrix out = **ms.begin();
+  out.rows8 = nullptr;
+  const auto* end = static_cast<const std::uint8_t*>(out.data) + out.rows * out.row_bytes;
+  for (auto it = ms.begin() + 1; it != ms.end(); ++it) {
+    const kernels::QMatrix& m = **it;
+    if (m.data != end || m.type != out.type || m.cols != out.cols || m.row_bytes != out.row_bytes) return std::nullopt;
+    out.rows += m.rows;
+    end += m.rows * m.row_bytes;
+  }
+  return out;
+}
+
+}  // namespace
+
+void save_decoder_gguf(const DecoderLM& m, const std::string& path, std::optional<QType> type,
+                       const io::GGUFMetadata& tokenizer, const std::string& name) {
+  const DecoderSpec& c = m.spec();
+  const DecoderWeights& w = m.weights();
+  const Architecture* a = find_architecture(c.arch);
+  if (!a) throw ValueError("save_decoder_gguf: the spec's architecture '" + c.arch + "' is not registered");
+  const RopeSpec& rope = c.ropes.front();
+  const bool want_interleaved = a->gguf_interleaved_rope;
+  const bool is_interleaved = rope.style == kernels::RopeStyle::Interleaved;
+  std::vector<i64> pq, pk;
+  if (want_interleaved != is_interleaved) {
+    if (rope.dims != c.head_dim)
+      throw ValueError(fmt::format("convert: a partial rotary model (rope_dim {} of head_dim {}) cannot be rearranged "
+                                   "for llama.cpp's RoPE",
+                                   rope.dims, c.head_dim));
+    pq = rope_permutation(c.num_heads, c.head_dim, want_interleaved);
+    pk = rope_permutation(c.num_kv_heads, c.head_dim, want_interleaved);
+  }
+  const i64 HD = c.num_heads * c.head_dim, KD = c.num_kv_heads * c.head_dim;
+  Tensors t;
+  // In llama.cpp's order: the embedding, the layers one after the other, then the rest.
+  auto emit = [&](const TensorName& tn, i64 l) {
+    {
+      const std::string gname = expand_name(tn.gguf, l);
+      const Need need = slot_need(c, *a, tn.slot, l);
+      if (need == Need::No || need == Need::Ignored) return;
+      const DecoderLayerWeights* L = slot_is_per_layer(tn.slot) ? &w.layers[static_cast<std::size_t>(l)] : nullptr;
+      switch (tn.slot) {
+        case Slot::RopeFreqs: {
+          // llama3 rope scaling: llama.cpp keeps the per-frequency divisors as a tensor.
+          std::vector<float> factors = rope.freq_factors;
+          if (factors.empty() && rope.scaling.type == kernels::RopeScaling::Type::Llama3) {
+            const std::vector<float> base = kernels::rope_inv_freq(rope.dims, rope.theta, {});
+            const std::vector<float> scaled = kernels::rope_inv_freq(rope.dims, rope.theta, rope.scaling);
+            for (std::size_t i = 0; i < base.size(); ++i) factors.push_back(base[i] / scaled[i]);
+          }
+          if (!factors.empty()) t.add_vector(gname, factors.data(), static_cast<i64>(factors.size()));
+          break;
+        }
+        case Slot::RopeLong:
+        case Slot::RopeShort: {
+          const std::vector<float>& f =
+              tn.slot == Slot::RopeLong ? rope.scaling.long_factor : rope.scaling.short_factor;
+          if (!f.empty()) t.add_vector(gname, f.data(), static_cast<i64>(f.size()));
+          break;
+        }
+        case Slot::QKV:
+        case Slot::GateUp: {
+          const auto whole = tn.slot == Slot::QKV ? stacked({&L->q.w, &L->k.w, &L->v.w}) : stacked({&L->gate.w, &L->up.w});
+          if (!whole) throw ValueError("convert: " + gname + ": the fused matrix's parts are not stored together");
+          std::vector<i64> perm;
+          if (tn.slot == Slot::QKV && !pq.empty()) {  // q's and k's rows rearranged, v's kept
+            for (i64 r : pq) perm.push_back(r);
+            for (i64 r : pk) perm.push_back(HD + r);
+            for (i64 r = 0; r < KD; ++r) perm.push_back(HD + KD + r);
+          }
+          t.add_matrix(gname, *whole, type, perm);
+          break;
+        }
+        case Slot::QBias:
+        case Slot::KBias: {
+          const std::vector<i64>& perm = tn.slot == Slot::QBias ? pq : pk;
+          const i64 n = tn.slot == Slot::QBias ? HD : KD;
+          const std::vector<float> b = permuted(vector_of(w, tn.slot, l), perm, n);
+          t.add_vector(gname, b.data(), n);
+          break;
+        }
+        default:
+          if (slot_is_matrix(tn.slot)) {
+            t.add_matrix(gname, *matrix_of(w, tn.slot, l), type,
+                         tn.slot == Slot::Q ? pq : tn.slot == Slot::K ? pk : std::vector<i64>{});
+          } else {
+            t.add_vector(gname, vector_of(w, tn.slot, l), slot_shape(c, tn.slot)[0]);
+          }
+      }
+    }
+  };
+  for (const TensorName& tn : a->tensors)
+    if (tn.gguf && tn.slot == Slot::Embed) emit(tn, 0);
+  for (i64 l = 0; l < c.num_layers(); ++l)
+    for (const TensorName& tn : a->tensors)
+      if (tn.gguf && slot_is_per_layer(tn.slot)) emit(tn, l);
+  for (const TensorName& tn : a->tensors)
+    if (tn.gguf && !slot_is_per_layer(tn.slot) && tn.slot != Slot::Embed) emit(tn, 0);
+  io::GGUFMetadata meta;
+  meta.emplace_back("general.architecture", GGUFMeta::string(a->gguf_name));
+  meta.emplace_back("general.type", GGUFMeta::string("model"));
+  meta.emplace_back("general.name", GGUFMeta::string(name));
+  const std::string prefix = a->gguf_name + ".";
+  arch::write_common_gguf_metadata(c, prefix, meta);
+  if (a->gguf_metadata) a->gguf_metadata(c, prefix, meta);
+  meta.emplace_back("general.file_type", GGUFMeta::u32(file_type(t.majority())));
+  meta.emplace_back("general.quantization_version", GGUFMeta::u32(2));
+  meta.insert(meta.end(), tokenizer.begin(), tokenizer.end());
+  io::write_gguf(path, meta, t.list);
+}
+
+}  // namespace qkv::models

@@ -1,0 +1,538 @@
+// The step of DecoderLM (see decoder.h): new tokens of any number of sequences through every
+// layer, their keys and values appended to the KV cache, the logits out. Written once for every
+// architecture: what differs between them is read from the spec (norms, RoPE, windows, scales,
+// soft-caps, activations); how the work is shared among threads (a team, its barriers, the Q8
+// quantisation shared by products, the decode/prefill split) is here only.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "qkv/core/error.h"
+#include "qkv/core/parallel.h"
+#include "qkv/core/storage.h"
+#include "qkv/infer/kv_cache.h"
+#include "qkv/kernels/activation.h"
+#include "qkv/kernels/attention.h"
+#include "qkv/kernels/decode_attention.h"
+#include "qkv/kernels/half.h"
+#include "qkv/kernels/rms_norm.h"
+#include "qkv/kernels/swiglu.h"
+#include "qkv/models/decoder.h"
+
+namespace qkv::models {
+namespace {
+
+using i64 = std::int64_t;
+
+// A float buffer of one forward call's workspace: grown on demand, never zeroed, 64-byte aligned.
+class Buf {
+ public:
+  Buf() = default;
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  ~Buf() {
+    if (p_) aligned_free(p_, n_ * sizeof(float));
+  }
+  float* get(i64 n) {
+    const auto want = static_cast<std::size_t>(std::max<i64>(n, 1));
+    if (want > n_) {
+      if (p_) aligned_free(p_, n_ * sizeof(float));
+      p_ = nullptr;
+      p_ = static_cast<float*>(aligned_alloc_bytes(want * sizeof(float), "decoder forward workspace"));
+      n_ = want;
+    }
+    return p_;
+  }
+
+ private:
+  float* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+// The workspace of the calling thread (forward_cached is const and may run on many threads at
+// once, each with its own cache; one call per thread at a time).
+struct Workspace {
+  Buf x, h, hp, q, k, v, att, a, g, u, qd, od, last, dscratch;
+  std::vector<std::unique_ptr<Buf>> cos, sin;  // per RoPE of the spec
+  Buf& cos_of(std::size_t i) { return at(cos, i); }
+  Buf& sin_of(std::size_t i) { return at(sin, i); }
+
+ private:
+  static Buf& at(std::vector<std::unique_ptr<Buf>>& v, std::size_t i) {
+    while (v.size() <= i) v.push_back(std::make_unique<Buf>());
+    return *v[i];
+  }
+};
+Workspace& workspace() {
+  thread_local Workspace ws;
+  return ws;
+}
+
+// y = gelu_tanh(g) * u elementwise (y may equal g): Gemma's gated feed-forward (GeGLU), in
+// chunks that stay in L1.
+void geglu_tanh_f32(float* y, const float* g, const float* u, i64 n) {
+  constexpr i64 kChunk = 1024;
+  for (i64 i = 0; i < n; i += kChunk) {
+    const i64 m = std::min(kChunk, n - i);
+    kernels::gelu_forward_f32(y + i, g + i, m, kernels::GeluForm::Tanh);
+    for (i64 j = 0; j < m; ++j) y[i + j] = y[i + j] * u[i + j];
+  }
+}
+
+// x = cap * tanh(x / cap) (transformers: x / cap, tanh, * cap in float32).
+void softcap_f32(float* x, i64 n, float cap) {
+  for (i64 i = 0; i < n; ++i) x[i] = std::tanh(x[i] / cap) * cap;
+}
+
+}  // namespace
+
+Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new, infer::KVCache& cache,
+                               bool all_logits, AttentionWeights* capture) const {
+  const DecoderSpec& c = spec_;
+  const infer::KVCacheOptions& co = cache.options();
+  if (ids.dtype() != DType::I64 || ids.dim() != 2 || ids.shape()[0] != co.batch)
+    throw ShapeError(fmt::format("DecoderLM::forward_cached: ids must be I64 [{}, Tn] for this cache, got {} {}", co.batch,
+                                 ids.shape_str(), dtype_name(ids.dtype())));
+  if (co.num_layers != c.num_layers() || co.num_heads != c.num_heads || co.num_kv_heads != c.num_kv_heads ||
+      co.head_dim != c.head_dim)
+    throw ShapeError("DecoderLM::forward_cached: the cache is shaped for another model");
+  cache.check_room(n_new);
+  const bool f16 = co.dtype == infer::KVType::F16;
+  const i64 B = co.batch, Tn = ids.shape()[1], T = co.max_len, L = c.num_layers();
+  const i64 C = c.hidden_size, F = c.intermediate_size, D = c.head_dim, H = c.num_heads;
+  const i64 Hkv = c.num_kv_heads, V = c.vocab_size, HD = H * D, KD = Hkv * D;
+
+  // The new tokens of every sequence, as rows of one matrix: row r is token row_t[r] of
+  // sequence row_b[r], at position pos[r]. Everything is checked before anything is written.
+  std::vector<i64> row_b, row_t, pos, first(static_cast<std::size_t>(B), -1);
+  const Tensor src = ids.contiguous();
+  const i64* s = src.data<i64>();
+  for (i64 b = 0; b < B; ++b) {
+    const i64 n = n_new[static_cast<std::size_t>(b)], start = cache.length(b);
+    if (n > Tn)
+      throw ShapeError(fmt::format("DecoderLM::forward_cached: n_new[{}] = {} exceeds the {} ids given", b, n, Tn));
+    if (start + n > c.max_positions)
+      throw ValueError(fmt::format("DecoderLM::forward_cached: sequence {} would reach position {}, past "
+                                   "max_position_embeddings {}",
+                                   b, start + n, c.max_positions));
+    if (n > 0) first[static_cast<std::size_t>(b)] = static_cast<i64>(row_b.size());
+    for (i64 j = 0; j < n; ++j) {
+      const i64 id = s[b * Tn + j];
+      if (id < 0 || id >= V)
+        throw IndexError(fmt::format("DecoderLM::forward_cached: token id {} of sequence {} out of range [0, {})", id,
+                                     b, V));
+      row_b.push_back(b);
+      row_t.push_back(j);
+      pos.push_back(start + j);
+    }
+  }
+  const i64 R = static_cast<i64>(row_b.size());
+  Tensor out = all_logits ? Tensor::zeros({B, Tn, V}) : Tensor::zeros({B, V});
+  if (R == 0) return out;
+
+  Workspace& ws = workspace();
+  float* x = ws.x.get(R * C);
+  float* h = ws.h.get(R * C);
+  float* q = ws.q.get(R * HD);
+  float* k = ws.k.get(R * KD);
+  float* v = ws.v.get(R * KD);
+  float* att = ws.att.get(R * HD);
+  float* g = ws.g.get(R * F);
+  float* u = ws.u.get(R * F);
+  const bool post_norms = std::any_of(c.layers.begin(), c.layers.end(),
+                                      [](const LayerSpec& l) { return l.post_attn_norm || l.post_ffn_norm; });
+  float* a = post_norms ? ws.a.get(R * C) : nullptr;  // a sub-layer's output before its post-norm
+
+  // The cos and sin tables of every RoPE at the rows' positions ([R, R_dims / 2] each). LongRope
+  // takes its long factors for a sequence that reaches past the original context in this call
+  // (transformers decides by the largest position of the forward pass).
+  std::vector<float*> cosv(ropes_.size()), sinv(ropes_.size());
+  for (std::size_t i = 0; i < ropes_.size(); ++i) {
+    const Rope& rp = ropes_[i];
+    const i64 half = c.ropes[i].dims / 2;
+    cosv[i] = ws.cos_of(i).get(R * half);
+    sinv[i] = ws.sin_of(i).get(R * half);
+    if (rp.inv_freq_long.empty()) {
+      kernels::rope_tables(cosv[i], sinv[i], pos.data(), R, rp.inv_freq.data(), half, rp.attention_factor);
+      continue;
+    }
+    const double original = c.ropes[i].scaling.original_max_positions;
+    for (i64 b = 0; b < B; ++b) {
+      const i64 n = n_new[static_cast<std::size_t>(b)], r0 = first[static_cast<std::size_t>(b)];
+      if (n == 0) continue;
+      const bool long_context = static_cast<double>(cache.length(b) + n) > original;
+      kernels::rope_tables(cosv[i] + r0 * half, sinv[i] + r0 * half, pos.data() + r0, n,
+                           (long_context ? rp.inv_freq_long : rp.inv_freq).data(), half, rp.attention_factor);
+    }
+  }
+
+  // (A row in the decode layout is read from it: the blocks' pages were given back.)
+  std::vector<std::uint8_t> row_bytes;
+  for (i64 r = 0; r < R; ++r) {
+    const i64 id = s[row_b[static_cast<std::size_t>(r)] * Tn + row_t[static_cast<std::size_t>(r)]];
+    const std::uint8_t* src_row = static_cast<const std::uint8_t*>(w_.embed.data) + id * w_.embed.row_bytes;
+    if (w_.embed.rows8 != nullptr && id < w_.embed.rows / 8 * 8) {
+      row_bytes.resize(static_cast<std::size_t>(w_.embed.row_bytes));
+      kernels::qgemm_rows8_row(w_.embed, id, row_bytes.data());
+      src_row = row_bytes.data();
+    }
+    kernels::dequantize_row(w_.embed.type, src_row, x + r * C, C);
+    if (c.embed_scale != 1.f)
+      for (i64 i = 0; i < C; ++i) x[r * C + i] = x[r * C + i] * c.embed_scale;
+  }
+
+  // Sequences with few new tokens attend through the decode kernel (one call for all of them),
+  // the others through one FlashAttention call each.
+  std::vector<i64> q_len(static_cast<std::size_t>(B), 0), k_len(static_cast<std::size_t>(B), 0);
+  i64 Lq = 0;
+  for (i64 b = 0; b < B; ++b) {
+    const i64 n = n_new[static_cast<std::size_t>(b)];
+    k_len[static_cast<std::size_t>(b)] = cache.length(b) + n;
+    if (n > 0 && n <= infer::kDecodeKernelMaxQueries) {
+      q_len[static_cast<std::size_t>(b)] = n;
+      Lq = std::max(Lq, n);
+    }
+  }
+  // A step where every sequence decodes one token (row b is sequence b's) runs the decode kernel
+  // on q and att in place ([B, H * D] is its [B, H, 1, D]): no copy of Q in, none of O out.
+  const bool q_in_place = B > 0 && std::all_of(n_new.begin(), n_new.end(), [](i64 n) { return n == 1; });
+  float* qd = Lq && !q_in_place ? ws.qd.get(B * H * Lq * D) : nullptr;
+  float* od = Lq && !q_in_place ? ws.od.get(B * H * Lq * D) : nullptr;
+  const float default_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  auto scale_of = [&](const LayerSpec& ls) { return ls.attn_scale > 0 ? ls.attn_scale : default_scale; };
+  // A step where no sequence has more new tokens than the products' decode path takes rows (a
+  // decode step of many sequences, say) runs every product on the decode path, whatever the rows
+  // in all: each sequence gets the bits it gets alone (qgemm's rows_alone; continuous batching
+  // relies on it).
+  bool alone = true;
+  for (i64 b = 0; b < B; ++b) alone = alone && n_new[static_cast<std::size_t>(b)] <= kernels::qgemm_decode_max_m();
+  const kernels::QGemmOptions plain{.activations = act_, .rows_alone = alone};
+  const kernels::QGemmOptions accumulate{.accumulate = true, .activations = act_, .rows_alone = alone};
+  auto with_bias = [&](const float* bias, const kernels::Q8Rows* a_q8 = nullptr) {
+    kernels::QGemmOptions o = plain;
+    o.epilogue.bias = bias;
+    o.a_q8 = a_q8;
+    return o;
+  };
+  // With Q8 activations, products sharing an input (q, k and v; gate and up) quantize it once per
+  // team member (bitwise the same products, kernels/qgemm.h): the member's rows of h quantized
+  // here when the Q8 path will take W's product.
+  auto shared_q8 = [&](const float* A, const kernels::QMatrix& W) -> const kernels::Q8Rows* {
+    if (!kernels::qgemm_uses_q8(R, W.type, plain)) return nullptr;
+    thread_local kernels::Q8Rows rows;
+    kernels::quantize_rows_q8(R, A, C, C, rows);
+    return &rows;
+  };
+  // One member's share of a product: its part of the output columns (bitwise the whole
+  // product for any team size, kernels/qgemm.h).
+  auto product = [&](Team& tm, const float* A, i64 lda, const kernels::QMatrix& W, float* o, i64 ldo,
+                     const kernels::QGemmOptions& opt) { kernels::qgemm_part(R, A, lda, W, o, ldo, opt, tm.rank(), tm.size()); };
+  // Each member normalises every row into its own copy of h (the same values: one function of
+  // the row), so the products that read h need no barrier after the norm: two fewer per layer.
+  const i64 members = std::max(1, num_threads());
+  float* hp = ws.hp.get(members * R * C);
+  auto norm = [&](Team& tm, const float* w) -> const float* {
+    if (tm.size() > members) throw ValueError("DecoderLM: a team larger than num_threads()");
+    float* hm = hp + tm.rank() * R * C;
+    kernels::rms_norm_rows_f32(hm, C, nullptr, x, C, w, R, C, c.norm_eps);
+    return hm;
+  };
+  // A sub-layer's output: added into x by the product (accumulate), or written to `a`, normalised
+  // by rows and then added (the post-norms of Gemma). Ends after a barrier, x complete.
+  auto residual = [&](Team& tm, const float* A, i64 lda, const kernels::QMatrix& W, const float* post_norm) {
+    if (!post_norm) {
+      product(tm, A, lda, W, x, C, accumulate);
+      tm.barrier();
+      return;
+    }
+    product(tm, A, lda, W, a, C, plain);
+    tm.barrier();
+    const auto [r0, r1] = tm.part(0, R);
+    for (i64 r = r0; r < r1; ++r) {
+      kernels::rms_norm_rows_f32(a + r * C, C, nullptr, a + r * C, C, post_norm, 1, C, c.norm_eps);
+      for (i64 i = 0; i < C; ++i) x[r * C + i] = x[r * C + i] + a[r * C + i];
+    }
+    tm.barrier();
+  };
+  // The gated activation of n values from g and u into g.
+  auto activate = [&](float* gv, const float* uv, i64 n) {
+    if (c.activation == FfnActivation::SiLU)
+      kernels::swiglu_forward_f32(gv, gv, uv, n);
+    else
+      geglu_tanh_f32(gv, gv, uv, n);
+  };
+  // The steps between two attentions run as one team of threads (a barrier between steps):
+  // a step with a prefilling sequence wakes the workers twice per layer, not once per product
+  // (a decoding step runs as one team throughout, below).
+  //   before(l): the rest of layer l-1 (o_proj and the feed-forward), then layer l's norm, q/k/v
+  //              products, RoPE and cache write; before(L): the rest of the last layer.
+  auto before = [&](Team& tm, i64 l) {
+    if (l > 0) {
+      const DecoderLayerWeights& P = w_.layers[static_cast<std::size_t>(l - 1)];
+      const LayerSpec& PS = c.layers[static_cast<std::size_t>(l - 1)];
+      residual(tm, att, HD, P.o.w, PS.post_attn_norm ? P.post_attn_norm : nullptr);
+      const float* hm = norm(tm, P.ffn_norm);
+      const kernels::Q8Rows* hq = shared_q8(hm, P.gate.w);
+      const kernels::QGemmOptions gu = with_bias(nullptr, hq);
+      product(tm, hm, C, P.gate.w, g, F, gu);
+      product(tm, hm, C, P.up.w, u, F, gu);
+      // Where every member's gate and up products wrote the same columns (the decode and Q8
+      // paths split by columns), each finishes the activation on its own (elementwise: the same
+      // bits), with no barrier between the products and the activation.
+      bool own_columns = true;
+      for (int m = 0; m < tm.size() && own_columns; ++m) {
+        const auto cg = kernels::qgemm_part_columns(R, P.gate.w, gu, m, tm.size());
+        own_columns = cg && cg == kernels::qgemm_part_columns(R, P.up.w, gu, m, tm.size());
+      }
+      if (own_columns) {
+        const auto [n0, n1] = *kernels::qgemm_part_columns(R, P.gate.w, gu, tm.rank(), tm.size());
+        for (i64 r = 0; r < R; ++r) activate(g + r * F + n0, u + r * F + n0, n1 - n0);
+      } else {
+        tm.barrier();
+        const auto [e0, e1] = tm.part(0, R * F, 16);
+        activate(g + e0, u + e0, e1 - e0);
+      }
+      tm.barrier();
+      residual(tm, g, F, P.down.w, PS.post_ffn_norm ? P.post_ffn_norm : nullptr);
+    }
+    if (l == L) return;
+    const DecoderLayerWeights& W = w_.layers[static_cast<std::size_t>(l)];
+    const LayerSpec& LS = c.layers[static_cast<std::size_t>(l)];
+    // RoPE and the cache write (the new keys and values appended: cache [B, H_kv, T, D]), shared
+    // by head: unit (r, j) is row r's query head j (q norm and RoPE, then its copy into the decode
+    // kernel's Q unless that reads q in place) for j < H, else key/value head j - H (k norm and
+    // RoPE of the key, then the key and the value into the cache). A decode step has one row per
+    // sequence: split by rows, one member would do it all while the others wait.
+    float* Kc = f16 ? nullptr : cache.keys(l).data<float>();
+    float* Vc = f16 ? nullptr : cache.values(l).data<float>();
+    std::uint16_t* Kh = f16 ? cache.keys_f16(l) : nullptr;
+    std::uint16_t* Vh = f16 ? cache.values_f16(l) : nullptr;
+    const i64 U = H + Hkv;
+    const auto [u0, u1] = tm.part(0, R * U);
+    // The cache lines this member will write, fetched for writing while the products run: written
+    // cold, after the products, they took ~2 us per layer on a Zen 2 (lines and pages not cached).
+    // (Decode rows only: a prompt's rows are written long after, their lines evicted again.)
+    for (i64 un = u0; un < u1 && R <= kernels::qgemm_decode_max_m(); ++un) {
+      if (un % U < H) continue;
+      const i64 r = un / U, dst = ((row_b[static_cast<std::size_t>(r)] * Hkv + un % U - H) * T + pos[static_cast<std::size_t>(r)]) * D;
+      const i64 bytes = D * (f16 ? 2 : 4);
+      const char* kp = f16 ? reinterpret_cast<const char*>(Kh + dst) : reinterpret_cast<const char*>(Kc + dst);
+      const char* vp = f16 ? reinterpret_cast<const char*>(Vh + dst) : reinterpret_cast<const char*>(Vc + dst);
+      for (i64 o = 0; o < bytes; o += 64) __builtin_prefetch(kp + o, 1, 3), __builtin_prefetch(vp + o, 1, 3);
+    }
+    const float* hm = norm(tm, W.attn_norm);
+    const kernels::Q8Rows* hq = shared_q8(hm, W.q.w);
+    product(tm, hm, C, W.q.w, q, HD, with_bias(W.q.bias, hq));
+    product(tm, hm, C, W.k.w, k, KD, with_bias(W.k.bias, hq));
+    product(tm, hm, C, W.v.w, v, KD, with_bias(W.v.bias, hq));
+    tm.barrier();
+    const RopeSpec* rope = LS.rope >= 0 ? &c.ropes[static_cast<std::size_t>(LS.rope)] : nullptr;
+    const i64 half = rope ? rope->dims / 2 : 0;
+    const float* cos_l = rope ? cosv[static_cast<std::size_t>(LS.rope)] : nullptr;
+    const float* sin_l = rope ? sinv[static_cast<std::size_t>(LS.rope)] : nullptr;
+    // Row by row, the member's query heads [q0, q1) and key/value heads [k0, k1) of the row.
+    for (i64 r = u0 / U; r * U < u1; ++r) {
+      const i64 j0 = std::max<i64>(u0 - r * U, 0), j1 = std::min<i64>(u1 - r * U, U);
+      const i64 q0 = std::min(j0, H), q1 = std::min(j1, H), k0 = std::max(j0, H) - H, k1 = std::max(j1, H) - H;
+      const i64 b = row_b[static_cast<std::size_t>(r)], p = pos[static_cast<std::size_t>(r)];
+      if (q1 > q0) {
+        float* qh = q + r * HD + q0 * D;
+        if (LS.qk_norm) kernels::rms_norm_rows_f32(qh, D, nullptr, qh, D, W.q_norm, q1 - q0, D, c.norm_eps);
+        if (rope)
+          kernels::rope_apply_f32(qh, 1, q1 - q0, D, HD, rope->dims, cos_l + r * half, sin_l + r * half, rope->style);
+        if (q_len[static_cast<std::size_t>(b)] && !q_in_place)  // Q of the decode kernel: [B, H, Lq, D]
+          for (i64 j = q0; j < q1; ++j)
+            std::memcpy(qd + ((b * H + j) * Lq + row_t[static_cast<std::size_t>(r)]) * D, q + r * HD + j * D,
+                        static_cast<std::size_t>(D) * sizeof(float));
+      }
+      if (k1 > k0) {
+        float* kh = k + r * KD + k0 * D;
+        if (LS.qk_norm) kernels::rms_norm_rows_f32(kh, D, nullptr, kh, D, W.k_norm, k1 - k0, D, c.norm_eps);
+        if (rope)
+          kernels::rope_apply_f32(kh, 1, k1 - k0, D, KD, rope->dims, cos_l + r * half, sin_l + r * half, rope->style);
+      }
+      for (i64 j = k0; j < k1; ++j) {
+        const i64 dst = ((b * Hkv + j) * T + p) * D;
+        if (f16) {  // rounded to the nearest half once, here
+          kernels::float_to_half_rows(k + r * KD + j * D, Kh + dst, D);
+          kernels::float_to_half_rows(v + r * KD + j * D, Vh + dst, D);
+        } else {
+          std::memcpy(Kc + dst, k + r * KD + j * D, static_cast<std::size_t>(D) * sizeof(float));
+          std::memcpy(Vc + dst, v + r * KD + j * D, static_cast<std::size_t>(D) * sizeof(float));
+        }
+      }
+    }
+  };
+  // The decode kernel's parameters: the new queries of every decoding sequence (qd [B, H, Lq, D],
+  // out to od) over the cache [B, Hkv, T, D]; `independent`: each sequence gets the bits it gets
+  // alone (how its keys are split depends on its own lengths only). The layer's scale, window
+  // and soft-cap are set per layer (layer_params).
+  kernels::DecodeParams dp;
+  dp.B = B, dp.H = H, dp.H_kv = Hkv, dp.Lq = Lq, dp.D = D;
+  dp.q_sb = H * Lq * D, dp.q_sh = Lq * D, dp.q_st = D;
+  dp.o_sb = dp.q_sb, dp.o_sh = dp.q_sh, dp.o_st = dp.q_st;
+  dp.k_sb = Hkv * T * D, dp.k_sh = T * D, dp.k_st = D;
+  dp.v_sb = dp.k_sb, dp.v_sh = dp.k_sh, dp.v_st = dp.k_st;
+  dp.q_len = q_len.data();
+  dp.k_len = k_len.data();
+  dp.independent = true;
+  auto layer_params = [&](i64 l) {
+    const LayerSpec& ls = c.layers[static_cast<std::size_t>(l)];
+    dp.scale = scale_of(ls);
+    dp.window = ls.window;
+    dp.softcap = ls.attn_softcap;
+  };
+  // The decode kernel's output rows back into att [R, H*D] (rows r0..r1).
+  auto gather_rows = [&](i64 r0, i64 r1) {
+    for (i64 r = r0; r < r1; ++r) {
+      const i64 b = row_b[static_cast<std::size_t>(r)], t = row_t[static_cast<std::size_t>(r)];
+      if (!q_len[static_cast<std::size_t>(b)]) continue;
+      for (i64 hh = 0; hh < H; ++hh)
+        std::memcpy(att + r * HD + hh * D, od + ((b * H + hh) * Lq + t) * D, static_cast<std::size_t>(D) * sizeof(float));
+    }
+  };
+  // The attention weights of layer l (capture: one sequence, every row new, float32 cache), as
+  // eager attention computes them: the reference kernel over the cache's keys.
+  auto capture_weights = [&](i64 l) {
+    const LayerSpec& ls = c.layers[static_cast<std::size_t>(l)];
+    kernels::AttnParams p;
+    p.B = 1, p.H = H, p.Lq = R, p.Lk = R, p.D = D, p.Dv = D, p.H_kv = Hkv;
+    p.q_sh = D, p.q_st = HD;
+    p.k_sh = T * D, p.k_st = D, p.v_sh = T * D, p.v_st = D;
+    p.o_sh = D, p.o_st = HD;
+    p.scale = scale_of(ls);
+    p.causal = true;
+    p.window = ls.window;
+    p.softcap = ls.attn_softcap;
+    Tensor weights = Tensor::empty({H, R, R});
+    std::vector<float> o(static_cast<std::size_t>(R * HD));
+    kernels::attention_ref_forward<float>(o.data(), nullptr, weights.data<float>(), q, cache.keys(l).data<float>(),
+                                          cache.values(l).data<float>(), p);
+    capture->layers.push_back(weights);
+  };
+  // Attention of layer l over the cache, outside a team: one decode call for every decoding
+  // sequence, then one FlashAttention call per prefilling sequence (the kernels split their work over the threads).
+  auto attention = [&](i64 l) {
+    layer_params(l);
+    if (capture) capture_weights(l);
+    if (Lq) {
+      if (f16)
+        kernels::decode_attention_forward_f16(od, qd, cache.keys_f16(l), cache.values_f16(l), dp);
+      else
+        kernels::decode_attention_forward(od, qd, cache.keys(l).data<float>(), cache.values(l).data<float>(), dp);
+      gather_rows(0, R);
+    }
+    const LayerSpec& ls = c.layers[static_cast<std::size_t>(l)];
+    for (i64 b = 0; b < B; ++b) {
+      const i64 n = n_new[static_cast<std::size_t>(b)];
+      if (n == 0 || q_len[static_cast<std::size_t>(b)]) continue;
+      const i64 r0 = first[static_cast<std::size_t>(b)];
+      cache.attend_prefill(l, b, n, k_len[static_cast<std::size_t>(b)], q + r0 * HD, D, HD, att + r0 * HD, D, HD,
+                           {.scale = scale_of(ls), .window = ls.window, .softcap = ls.attn_softcap});
+    }
+  };
+  // A step where every sequence decodes (the common generation step) runs as a single team,
+  // attention included: the workers are woken once per step, not twice per layer (a futex
+  // wake-up costs tens of microseconds on a VM, against ~0.3 ms of work per layer). The decode
+  // kernel shares its tasks among the members (long contexts split their keys over them), with the
+  // same bits as the call outside a team.
+  bool one_team = Lq > 0 && !capture;
+  for (i64 b = 0; b < B; ++b)
+    if (n_new[static_cast<std::size_t>(b)] > 0 && !q_len[static_cast<std::size_t>(b)]) one_team = false;
+  // The rows whose logits are wanted when not every row's: the last new token of each sequence,
+  // normalised into h, then the output head (rows as alone: a sequence's logits do not depend on
+  // the others).
+  std::vector<i64> seqs;
+  for (i64 b = 0; b < B; ++b)
+    if (n_new[static_cast<std::size_t>(b)] > 0) seqs.push_back(b);
+  const i64 S = static_cast<i64>(seqs.size());
+  kernels::QGemmOptions heads = plain;
+  heads.rows_alone = true;
+  float* logits = all_logits ? nullptr : ws.last.get(S * V);
+  auto last_rows = [&](float* hs) {
+    for (i64 i = 0; i < S; ++i) {
+      const i64 b = seqs[static_cast<std::size_t>(i)];
+      const i64 r = first[static_cast<std::size_t>(b)] + n_new[static_cast<std::size_t>(b)] - 1;
+      kernels::rms_norm_rows_f32(hs + i * C, C, nullptr, x + r * C, C, w_.norm, 1, C, c.norm_eps);
+    }
+  };
+  if (q_in_place) {
+    dp.q_sb = HD, dp.q_sh = D, dp.q_st = D;
+    dp.o_sb = HD, dp.o_sh = D, dp.o_st = D;
+    qd = q, od = att;
+  }
+  if (one_team) {
+    // Scratch for the layer whose parameters need the most (the split depends on the window).
+    i64 scratch_floats = 1;
+    for (i64 l = 0; l < L; ++l) {
+      layer_params(l);
+      scratch_floats = std::max(scratch_floats, kernels::decode_attention_team_scratch(dp));
+    }
+    float* scratch = ws.dscratch.get(scratch_floats);
+    parallel_team(num_threads(), [&](Team& tm) {
+      kernels::DecodeParams lp = dp;  // this member's copy, set per layer
+      for (i64 l = 0; l <= L; ++l) {
+        before(tm, l);
+        if (l == L) {
+          // The output head in the same team (its rows normalised by every member into its own
+          // copy of h, as the layers' norms): no second wake-up of the workers per step, and
+          // they start the head's 30 MB (SmolLM2) together instead of one wake-up apart.
+          if (!all_logits) {
+            float* hs = hp + tm.rank() * R * C;
+            last_rows(hs);
+            kernels::qgemm_part(S, hs, C, w_.lm_head, logits, V, heads, tm.rank(), tm.size());
+          }
+          break;
+        }
+        tm.barrier();
+        const LayerSpec& ls = c.layers[static_cast<std::size_t>(l)];
+        lp.scale = scale_of(ls), lp.window = ls.window, lp.softcap = ls.attn_softcap;
+        if (f16)
+          kernels::decode_attention_forward_f16(tm, scratch, od, qd, cache.keys_f16(l), cache.values_f16(l), lp);
+        else
+          kernels::decode_attention_forward(tm, scratch, od, qd, cache.keys(l).data<float>(),
+                                            cache.values(l).data<float>(), lp);
+        if (!q_in_place) {
+          const auto [r0, r1] = tm.part(0, R);
+          gather_rows(r0, r1);
+          tm.barrier();
+        }
+      }
+    });
+  } else {
+    for (i64 l = 0; l <= L; ++l) {
+      parallel_team(num_threads(), [&](Team& tm) { before(tm, l); });
+      if (l < L) attention(l);
+    }
+  }
+  cache.advance(n_new);
+
+  // The rows whose logits are wanted: every row, or the last new token of each sequence.
+  if (all_logits) {
+    kernels::rms_norm_rows_f32(h, C, nullptr, x, C, w_.norm, R, C, c.norm_eps);
+    float* all = ws.last.get(R * V);
+    kernels::qgemm(R, h, C, w_.lm_head, all, V, plain);
+    if (c.final_softcap > 0)
+      parallel_for(0, R, 1, [&](i64 r0, i64 r1) { softcap_f32(all + r0 * V, (r1 - r0) * V, c.final_softcap); });
+    float* o = out.data<float>();
+    for (i64 r = 0; r < R; ++r)
+      std::memcpy(o + (row_b[static_cast<std::size_t>(r)] * Tn + row_t[static_cast<std::size_t>(r)]) * V, all + r * V,
+                  static_cast<std::size_t>(V) * sizeof(float));
+    return out;
+  }
+  if (!one_team) {
+    last_rows(h);
+    kernels::qgemm(S, h, C, w_.lm_head, logits, V, heads);
+  }
+  if (c.final_softcap > 0)
+    parallel_for(0, S * V, 4096, [&](i64 e0, i64 e1) { softcap_f32(logits + e0, e1 - e0, c.final_softcap); });
+  float* o = out.data<float>();
+  for (i64 i = 0; i < S; ++i)
+    std::memcpy(o + seqs[static_cast<std::size_t>(i)] * V, logits + i * V, static_cast<std::size_t>(V) * sizeof(float));
+  return out;
+}
+
+}  // namespace qkv::models

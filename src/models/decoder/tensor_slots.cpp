@@ -1,0 +1,202 @@
+// The slots of the architectures' tensor tables (see tensor_slots.h and arch/arch.h).
+#include "tensor_slots.h"
+
+#include <algorithm>
+
+#include "qkv/core/error.h"
+
+namespace qkv::models {
+namespace {
+
+using i64 = std::int64_t;
+
+}  // namespace
+
+const char* slot_name(Slot s) {
+  switch (s) {
+    case Slot::Embed: return "embed";
+    case Slot::FinalNorm: return "norm";
+    case Slot::LmHead: return "lm_head";
+    case Slot::RopeFreqs: return "rope_freqs";
+    case Slot::RopeLong: return "rope_factors_long";
+    case Slot::RopeShort: return "rope_factors_short";
+    case Slot::AttnNorm: return "attn_norm";
+    case Slot::Q: return "q";
+    case Slot::K: return "k";
+    case Slot::V: return "v";
+    case Slot::QKV: return "qkv";
+    case Slot::QBias: return "q_bias";
+    case Slot::KBias: return "k_bias";
+    case Slot::VBias: return "v_bias";
+    case Slot::O: return "o";
+    case Slot::QNorm: return "q_norm";
+    case Slot::KNorm: return "k_norm";
+    case Slot::PostAttnNorm: return "post_attn_norm";
+    case Slot::FfnNorm: return "ffn_norm";
+    case Slot::Gate: return "gate";
+    case Slot::Up: return "up";
+    case Slot::GateUp: return "gate_up";
+    case Slot::Down: return "down";
+    case Slot::PostFfnNorm: return "post_ffn_norm";
+  }
+  return "?";
+}
+
+bool slot_is_per_layer(Slot s) {
+  switch (s) {
+    case Slot::Embed:
+    case Slot::FinalNorm:
+    case Slot::LmHead:
+    case Slot::RopeFreqs:
+    case Slot::RopeLong:
+    case Slot::RopeShort: return false;
+    default: return true;
+  }
+}
+
+bool slot_is_matrix(Slot s) {
+  switch (s) {
+    case Slot::Embed:
+    case Slot::LmHead:
+    case Slot::Q:
+    case Slot::K:
+    case Slot::V:
+    case Slot::QKV:
+    case Slot::O:
+    case Slot::Gate:
+    case Slot::Up:
+    case Slot::GateUp:
+    case Slot::Down: return true;
+    default: return false;
+  }
+}
+
+bool slot_is_norm(Slot s) {
+  switch (s) {
+    case Slot::FinalNorm:
+    case Slot::AttnNorm:
+    case Slot::QNorm:
+    case Slot::KNorm:
+    case Slot::PostAttnNorm:
+    case Slot::FfnNorm:
+    case Slot::PostFfnNorm: return true;
+    default: return false;
+  }
+}
+
+bool has_slot(const Architecture& a, Slot slot) {
+  return std::any_of(a.tensors.begin(), a.tensors.end(), [&](const TensorName& t) { return t.slot == slot; });
+}
+
+std::string expand_name(const char* pattern, i64 layer) {
+  std::string s(pattern);
+  if (auto at = s.find("{i}"); at != std::string::npos) s.replace(at, 3, std::to_string(layer));
+  return s;
+}
+
+Need slot_need(const DecoderSpec& c, const Architecture& a, Slot slot, i64 layer) {
+  const LayerSpec* l = slot_is_per_layer(slot) ? &c.layers[static_cast<std::size_t>(layer)] : nullptr;
+  auto yes = [](bool b) { return b ? Need::Yes : Need::No; };
+  switch (slot) {
+    case Slot::LmHead: return c.tied ? Need::Ignored : Need::Yes;
+    case Slot::RopeFreqs:
+    case Slot::RopeLong:
+    case Slot::RopeShort: return Need::IfPresent;
+    case Slot::Q:
+    case Slot::K:
+    case Slot::V: return yes(!has_slot(a, Slot::QKV));
+    case Slot::Gate:
+    case Slot::Up: return yes(!has_slot(a, Slot::GateUp));
+    case Slot::QBias:
+    case Slot::KBias:
+    case Slot::VBias: return yes(c.attention_bias);
+    case Slot::QNorm:
+    case Slot::KNorm: return yes(l->qk_norm);
+    case Slot::PostAttnNorm: return yes(l->post_attn_norm);
+    case Slot::PostFfnNorm: return yes(l->post_ffn_norm);
+    default: return Need::Yes;
+  }
+}
+
+Shape slot_shape(const DecoderSpec& c, Slot slot) {
+  const i64 C = c.hidden_size, F = c.intermediate_size, D = c.head_dim, V = c.vocab_size;
+  const i64 HD = c.num_heads * D, KD = c.num_kv_heads * D;
+  switch (slot) {
+    case Slot::Embed:
+    case Slot::LmHead: return {V, C};
+    case Slot::RopeFreqs:
+    case Slot::RopeLong:
+    case Slot::RopeShort: return {c.ropes.front().dims / 2};
+    case Slot::Q: return {HD, C};
+    case Slot::K:
+    case Slot::V: return {KD, C};
+    case Slot::QKV: return {HD + 2 * KD, C};
+    case Slot::QBias: return {HD};
+    case Slot::KBias:
+    case Slot::VBias: return {KD};
+    case Slot::O: return {C, HD};
+    case Slot::QNorm:
+    case Slot::KNorm: return {D};
+    case Slot::Gate:
+    case Slot::Up: return {F, C};
+    case Slot::GateUp: return {2 * F, C};
+    case Slot::Down: return {C, F};
+    case Slot::FinalNorm:
+    case Slot::AttnNorm:
+    case Slot::PostAttnNorm:
+    case Slot::FfnNorm:
+    case Slot::PostFfnNorm: return {C};
+  }
+  return {};
+}
+
+const float** vector_slot(DecoderWeights& w, Slot slot, i64 layer) {
+  if (slot == Slot::FinalNorm) return &w.norm;
+  DecoderLayerWeights& L = w.layers[static_cast<std::size_t>(layer)];
+  switch (slot) {
+    case Slot::AttnNorm: return &L.attn_norm;
+    case Slot::QBias: return &L.q.bias;
+    case Slot::KBias: return &L.k.bias;
+    case Slot::VBias: return &L.v.bias;
+    case Slot::QNorm: return &L.q_norm;
+    case Slot::KNorm: return &L.k_norm;
+    case Slot::PostAttnNorm: return &L.post_attn_norm;
+    case Slot::FfnNorm: return &L.ffn_norm;
+    case Slot::PostFfnNorm: return &L.post_ffn_norm;
+    default: throw ValueError(std::string("vector_slot: ") + slot_name(slot) + " is not a vector of the weights");
+  }
+}
+
+kernels::QMatrix* matrix_slot(DecoderWeights& w, Slot slot, i64 layer) {
+  if (slot == Slot::Embed) return &w.embed;
+  if (slot == Slot::LmHead) return &w.lm_head;
+  DecoderLayerWeights& L = w.layers[static_cast<std::size_t>(layer)];
+  switch (slot) {
+    case Slot::Q: return &L.q.w;
+    case Slot::K: return &L.k.w;
+    case Slot::V: return &L.v.w;
+    case Slot::O: return &L.o.w;
+    case Slot::Gate: return &L.gate.w;
+    case Slot::Up: return &L.up.w;
+    case Slot::Down: return &L.down.w;
+    default: throw ValueError(std::string("matrix_slot: ") + slot_name(slot) + " is not a matrix of the weights");
+  }
+}
+
+const float* vector_of(const DecoderWeights& w, Slot slot, i64 layer) {
+  return *vector_slot(const_cast<DecoderWeights&>(w), slot, layer);
+}
+
+const kernels::QMatrix* matrix_of(const DecoderWeights& w, Slot slot, i64 layer) {
+  return matrix_slot(const_cast<DecoderWeights&>(w), slot, layer);
+}
+
+kernels::QMatrix row_view(const kernels::QMatrix& m, i64 r0, i64 n) {
+  kernels::QMatrix v = m;
+  v.data = static_cast<const std::uint8_t*>(m.data) + r0 * m.row_bytes;
+  v.rows = n;
+  v.rows8 = nullptr;
+  return v;
+}
+
+}  // namespace qkv::models

@@ -1,0 +1,172 @@
+// The architectures of the registry beyond the Llama family, against transformers
+// (tests/reference/make_arch_fixtures.py): tiny models trained briefly on Genesis with each
+// family's real options switched on — Qwen3 (q/k norms, head_dim apart from hidden / heads),
+// Gemma 2 (soft-capped scores and logits, four norms of 1 + w, GELU-tanh, alternate sliding
+// layers), Gemma 3 (q/k norms, sliding and global layers with their own RoPE bases, linear
+// scaling on the global one), Phi-3 (fused qkv and gate/up, partial rotary, LongRoPE crossing its
+// original context, sliding window), SmolLM3 (NoPE layers) and a Llama-2-style model — from
+// their Hugging Face folders and from GGUF files written by llama.cpp's converter: the last
+// prompt logits within the R1 rule of the float64 reference, 40 greedy tokens equal to
+// transformers' generate (a divergence only at a near-tie, top-2 margin < 1e-3) cached, batched
+// with mixed lengths, alone and uncached, and token-by-token decoding equal to the whole prompt.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/infer/generate.h"
+#include "qkv/infer/kv_cache.h"
+#include "qkv/io/tensors.h"
+#include "qkv/models/decoder_io.h"
+#include "testing/fixture.h"
+
+namespace {
+
+using qkv::Tensor;
+using i64 = std::int64_t;
+
+constexpr double kNearTie = 1e-3;
+
+const nlohmann::json& reference() {
+  static const nlohmann::json j = [] {
+    std::ifstream f(qkv::testing::fixture_path("arch/reference.json"));
+    return nlohmann::json::parse(f);
+  }();
+  return j;
+}
+
+const qkv::io::LoadedTensors& logits_ref() {
+  static const qkv::io::LoadedTensors t = qkv::testing::load_fixture("arch/logits.safetensors");
+  return t;
+}
+
+// "qwen3" -> the folder, "qwen3_gguf" -> qwen3.gguf.
+std::string model_path(const std::string& name) {
+  const std::string suffix = "_gguf";
+  if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+    return qkv::testing::fixture_path("arch/" + name.substr(0, name.size() - suffix.size()) + ".gguf");
+  return qkv::testing::fixture_path("arch/" + name);
+}
+
+std::vector<std::string> variants() {
+  std::vector<std::string> v;
+  for (const auto& [name, value] : reference().items())
+    if (name[0] != '_') v.push_back(name);
+  return v;
+}
+
+std::vector<std::vector<i64>> prompts_of(const std::string& name) {
+  return reference()[name]["prompts"].get<std::vector<std::vector<i64>>>();
+}
+
+// Logits of every prompt position, the prompt fed in one cached call.
+Tensor prompt_logits(const qkv::models::DecoderLM& m, const std::vector<i64>& ids) {
+  const i64 n = static_cast<i64>(ids.size());
+  qkv::infer::KVCache cache(m.cache_options(1, n));
+  return m.forward_cached(Tensor::from_vector(ids, {1, n}), {n}, cache, /*all_logits=*/true).select(0, 0);
+}
+
+// Generated tokens against transformers' until the first divergence, which must come at a
+// near-tie of the reference (the rest depends on that tie and is not compared).
+void expect_same_tokens(const std::vector<i64>& got, const nlohmann::json& want, const nlohmann::json& margins,
+                        const std::string& what) {
+  const auto w = want.get<std::vector<i64>>();
+  const auto m = margins.get<std::vector<double>>();
+  ASSERT_EQ(got.size(), w.size()) << what;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    if (got[i] == w[i]) continue;
+    EXPECT_LT(m[i], kNearTie) << what << ": token " << i << " is " << got[i] << ", transformers gives " << w[i]
+                              << " with a top-2 margin of " << m[i];
+    return;
+  }
+}
+
+class ArchParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ArchParity, LastPromptLogitsWithinR1OfFloat64) {
+  const std::string name = GetParam();
+  const auto model = qkv::models::load_decoder(model_path(name));
+  const auto prompts = prompts_of(name);
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const Tensor got = prompt_logits(*model, prompts[i]).to(qkv::DType::F64);
+    const std::string key = name + ".p" + std::to_string(i);
+    const double err = logits_ref().at(key + ".err").item();
+    const Tensor want = logits_ref().at(key + ".f64");
+    const double worst = qkv::max_abs_diff(got.select(0, static_cast<i64>(prompts[i].size()) - 1), want);
+    // R1 (REFERENCES section 2): c = 2 times transformers' own float32 error, floor 1e-5.
+    EXPECT_LE(worst, 2 * err + 1e-5) << key << ": float32 reference spread " << err;
+  }
+}
+
+TEST_P(ArchParity, GreedyGenerationCachedBatchedAloneAndUncached) {
+  const std::string name = GetParam();
+  const auto model = qkv::models::load_decoder(model_path(name));
+  const auto prompts = prompts_of(name);
+  const nlohmann::json& r = reference()[name];
+  const i64 n_new = static_cast<i64>(r["generated"][0].size());
+  // All prompts at once: mixed lengths in one cache, each in its own slot.
+  const auto batched = qkv::infer::generate(*model, prompts, {.max_new_tokens = n_new});
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    expect_same_tokens(batched[i].new_ids, r["generated"][i], r["margins"][i], name + " batched prompt " + std::to_string(i));
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const auto alone = qkv::infer::generate(*model, {prompts[i]}, {.max_new_tokens = n_new});
+    EXPECT_EQ(alone[0].new_ids, batched[i].new_ids) << name << ": prompt " << i << "'s tokens depend on its batch";
+  }
+  const auto uncached = qkv::infer::generate(*model, {prompts[0]}, {.max_new_tokens = n_new, .use_cache = false});
+  expect_same_tokens(uncached[0].new_ids, r["generated"][0], r["margins"][0], name + " uncached");
+}
+
+TEST_P(ArchParity, DecodingTokenByTokenGivesThePromptLogits) {
+  // The decode kernel one token at a time against the prefix up to that token at once
+  // (FlashAttention), over the longest prompt (past every sliding window, and past Phi-3's
+  // original context, where LongRoPE switches to its long factors for the whole sequence).
+  const std::string name = GetParam();
+  const auto model = qkv::models::load_decoder(model_path(name));
+  auto prompts = prompts_of(name);
+  const std::vector<i64> ids = *std::max_element(prompts.begin(), prompts.end(),
+                                                 [](const auto& a, const auto& b) { return a.size() < b.size(); });
+  const i64 n = static_cast<i64>(ids.size());
+  qkv::infer::KVCache cache(model->cache_options(1, n));
+  for (i64 t = 0; t < n; ++t) {
+    const Tensor step = model->forward_cached(
+        Tensor::from_vector(std::vector<i64>{ids[static_cast<std::size_t>(t)]}, {1, 1}), {1}, cache);
+    const Tensor whole = prompt_logits(*model, std::vector<i64>(ids.begin(), ids.begin() + t + 1));
+    EXPECT_LE(qkv::max_abs_diff(step.select(0, 0), whole.select(0, t)), 1e-4) << name << " position " << t;
+  }
+}
+
+TEST_P(ArchParity, WrittenAsGgufAndReadBackWithTheSameLogits) {
+  // qkv convert's writer (through the architecture's one table of tensor names): the weights as
+  // stored give the same logits read back, Q8_0 within its rounding; llama.cpp's names and keys
+  // (the fixtures' GGUF files are read through the same table).
+  const std::string name = GetParam();
+  const auto m = qkv::models::load_decoder(model_path(name));
+  const std::vector<i64> ids = prompts_of(name)[0];
+  const std::string dir = ::testing::TempDir();
+  const std::string same = dir + "/qkv_arch_" + name + ".gguf", q8 = dir + "/qkv_arch_" + name + "_q8.gguf";
+  qkv::models::save_decoder_gguf(*m, same, std::nullopt, {}, name);
+  qkv::models::save_decoder_gguf(*m, q8, qkv::kernels::QType::Q8_0, {}, name);
+  const auto a = qkv::models::load_decoder(same), b = qkv::models::load_decoder(q8);
+  EXPECT_EQ(a->spec().arch, m->spec().arch);
+  const Tensor want = prompt_logits(*m, ids);
+  EXPECT_LE(qkv::max_abs_diff(prompt_logits(*a, ids), want), 1e-4) << name;
+  // Q8_0 rounds each weight to 1/254 of its block's largest: the logits moved by 0.6-2.0% of their
+  // range here (2.0%: Gemma 2, whose final soft-cap of 3 squeezes the range the error is measured by).
+  double range = 0;
+  for (i64 i = 0; i < want.numel(); ++i) range = std::max(range, std::abs(static_cast<double>(want.contiguous().data<float>()[i])));
+  EXPECT_LE(qkv::max_abs_diff(prompt_logits(*b, ids), want), 0.03 * range) << name << " (logits up to " << range << ")";
+  std::filesystem::remove(same);
+  std::filesystem::remove(q8);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ArchParity, ::testing::ValuesIn(variants()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
