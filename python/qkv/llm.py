@@ -250,34 +250,45 @@ class LLM:
     def _messages_json(messages: Sequence[Mapping[str, Any]]) -> str:
         return json.dumps([dict(m) if isinstance(m, Mapping) else m for m in messages], ensure_ascii=False)
 
-    def render_chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
+    @staticmethod
+    def _kwargs_json(chat_template_kwargs: Mapping[str, Any] | None) -> str:
+        return "" if not chat_template_kwargs else json.dumps(dict(chat_template_kwargs), ensure_ascii=False)
+
+    def render_chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+                    chat_template_kwargs: Mapping[str, Any] | None = None) -> str:
         """The text of ``messages`` through the chat template, as transformers'
-        ``apply_chat_template(..., tokenize=False)`` renders it (``bos_token`` / ``eos_token`` set)."""
-        return str(self._impl.render_chat(self._messages_json(messages), add_generation_prompt))
+        ``apply_chat_template(..., tokenize=False, **chat_template_kwargs)`` renders it (``bos_token``
+        / ``eos_token`` set; ``chat_template_kwargs`` such as ``{"enable_thinking": False}``)."""
+        return str(self._impl.render_chat(self._messages_json(messages), add_generation_prompt,
+                                          self._kwargs_json(chat_template_kwargs)))
 
     def chat(self, messages: Sequence[Mapping[str, Any]], max_new_tokens: int = 256, temperature: float = 0.0,
              top_k: int | None = None, top_p: float = 1.0, seed: int = 0, stop: Sequence[str] | str | None = None,
-             *, details: bool = False, ignore_eos: bool = False) -> Any:
+             *, details: bool = False, ignore_eos: bool = False,
+             chat_template_kwargs: Mapping[str, Any] | None = None) -> Any:
         """The assistant's reply to ``messages`` ([{"role": ..., "content": ...}, ...]), through the chat template.
 
         The conversation is rendered by the model's chat template (or ``chat_template=``) as
         transformers' ``apply_chat_template(add_generation_prompt=True)`` renders it, tokenized with
         special tokens matched (no BOS added unless the template writes it), and continued as
         :meth:`generate` does, to the first end-of-sequence token: the same tokens as
-        ``qkv generate --chat``. Other keys of a message (``tool_calls``, ...) reach the template.
+        ``qkv generate --chat``. Other keys of a message (``tool_calls``, ...) reach the template, and
+        ``chat_template_kwargs`` its variables (``{"enable_thinking": False}`` for Qwen3).
         Returns the reply's text, or a :class:`Generation` with ``details=True``. ValueError for a
         message without a string role or content, or a model without a chat template.
         """
-        gens, _ = self._run([self._chat_ids(messages)], True, max_new_tokens, temperature, top_k, top_p, seed, stop,
+        gens, _ = self._run([self._chat_ids(messages, chat_template_kwargs)], True, max_new_tokens, temperature, top_k, top_p, seed, stop,
                             None, ignore_eos)
         return gens[0] if details else gens[0].text
 
     def stream_chat(self, messages: Sequence[Mapping[str, Any]], max_new_tokens: int = 256, temperature: float = 0.0,
                     top_k: int | None = None, top_p: float = 1.0, seed: int = 0,
-                    stop: Sequence[str] | str | None = None, *, ignore_eos: bool = False) -> Iterator[str]:
+                    stop: Sequence[str] | str | None = None, *, ignore_eos: bool = False,
+                    chat_template_kwargs: Mapping[str, Any] | None = None) -> Iterator[str]:
         """Yields :meth:`chat`'s reply as it is made (whole characters only), as :meth:`stream` does."""
-        ids = self._chat_ids(messages)  # errors here, not at the first next()
+        ids = self._chat_ids(messages, chat_template_kwargs)  # errors here, not at the first next()
         return self._stream(ids, max_new_tokens, temperature, top_k, top_p, seed, stop, ignore_eos)
 
-    def _chat_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
-        return list(self._impl.chat_prompt(self._messages_json(messages), True))
+    def _chat_ids(self, messages: Sequence[Mapping[str, Any]],
+                  chat_template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
+        return list(self._impl.chat_prompt(self._messages_json(messages), True, self._kwargs_json(chat_template_kwargs)))

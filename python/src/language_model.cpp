@@ -37,6 +37,11 @@ struct PyLanguageModel {
                        ": pass chat_template= (a Jinja template) to qkv.LLM");
     return tokenize::parse_chat_messages_json(json, "messages");
   }
+  // chat_template_kwargs as JSON ("" for none).
+  static std::map<std::string, std::string> kwargs(const std::string& json) {
+    if (json.empty()) return {};
+    return tokenize::parse_chat_template_kwargs(json, "chat_template_kwargs");
+  }
 };
 
 // One generated sequence as Python receives it: (new ids, stop reason, logprobs as
@@ -73,7 +78,7 @@ void register_language_model(nb::module_& m) {
       .def_prop_ro("architecture", [](const PyLanguageModel& p) { return p.lm.architecture; })
       .def_prop_ro("eos_ids", [](const PyLanguageModel& p) { return p.lm.eos_ids; })
       .def_prop_ro("bos_id", [](const PyLanguageModel& p) { return p.lm.bos_id; })
-      .def_prop_ro("has_tokenizer", [](const PyLanguageModel& p) { return p.lm.tokenizer.has_value(); })
+      .def_prop_ro("has_tokenizer", [](const PyLanguageModel& p) { return p.lm.tokenizer != nullptr; })
       .def("tokenize",
            [](const PyLanguageModel& p, const std::string& text, bool add_bos) {
              return add_bos ? p.lm.encode_prompt(text) : p.lm.tok().encode(text);
@@ -82,15 +87,17 @@ void register_language_model(nb::module_& m) {
       .def("detokenize", [](const PyLanguageModel& p, const std::vector<std::int64_t>& ids) { return p.lm.tok().decode(ids); },
            nb::arg("ids"))
       .def("render_chat",
-           [](const PyLanguageModel& p, const std::string& messages_json, bool add_generation_prompt) {
-             return p.lm.render_chat(p.messages(messages_json), add_generation_prompt);
+           [](const PyLanguageModel& p, const std::string& messages_json, bool add_generation_prompt,
+              const std::string& kwargs_json) {
+             return p.lm.render_chat(p.messages(messages_json), add_generation_prompt, kwargs(kwargs_json));
            },
-           nb::arg("messages_json"), nb::arg("add_generation_prompt"))
+           nb::arg("messages_json"), nb::arg("add_generation_prompt"), nb::arg("kwargs_json"))
       .def("chat_prompt",
-           [](const PyLanguageModel& p, const std::string& messages_json, bool add_generation_prompt) {
-             return p.lm.chat_prompt(p.messages(messages_json), add_generation_prompt);
+           [](const PyLanguageModel& p, const std::string& messages_json, bool add_generation_prompt,
+              const std::string& kwargs_json) {
+             return p.lm.chat_prompt(p.messages(messages_json), add_generation_prompt, kwargs(kwargs_json));
            },
-           nb::arg("messages_json"), nb::arg("add_generation_prompt"))
+           nb::arg("messages_json"), nb::arg("add_generation_prompt"), nb::arg("kwargs_json"))
       // prompts (token ids) -> (results, tokens/s over all sequences). on_token(seq, token) -> bool
       // (False stops that sequence), called in generation order with the GIL held. Every eos id
       // of the model ends a sequence (GenerationOptions eos_id and stop_ids) unless ignore_eos.
@@ -133,7 +140,7 @@ void register_language_model(nb::module_& m) {
   nb::class_<infer::TextStream>(m, "_TextStream")
       .def("__init__",
            [](infer::TextStream* self, const PyLanguageModel& p, const std::vector<std::string>& stops, bool ignore_eos) {
-             new (self) infer::TextStream(p.lm.tok(), {.stops = stops,
+             new (self) infer::TextStream(p.lm.tokenizer, {.stops = stops,
                                                        .skip = ignore_eos ? std::vector<std::int64_t>{} : p.lm.eos_ids,
                                                        .mode = infer::StopMode::Keep});
            },

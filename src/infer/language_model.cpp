@@ -138,8 +138,8 @@ std::vector<i64> LanguageModel::encode_prompt(const std::string& text) const {
   return ids;
 }
 
-std::string LanguageModel::render_chat(const std::vector<tokenize::ChatMessage>& messages,
-                                       bool add_generation_prompt) const {
+std::string LanguageModel::render_chat(const std::vector<tokenize::ChatMessage>& messages, bool add_generation_prompt,
+                                       const std::map<std::string, std::string>& vars) const {
   if (!chat_template) {
     if (!chat_template_error.empty())
       throw ValueError(chat_template_error + " (pass another template with --chat-template FILE)");
@@ -147,6 +147,7 @@ std::string LanguageModel::render_chat(const std::vector<tokenize::ChatMessage>&
   }
   tokenize::ChatTemplateOptions opt;
   opt.add_generation_prompt = add_generation_prompt;
+  opt.extra_vars_json = vars;
   if (tokenizer) {
     if (auto b = tokenizer->bos_id()) opt.bos_token = tokenizer->token_string(*b);
     if (auto e = tokenizer->eos_id()) opt.eos_token = tokenizer->token_string(*e);
@@ -155,8 +156,9 @@ std::string LanguageModel::render_chat(const std::vector<tokenize::ChatMessage>&
 }
 
 std::vector<i64> LanguageModel::chat_prompt(const std::vector<tokenize::ChatMessage>& messages,
-                                            bool add_generation_prompt) const {
-  return tok().encode(render_chat(messages, add_generation_prompt));
+                                            bool add_generation_prompt,
+                                            const std::map<std::string, std::string>& vars) const {
+  return tok().encode(render_chat(messages, add_generation_prompt, vars));
 }
 
 }  // namespace qkv::infer

@@ -46,7 +46,7 @@ Prepared prepare(Server::Impl& s, const httplib::Request& req, ApiKind kind) {
   std::vector<i64> prompt;
   if (kind == ApiKind::Chat) {
     try {
-      prompt = m.lm->chat_prompt(g.messages);
+      prompt = m.lm->chat_prompt(g.messages, true, g.chat_template_kwargs);
     } catch (const tokenize::ChatTemplateError& e) {  // raise_exception(msg) of the template: msg itself
       throw ApiError(400, std::string("The model's chat template refused these messages: ") +
                               (e.raised_by_template() ? e.detail() : std::string(e.what())),

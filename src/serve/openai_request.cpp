@@ -272,6 +272,14 @@ GenerationParams parse_generation_request(std::string_view body, ApiKind kind) {
   if (const json* m = field(o, "model")) p.model = get_string(*m, "model");
   if (kind == ApiKind::Chat) {
     p.messages = parse_messages(o);
+    if (const json* k = field(o, "chat_template_kwargs")) {
+      if (!k->is_object()) wrong_type("chat_template_kwargs", "an object", *k);
+      try {
+        p.chat_template_kwargs = tokenize::parse_chat_template_kwargs(k->dump(), "chat_template_kwargs");
+      } catch (const ValueError& e) {
+        bad_value("chat_template_kwargs", std::string(e.what()) + ".");
+      }
+    }
   } else {
     parse_prompt(o, p);
     if (const json* e = field(o, "echo"); e && get_bool(*e, "echo"))

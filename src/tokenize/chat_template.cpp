@@ -250,4 +250,18 @@ std::vector<ChatMessage> parse_chat_messages_json(std::string_view text, const s
   return out;
 }
 
+std::map<std::string, std::string> parse_chat_template_kwargs(std::string_view text, const std::string& source) {
+  const json doc = parse_json(text, source);
+  if (!doc.is_object())
+    throw ValueError(source + " must be a JSON object of template variables (e.g. {\"enable_thinking\": false}), not " +
+                     json_type(doc));
+  std::map<std::string, std::string> out;
+  for (const auto& [key, v] : doc.items()) {
+    if (key == "messages" || key == "add_generation_prompt")
+      throw ValueError(source + ": '" + key + "' is set by qkv itself, not a variable to pass");
+    out[key] = v.dump(-1, ' ', false, json::error_handler_t::strict);
+  }
+  return out;
+}
+
 }  // namespace qkv::tokenize

@@ -27,7 +27,7 @@ namespace {
 using i64 = std::int64_t;
 
 struct ChatOptions {
-  std::string model, system, chat_template, activations = "f32", kv_cache = "f32";
+  std::string model, system, chat_template, chat_kwargs, activations = "f32", kv_cache = "f32";
   i64 max_new = 512;
   i64 ctx = 0;
   SamplingFlags sampling;
@@ -61,6 +61,9 @@ int run_chat(const ChatOptions& o) {
       o.model, {.chat_template_file = o.chat_template,
                 .activations = o.activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32,
                 .kv_cache = infer::parse_kv_type(o.kv_cache, "--kv-cache")});
+  const std::map<std::string, std::string> vars =
+      o.chat_kwargs.empty() ? std::map<std::string, std::string>{}
+                            : tokenize::parse_chat_template_kwargs(o.chat_kwargs, "--chat-template-kwargs");
   lm.tok();  // a chat needs the tokenizer: a clear error now rather than at the first message
   if (!lm.chat_template) lm.render_chat({});  // throws the reason there is no usable template
   const i64 ctx = o.ctx ? o.ctx : std::min<i64>(lm.model->max_positions(), 8192);
@@ -99,7 +102,7 @@ int run_chat(const ChatOptions& o) {
     messages.push_back({.role = "user", .content = line});
     std::vector<i64> ids;
     try {
-      ids = lm.chat_prompt(messages);
+      ids = lm.chat_prompt(messages, true, vars);
       if (static_cast<i64>(ids.size()) + 1 > ctx)
         throw ValueError("the conversation has " + std::to_string(ids.size()) + " tokens, the context " +
                          std::to_string(ctx) + "; /reset to start over (or a larger --ctx)");
@@ -175,6 +178,9 @@ QKV_TOOL_COMMAND(chat, {
       sub.add_option("--chat-template", opt->chat_template, "A Jinja chat template file instead of the model's")
           ->check(input_file("a Jinja template file"))
           ->type_name("FILE");
+      sub.add_option("--chat-template-kwargs", opt->chat_kwargs,
+                     "Variables for the chat template as a JSON object, e.g. '{\"enable_thinking\": false}'")
+          ->type_name("JSON");
       sub.add_option("--activations", opt->activations,
                      "f32 (exact, the default) or q8 (quantized weights meet activations quantized per 32 values)")
           ->capture_default_str();

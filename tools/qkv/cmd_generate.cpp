@@ -32,7 +32,8 @@ using i64 = std::int64_t;
 struct GenerateOptions {
   std::string model;
   std::optional<std::string> prompt;
-  std::string prompt_ids, prompts_file, messages_file, system, chat_template, activations = "f32", kv_cache = "f32";
+  std::string prompt_ids, prompts_file, messages_file, system, chat_template, chat_kwargs, activations = "f32",
+      kv_cache = "f32";
   i64 max_new = 32;
   SamplingFlags sampling;
   std::vector<std::string> stop;
@@ -63,6 +64,10 @@ int run_generate(GenerateOptions o, std::ostream& out) {
   if (!o.messages_file.empty()) o.chat = true;
   if (o.chat && !o.prompt_ids.empty()) throw ValueError("generate: --chat renders text; it cannot take --prompt-ids");
   if (!o.system.empty() && !o.chat) throw ValueError("generate: --system needs --chat (a conversation)");
+  if (!o.chat_kwargs.empty() && !o.chat) throw ValueError("generate: --chat-template-kwargs needs --chat or --messages");
+  const std::map<std::string, std::string> vars =
+      o.chat_kwargs.empty() ? std::map<std::string, std::string>{}
+                            : tokenize::parse_chat_template_kwargs(o.chat_kwargs, "--chat-template-kwargs");
   if (!o.system.empty() && !o.messages_file.empty())
     throw ValueError("generate: --system with --messages: put the system message in the messages file");
   for (const std::string& s : o.stop)
@@ -88,8 +93,8 @@ int run_generate(GenerateOptions o, std::ostream& out) {
   if (ids_only) {
     prompts.push_back(parse_ids(o.prompt_ids, "--prompt-ids"));
   } else if (!o.messages_file.empty()) {
-    texts.push_back(lm.render_chat(messages));
-    prompts.push_back(lm.chat_prompt(messages));
+    texts.push_back(lm.render_chat(messages, true, vars));
+    prompts.push_back(lm.chat_prompt(messages, true, vars));
   } else {
     texts = o.prompts_file.empty() ? std::vector<std::string>{*o.prompt} : infer::read_text_lines(o.prompts_file);
     if (texts.empty()) throw ValueError("--prompts-file: '" + o.prompts_file + "' has no lines");
@@ -102,8 +107,8 @@ int run_generate(GenerateOptions o, std::ostream& out) {
           std::vector<tokenize::ChatMessage> conv;
           if (!o.system.empty()) conv.push_back({.role = "system", .content = o.system});
           conv.push_back({.role = "user", .content = texts[i]});
-          texts[i] = lm.render_chat(conv);
-          prompts.push_back(lm.chat_prompt(conv));
+          texts[i] = lm.render_chat(conv, true, vars);
+          prompts.push_back(lm.chat_prompt(conv, true, vars));
         } else {
           prompts.push_back(lm.encode_prompt(texts[i]));
         }
@@ -251,6 +256,9 @@ QKV_TOOL_COMMAND(generate, {
       sub.add_option("--chat-template", opt->chat_template, "A Jinja chat template file instead of the model's")
           ->check(input_file("a Jinja template file"))
           ->type_name("FILE");
+      sub.add_option("--chat-template-kwargs", opt->chat_kwargs,
+                     "Variables for the chat template as a JSON object, e.g. '{\"enable_thinking\": false}'")
+          ->type_name("JSON");
       sub.add_option("--max-new", opt->max_new, "Most tokens to generate")->check(int_range(1, 1 << 20))->capture_default_str();
       add_sampling_flags(sub, opt->sampling);
       sub.add_option("--stop", opt->stop, "Stop a prompt's generation once its text contains this (repeatable)");

@@ -21,7 +21,7 @@ namespace qkv::tool {
 namespace {
 
 struct TokenizeOptions {
-  std::string model, chat, messages, chat_template;
+  std::string model, chat, messages, chat_template, chat_kwargs;
   std::vector<std::string> texts;
   bool json = false, decode = false;
 };
@@ -37,8 +37,11 @@ int run_tokenize_chat(const TokenizeOptions& o, std::ostream& out) {
     messages = tokenize::parse_chat_messages_json(io::read_file(o.messages, "--messages"), o.messages);
   else
     messages.push_back({.role = "user", .content = o.chat});
-  const std::string text = lm.render_chat(messages);
-  const std::vector<std::int64_t> ids = lm.chat_prompt(messages);
+  const std::map<std::string, std::string> vars =
+      o.chat_kwargs.empty() ? std::map<std::string, std::string>{}
+                            : tokenize::parse_chat_template_kwargs(o.chat_kwargs, "--chat-template-kwargs");
+  const std::string text = lm.render_chat(messages, true, vars);
+  const std::vector<std::int64_t> ids = lm.chat_prompt(messages, true, vars);
   if (o.json) {
     out << nlohmann::ordered_json{{"text", text}, {"ids", ids}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
         << "\n";
@@ -113,6 +116,9 @@ QKV_TOOL_COMMAND(tokenize, {
       sub.add_option("--chat-template", opt->chat_template, "A Jinja chat template file instead of the model's")
           ->check(input_file("a Jinja template file"))
           ->type_name("FILE");
+      sub.add_option("--chat-template-kwargs", opt->chat_kwargs,
+                     "Variables for the chat template as a JSON object, e.g. '{\"enable_thinking\": false}'")
+          ->type_name("JSON");
       CLI::Option* texts = sub.add_option("texts", opt->texts, "Texts (or id lists with --decode)");
       CLI::Option* json = sub.add_flag("--json", opt->json, "One JSON object per line");
       CLI::Option* decode = sub.add_flag("--decode", opt->decode, "Arguments are id lists; print their text");

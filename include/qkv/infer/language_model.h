@@ -11,6 +11,7 @@
 // Thread safety: read-only once loaded; any number of threads may use one at once.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,11 +64,15 @@ struct LanguageModel {
   // A conversation rendered by the chat template, as transformers' apply_chat_template renders
   // it (bos_token / eos_token set from the tokenizer). ValueError when the model has no template
   // ("pass --chat-template FILE"); ChatTemplateError from the template.
-  std::string render_chat(const std::vector<tokenize::ChatMessage>& messages, bool add_generation_prompt = true) const;
+  // `vars`: more variables for the template (name -> JSON text: tokenize::parse_chat_template_kwargs),
+  // such as {"enable_thinking", "false"}.
+  std::string render_chat(const std::vector<tokenize::ChatMessage>& messages, bool add_generation_prompt = true,
+                          const std::map<std::string, std::string>& vars = {}) const;
   // Its token ids: special tokens in the rendered text are matched as tokens, no BOS added
   // unless the template writes it (transformers' apply_chat_template(tokenize=True)).
   std::vector<std::int64_t> chat_prompt(const std::vector<tokenize::ChatMessage>& messages,
-                                        bool add_generation_prompt = true) const;
+                                        bool add_generation_prompt = true,
+                                        const std::map<std::string, std::string>& vars = {}) const;
   // True if id ends a reply.
   bool is_eos(std::int64_t id) const;
 };

@@ -8,6 +8,7 @@
 // Thread safety: the functions are pure.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -50,6 +51,8 @@ struct GenerationParams {
   // chat: at least one; role system | developer | user | assistant | tool, content a string or the
   // text parts of a content array joined
   std::vector<tokenize::ChatMessage> messages;
+  // chat: chat_template_kwargs, variables for the model's chat template (name -> JSON text)
+  std::map<std::string, std::string> chat_template_kwargs;
   std::string prompt;                    // completion, as text ...
   std::vector<std::int64_t> prompt_ids;  // ... or as token ids (prompt_is_ids)
   bool prompt_is_ids = false;

@@ -126,4 +126,11 @@ class ChatTemplate {
 // "messages.json: element 0's \"role\" is a number, not a string".
 std::vector<ChatMessage> parse_chat_messages_json(std::string_view json, const std::string& source = "messages");
 
+// Variables for a template given as one JSON object (transformers' apply_chat_template(...,
+// **kwargs); llama-server's chat_template_kwargs), e.g. {"enable_thinking": false}: name ->
+// the value's JSON text, for ChatTemplateOptions::extra_vars_json. ValueError naming `source`
+// for malformed JSON, another JSON value, or a name the template's own variables take
+// (messages, add_generation_prompt).
+std::map<std::string, std::string> parse_chat_template_kwargs(std::string_view json, const std::string& source);
+
 }  // namespace qkv::tokenize
