@@ -24,7 +24,7 @@ from ._qkv import (
 )
 from .arrays import asarray, from_dlpack
 from .embedder import Embedder
-from .llm import LLM, Generation
+from .llm import LLM, Generation, supported_models
 from .functional import (
     apply_rotary_emb,
     layer_norm,
@@ -56,4 +56,5 @@ __all__ = [
     "set_isa",
     "set_num_threads",
     "softmax",
+    "supported_models",
 ]

@@ -16,6 +16,21 @@ from ._qkv import set_num_threads
 Prompt = Union[str, Sequence[int]]
 
 
+def supported_models() -> list[dict[str, Any]]:
+    """The model families qkv reads, from its architecture registry, sorted by name.
+
+    Each is a dict: ``name`` (as :attr:`LLM.architecture` gives it), ``display`` (how it is
+    written), ``role`` (``"causal-lm"``: :class:`LLM`; ``"encoder"``: :class:`Embedder`),
+    ``model_types`` (the ``config.json`` ``model_type`` values of its Hugging Face folders) and
+    ``gguf_architectures`` (the ``general.architecture`` values of its GGUF files).
+
+        >>> [f["name"] for f in qkv.supported_models() if f["role"] == "causal-lm"]
+        ['gemma2', 'gemma3', 'gpt2', 'llama', ...]
+    """
+    return [{"name": n, "display": d, "role": r, "model_types": list(t), "gguf_architectures": list(g)}
+            for n, d, r, t, g in _qkv._model_families()]
+
+
 @dataclass
 class Generation:
     """One prompt's continuation (``LLM.generate(..., details=True)``)."""
@@ -53,9 +68,9 @@ class _Stops:
 class LLM:
     """A causal language model, loaded once from a local path (nothing is downloaded).
 
-    Every causal LM qkv loads, by the loader of ``qkv generate``: a GGUF file (Llama, Mistral,
-    Qwen2; quantized weights used in place) or a Hugging Face folder (GPT-2, Llama, Mistral,
-    Qwen2), with its tokenizer, chat template and end-of-sequence tokens. One LLM may serve calls
+    Every causal LM qkv loads, by the loader of ``qkv generate``: a GGUF file (quantized weights
+    used in place) or a Hugging Face folder of an architecture :func:`supported_models` lists,
+    with its tokenizer, chat template and end-of-sequence tokens. One LLM may serve calls
     from several Python threads at once (each call has its own KV cache; the GIL is released
     while it computes). Ctrl-C interrupts a generation with KeyboardInterrupt.
 
@@ -91,7 +106,8 @@ class LLM:
 
     @property
     def architecture(self) -> str:
-        """``"gpt2"``, ``"llama"``, ``"mistral"`` or ``"qwen2"``."""
+        """The family qkv reads the model as (``"llama"``, ``"qwen3"``, ``"gpt2"``, ...: a ``name`` of
+        :func:`supported_models`)."""
         return str(self._impl.architecture)
 
     @property

@@ -20,6 +20,7 @@
 #include "qkv/infer/generate.h"
 #include "qkv/infer/language_model.h"
 #include "qkv/infer/text_stream.h"
+#include "qkv/models/registry.h"
 #include "qkv/tokenize/chat_template.h"
 
 namespace qkv::python {
@@ -52,6 +53,14 @@ using PyResult = std::tuple<std::vector<std::int64_t>, std::string, std::vector<
 }  // namespace
 
 void register_language_model(nb::module_& m) {
+  // The registry's families, for qkv.supported_models(): (name, display, role, model_types, gguf architectures).
+  m.def("_model_families", [] {
+    std::vector<std::tuple<std::string, std::string, std::string, std::vector<std::string>, std::vector<std::string>>> v;
+    for (const models::ModelFamily* f : models::model_families())
+      v.emplace_back(f->name, f->display, f->role == models::ModelRole::CausalLM ? "causal-lm" : "encoder",
+                     f->model_types, f->gguf_names);
+    return v;
+  });
   nb::class_<PyLanguageModel>(m, "_LanguageModel")
       .def("__init__",
            [](PyLanguageModel* self, const std::string& path, std::optional<std::string> chat_template,
@@ -89,13 +98,13 @@ void register_language_model(nb::module_& m) {
       .def("render_chat",
            [](const PyLanguageModel& p, const std::string& messages_json, bool add_generation_prompt,
               const std::string& kwargs_json) {
-             return p.lm.render_chat(p.messages(messages_json), add_generation_prompt, kwargs(kwargs_json));
+             return p.lm.render_chat(p.messages(messages_json), add_generation_prompt, PyLanguageModel::kwargs(kwargs_json));
            },
            nb::arg("messages_json"), nb::arg("add_generation_prompt"), nb::arg("kwargs_json"))
       .def("chat_prompt",
            [](const PyLanguageModel& p, const std::string& messages_json, bool add_generation_prompt,
               const std::string& kwargs_json) {
-             return p.lm.chat_prompt(p.messages(messages_json), add_generation_prompt, kwargs(kwargs_json));
+             return p.lm.chat_prompt(p.messages(messages_json), add_generation_prompt, PyLanguageModel::kwargs(kwargs_json));
            },
            nb::arg("messages_json"), nb::arg("add_generation_prompt"), nb::arg("kwargs_json"))
       // prompts (token ids) -> (results, tokens/s over all sequences). on_token(seq, token) -> bool

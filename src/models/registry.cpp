@@ -162,7 +162,7 @@ LoadedCausalLM load_causal_lm(const std::string& path, const CausalLMLoadOptions
   const ModelKind k = model_kind(path);
   if (k.family && k.family->role == ModelRole::CausalLM) return named(*k.family, k.family->load_causal_lm(path, o));
   if (k.family)
-    throw FormatError(fmt::format("{} is a {} folder; this needs {}", path, k.family->display, needs));
+    throw FormatError(fmt::format("{} is a {} folder; generation needs {}", path, k.family->display, needs));
   if (k.declared.empty()) {
     // A config.json without model_type (or one that does not parse): the family that reads such
     // folders (GPT-2's first configs had no model_type) names what is wrong with it.

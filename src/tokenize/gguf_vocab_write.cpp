@@ -68,7 +68,8 @@ GgufVocab gguf_vocab_from_folder(const std::string& dir) {
     }
     const json& model = j.value("model", json::object());
     if (model.value("type", "") != "BPE") throw bad(f, "model.type must be \"BPE\" to write a GGUF gpt2 vocabulary");
-    for (const auto& [tok, id] : model.value("vocab", json::object()).items()) {
+    const json vocab = model.value("vocab", json::object());  // held: items() of a temporary would dangle
+    for (const auto& [tok, id] : vocab.items()) {
       if (!id.is_number_integer() || id.get<i64>() < 0) throw bad(f, "model.vocab['" + tok + "'] is not an id");
       by_id[id.get<i64>()] = tok;
     }

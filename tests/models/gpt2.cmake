@@ -7,3 +7,5 @@ qkv_add_test(test_llama SOURCES models/test_llama.cpp models/test_llama_parity.c
 # The other decoder architectures of the registry (Qwen3, Gemma 2 and 3, Phi-3, SmolLM3, Llama 2):
 # parity with transformers on tiny trained models, from folders and llama.cpp's GGUF files.
 qkv_add_test(test_arch_parity SOURCES models/test_arch_parity.cpp LIBS qkv nlohmann_json::nlohmann_json)
+# Attention weights (qkv heatmap) of every decoder architecture against transformers' output_attentions.
+qkv_add_test(test_decoder_attention SOURCES models/test_decoder_attention.cpp LIBS qkv nlohmann_json::nlohmann_json)

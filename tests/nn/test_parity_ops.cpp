@@ -26,8 +26,9 @@ TEST(ParityCoverage, EveryFixtureHasATest) {
       "decoder_post", "decoder_pre",   "train_adam",            "train_adamw",     "train_sgd",
       "sdpa_gqa",     "sdpa_gqa_window"};
   // Fixtures of other scripts, tested elsewhere: safetensors_ref (tests/io), gpt2_tiny_logits
-  // (make_gpt2_fixtures.py, tests/models/test_gpt2_parity.cpp).
-  const std::set<std::string> elsewhere = {"safetensors_ref", "gpt2_tiny_logits"};
+  // (make_gpt2_fixtures.py, tests/models/test_gpt2_parity.cpp), decoder_attention
+  // (make_decoder_attention_fixtures.py, tests/models/test_decoder_attention.cpp).
+  const std::set<std::string> elsewhere = {"safetensors_ref", "gpt2_tiny_logits", "decoder_attention"};
   std::set<std::string> present;
   for (const auto& e : std::filesystem::directory_iterator(QKV_FIXTURE_DIR))
     if (e.path().extension() == ".safetensors" && !elsewhere.count(e.path().stem().string()))

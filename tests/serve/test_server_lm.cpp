@@ -1,9 +1,12 @@
 // The server's use of infer::LanguageModel: every end-of-sequence id ends a reply (and is not
 // shown; ignore_eos turns that off), chat prompts go through the model's template, and a template that is missing, cannot
-// run or refuses the conversation is answered 400 with its message while completions still work.
+// run or refuses the conversation is answered 400 with its message while completions still work;
+// chat_template_kwargs reaches the template (Qwen3's enable_thinking, on the committed tiny Qwen3
+// whose reply is transformers' greedy one).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include "qkv/infer/generate.h"
 #include "serve_test_util.h"
@@ -118,6 +121,35 @@ TEST(ServerLanguageModel, TemplateFailuresAre400WithTheTemplatesMessage) {
   post(s.port, "/v1/chat/completions", {{"model", "refusing"}, {"messages", kHello}, {"max_tokens", 2}}, 200);
   for (const char* model : {"none", "unusable", "refusing"})
     post(s.port, "/v1/completions", {{"model", model}, {"prompt", "Hello"}, {"max_tokens", 2}}, 200);
+}
+
+TEST(ServerLanguageModel, ChatTemplateKwargsReachTheTemplate) {
+  const std::string dir = std::string(QKV_FIXTURE_DIR) + "/arch/qwen3";
+  std::ifstream f(std::string(QKV_FIXTURE_DIR) + "/arch/reference.json");
+  const json ref = json::parse(f)["qwen3"];
+  auto lm = std::make_shared<const qkv::infer::LanguageModel>(qkv::infer::load_language_model(dir, {}));
+  auto m = qkv::serve::make_text_model(lm, kSched);
+  m.id = "qwen3";
+  TestServer s({}, {m});
+  const json chat = json::array({{{"role", "user"}, {"content", "Who divided the light from the darkness?"}}});
+  // enable_thinking false: the prompt transformers rendered (make_arch_fixtures.py) and its greedy reply.
+  const json j = post(s.port, "/v1/chat/completions",
+                      {{"messages", chat}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true},
+                       {"chat_template_kwargs", {{"enable_thinking", false}}}},
+                      200);
+  const auto prompt = ref["prompts"][2].get<std::vector<i64>>();
+  EXPECT_EQ(j["usage"]["prompt_tokens"], static_cast<i64>(prompt.size()));
+  const auto gen = ref["generated"][2].get<std::vector<i64>>();
+  EXPECT_EQ(j["choices"][0]["message"]["content"], lm->tok().decode(std::vector<i64>(gen.begin(), gen.begin() + 8)));
+  // Without it the template leaves the thinking block to the model: a shorter prompt.
+  const json t = post(s.port, "/v1/chat/completions", {{"messages", chat}, {"max_tokens", 1}}, 200);
+  EXPECT_EQ(t["usage"]["prompt_tokens"],
+            static_cast<i64>(prompt.size() - lm->tok().encode("<think>\n\n</think>\n\n").size()));
+  // Not an object, or a variable qkv sets itself: 400 naming the field.
+  for (const json& bad : {json("enable_thinking"), json{{"messages", json::array()}}}) {
+    const json e = post(s.port, "/v1/chat/completions", {{"messages", chat}, {"chat_template_kwargs", bad}}, 400);
+    EXPECT_EQ(e["error"]["param"], "chat_template_kwargs") << e;
+  }
 }
 
 }  // namespace

@@ -387,10 +387,10 @@ QKV_TOOL_COMMAND(bench, {
       s = sub.add_subcommand("generate",
                              "Greedy generation through the KV cache: tokens/s, ms per token, the read bandwidth "
                              "measured now and the bound it sets (weight bytes read per token)");
-      add_lm_model_option(*s, gen->model, "Model: a GGUF file, a Llama-family or GPT-2 folder (default: a random GPT-2 of the sizes below)");
+      add_lm_model_option(*s, gen->model, "Model: a GGUF file or a model folder, as qkv generate reads them (default: a random GPT-2 of the sizes below)");
       s->add_option("--activations", gen->activations,
                     "f32 (exact, the default) or q8 (activations quantized per 32 values, integer products; "
-                    "quantized Llama-family models)");
+                    "quantized weights)");
       s->add_option("--kv-cache", gen->kv_cache, "f32 (the default) or f16: the KV cache's element type")
           ->check(CLI::IsMember({"f32", "f16"}));
       s->add_option("--layers", gen->layers, "L (default 12)")->check(int_range(1, 1024));

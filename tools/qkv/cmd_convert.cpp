@@ -107,21 +107,29 @@ int run_convert(const ConvertOptions& o, std::ostream& os) {
   return 0;
 }
 
+// The model_types of the families convert writes as a folder again (those qkv trains).
+std::string folder_families() {
+  std::string s;
+  for (const models::ModelFamily* f : models::model_families())
+    if (f->write_folder)
+      for (const std::string& t : f->model_types) s += (s.empty() ? "" : ", ") + t;
+  return s;
+}
+
 QKV_TOOL_COMMAND(convert, {
     .name = "convert",
-    .summary = "Rewrite a model: a GPT-2 folder as transformers writes it, or any model as a GGUF file",
+    .summary = "Rewrite a model: any text model as a GGUF file, or a folder again as transformers writes it",
     .order = 62,
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
-          "OUT a folder: loads a GPT-2 folder the way qkv generate does (names with or without 'transformer.', the "
-          "old attn.bias buffers, F16/BF16 weights) and writes OUT/config.json and OUT/model.safetensors as "
-          "GPT2LMHeadModel.save_pretrained would (float32, Conv1D [in, out] weights, no lm_head.weight when tied), "
-          "plus vocab.json and merges.txt when present. transformers loads the result. OUT appears whole once every "
-          "file is written.\n"
-          "OUT ending in .gguf: writes a GPT-2 or Llama-family model (a folder or a GGUF file) as GGUF v3 with the "
+          "OUT ending in .gguf: writes " + role_needs(models::ModelRole::CausalLM) + " as GGUF v3 with the "
           "names, metadata and layouts of llama.cpp's converter (llama.cpp and gguf-py load it), the tokenizer and "
           "chat template included; --type converts every weight matrix (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1; "
-          "default: as stored, float32 for GPT-2), norms and biases stay F32. Written atomically.\n"
+          "default: as stored; a family may set its own), norms and biases stay F32. Written atomically.\n"
+          "OUT a folder: loads a folder of a family qkv trains (" + folder_families() + ") the way qkv generate does "
+          "and writes OUT/config.json and OUT/model.safetensors as transformers' save_pretrained would, plus the "
+          "tokenizer files when present; transformers loads the result. OUT appears whole once every file is "
+          "written.\n"
           "An OUT that already holds something is refused unless --overwrite.\n\n"
           "Examples:\n  qkv convert --model tests/fixtures/gpt2_tiny --out /tmp/gpt2_tiny_qkv\n"
           "  qkv convert --model tests/fixtures/llama_family/llama --out /tmp/tiny_llama.gguf --type q8_0");

@@ -217,12 +217,12 @@ int run_generate(GenerateOptions o, std::ostream& out) {
 
 QKV_TOOL_COMMAND(generate, {
     .name = "generate",
-    .summary = "Generate text with a language model (GGUF file, GPT-2 or Llama-family folder) through the KV cache",
+    .summary = "Generate text with a language model (a GGUF file or a Hugging Face folder) through the KV cache",
     .order = 60,
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
-          "Reads a causal language model -- a GGUF file (llama, mistral, qwen2; quantized weights are used in place), "
-          "or a Hugging Face GPT-2 / Llama / Mistral / Qwen2 folder (with --prompt-ids the tokenizer is optional) -- "
+          "Reads " + role_needs(models::ModelRole::CausalLM) +
+          " (quantized weights are used in place; with --prompt-ids a folder's tokenizer is optional), "
           "prefills the prompt in one pass through the KV cache and then generates one token per step until an "
           "end-of-sequence token (unless --ignore-eos), a --stop string or --max-new tokens. --chat renders the prompt "
           "as a user message (after --system) through the model's chat template; --messages FILE takes a whole "

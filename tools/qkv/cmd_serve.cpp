@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "command.h"
+#include "model_dir.h"
 #include "qkv/core/error.h"
 #include "qkv/serve/server.h"
 #include "serve_models.h"
@@ -98,8 +99,9 @@ QKV_TOOL_COMMAND(serve, {
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "Serves POST /v1/chat/completions (through the model's chat template, or --chat-template's), "
-          "/v1/completions (text models: GGUF files, GPT-2 and Llama-family folders, loaded as qkv generate loads "
-          "them; every end-of-sequence token ends a reply), POST /v1/embeddings (sentence-transformers BERT folders), GET /v1/models, /health and /metrics "
+          "/v1/completions (text models, loaded as qkv generate loads them: " + role_needs(models::ModelRole::CausalLM) +
+          "; every end-of-sequence token ends a reply), POST /v1/embeddings (" + role_needs(models::ModelRole::Encoder) +
+          "), GET /v1/models, /health and /metrics "
           "(Prometheus), in the OpenAI API's shapes; streaming is server-sent events. A model's id is its file or "
           "folder name. Each text model has --parallel KV-cache slots: every step decodes one token for every "
           "running request in one batched forward pass, and requests join and leave at any step (continuous "
@@ -114,7 +116,7 @@ QKV_TOOL_COMMAND(serve, {
           "       -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi!\"}], \"max_tokens\": 32}'");
       auto opt = std::make_shared<ServeOptions>();
       sub.add_option("--model", opt->models,
-                     "A model: a GGUF file, a GPT-2 or Llama-family folder (text), a sentence-transformers BERT folder "
+                     "A model: a GGUF file or a folder of a text model, or a sentence-transformers folder "
                      "(embeddings); repeatable")
           ->check(lm_model_path())
           ->type_name("PATH")

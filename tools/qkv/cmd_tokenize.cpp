@@ -1,6 +1,6 @@
-// qkv tokenize: text -> ids (or ids -> text with --decode) with a model's byte-level BPE (a
-// folder's vocab.json + merges.txt or tokenizer.json, or a GGUF file's vocabulary), one line per
-// argument; --chat / --messages: the prompt the chat template renders, and its ids; and
+// qkv tokenize: text -> ids (or ids -> text with --decode) with a model's tokenizer (a folder's
+// tokenizer.json, tokenizer.model, vocab.json + merges.txt or vocab.txt, or a GGUF file's
+// vocabulary: tokenize::find_tokenizer), one line per argument; --chat / --messages: the prompt the chat template renders, and its ids; and
 // `qkv tokenize train`, which learns such a BPE (cmd_tokenize_train.cpp).
 #include <filesystem>
 #include <iostream>
@@ -23,7 +23,7 @@ namespace {
 struct TokenizeOptions {
   std::string model, chat, messages, chat_template, chat_kwargs;
   std::vector<std::string> texts;
-  bool json = false, decode = false;
+  bool json = false, decode = false, add_special = false;
 };
 
 // The rendered chat prompt (--chat TEXT as one user message, or --messages FILE) and its ids.
@@ -76,7 +76,7 @@ int run_tokenize(const TokenizeOptions& o, std::ostream& out) {
         out << text << "\n";
       continue;
     }
-    const std::vector<std::int64_t> ids = tok.encode(t);
+    const std::vector<std::int64_t> ids = o.add_special ? tok.encode_with_specials(t) : tok.encode(t);
     if (o.json) {
       out << nlohmann::ordered_json{{"text", t}, {"ids", ids}}.dump() << "\n";
     } else {
@@ -89,14 +89,17 @@ int run_tokenize(const TokenizeOptions& o, std::ostream& out) {
 
 QKV_TOOL_COMMAND(tokenize, {
     .name = "tokenize",
-    .summary = "Token ids of texts with a model's byte-level BPE (or texts of ids with --decode; chat prompts)",
+    .summary = "Token ids of texts with a model's tokenizer (or texts of ids with --decode; chat prompts)",
     .order = 61,
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "One line per TEXT: its ids separated by spaces, or with --json {\"text\": ..., \"ids\": [...]}. With "
           "--decode each argument is a list of ids (\"15496,995\") and the line is its text (bytes that are not "
-          "valid UTF-8 become U+FFFD, as Hugging Face decodes them). The ids are those of Hugging Face tokenizers "
-          "for the same vocab.json and merges.txt.\n\n"
+          "valid UTF-8 become U+FFFD, as Hugging Face decodes them). The ids are transformers' "
+          "tokenizer(text, add_special_tokens=False) for the folder's files (special tokens written in the text are "
+          "matched as tokens); --add-special adds those the tokenizer puts around a text (a BOS, BERT's [CLS] and "
+          "[SEP]), as tokenizer(text) and qkv generate do. A GGUF file's vocabulary tokenizes as llama.cpp does "
+          "(its SentencePiece vocabularies put a space before the text after every special token).\n\n"
           "--chat TEXT (or --messages FILE) prints the prompt the model's chat template renders and its ids (the "
           "ids qkv generate --chat feeds the model; with --json {\"text\", \"ids\"}).\n\n"
           "Examples:\n"
@@ -107,8 +110,8 @@ QKV_TOOL_COMMAND(tokenize, {
           "that is the word train goes after --: qkv tokenize --model DIR -- train");
       auto opt = std::make_shared<TokenizeOptions>();
       // --model and TEXT are required unless the `train` subcommand runs (checked once parsing is done).
-      CLI::Option* model = add_lm_model_option(sub, opt->model, "A GGUF file, or a model / tokenizer folder "
-                                                                 "(tokenizer.json, or vocab.json + merges.txt)");
+      CLI::Option* model = add_lm_model_option(sub, opt->model, "A GGUF file, or a model / tokenizer folder (tokenizer.json, "
+                                                                 "tokenizer.model, vocab.json + merges.txt, or vocab.txt)");
       CLI::Option* chat = sub.add_option("--chat", opt->chat, "The prompt of this user message through the chat template");
       CLI::Option* messages = sub.add_option("--messages", opt->messages, "The prompt of a conversation (JSON list of {role, content})")
                                   ->check(input_file("a JSON file of messages"))
@@ -122,6 +125,9 @@ QKV_TOOL_COMMAND(tokenize, {
       CLI::Option* texts = sub.add_option("texts", opt->texts, "Texts (or id lists with --decode)");
       CLI::Option* json = sub.add_flag("--json", opt->json, "One JSON object per line");
       CLI::Option* decode = sub.add_flag("--decode", opt->decode, "Arguments are id lists; print their text");
+      sub.add_flag("--add-special", opt->add_special,
+                   "Add the special tokens the tokenizer puts around a text (BOS; [CLS] ... [SEP]), as qkv generate does")
+          ->excludes(decode);
       CLI::App* train = sub.add_subcommand("train", "Learn a byte-level BPE from text files (see 'qkv tokenize train --help')");
       const Action train_action = setup_tokenize_train(*train);
       sub.parse_complete_callback([model, texts, json, decode, train, chat, messages] {

@@ -79,8 +79,8 @@ struct LanguageModel {
 
 // Loads the model at `path`. IOError when it does not exist; FormatError naming the file and the
 // problem for an unsupported or damaged model, with the kind found named for a folder of another
-// kind ("... is a BERT folder; generation needs a causal language model (GPT-2, Llama, Mistral,
-// Qwen2)"). Nothing is initialised at random; weights are mapped, not copied, where they can be.
+// kind ("... is a BERT folder; generation needs a causal language model: a GGUF file (gemma2,
+// ...) or a folder of model_type ...", the lists from the registry). Nothing is initialised at random; weights are mapped, not copied, where they can be.
 LanguageModel load_language_model(const std::string& path, const LanguageModelOptions& options = {});
 
 // A folder's chat template text: tokenizer_config.json's chat_template (a string, or the "default"

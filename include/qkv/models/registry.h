@@ -86,7 +86,7 @@ ModelKind model_kind(const std::string& path);
 
 // Loads the causal LM at `path` (a GGUF file or a Hugging Face folder of any causal family).
 // IOError when it does not exist; FormatError naming the path and what it is for another kind
-// ("... is a BERT folder; this needs a causal language model: a GGUF file or a folder of
+// ("... is a BERT folder; generation needs a causal language model: a GGUF file or a folder of
 // model_type gemma2, ..."), an unknown model_type or GGUF architecture (listing the supported ones).
 LoadedCausalLM load_causal_lm(const std::string& path, const CausalLMLoadOptions& options = {});
 

@@ -1,0 +1,68 @@
+"""qkv.LLM on every architecture of the registry beyond the Llama family (tests/fixtures/arch: tiny
+models trained by transformers, their folders and the GGUF files llama.cpp's converter wrote;
+tests/reference/make_arch_fixtures.py): the prompt's ids and greedy tokens equal transformers',
+chat prompts rendered with chat_template_kwargs as transformers renders them, and
+qkv.supported_models() lists each architecture from the registry."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import FIXTURES
+
+import qkv
+
+ARCH = FIXTURES / "arch"
+REFERENCE = json.loads((ARCH / "reference.json").read_text(encoding="utf-8"))
+NAMES = sorted(k for k in REFERENCE if not k.startswith("_") and not k.endswith("_gguf"))
+CHAT = [{"role": "user", "content": "Who divided the light from the darkness?"}]
+NEW = 16
+
+
+def path_of(variant: str) -> str:
+    return str(ARCH / (variant[: -len("_gguf")] + ".gguf" if variant.endswith("_gguf") else variant))
+
+
+@pytest.mark.parametrize("variant", [v for n in NAMES for v in (n, n + "_gguf")])
+def test_generate_and_chat_give_transformers_tokens(variant: str) -> None:
+    ref = REFERENCE[variant]
+    llm = qkv.LLM(path_of(variant))
+    assert llm.architecture == ("llama" if variant.startswith("llama2") else variant.split("_")[0])
+    assert llm.tokenize(ref["texts"][0]) == ref["prompts"][0]
+    g = llm.generate(ref["texts"][0], max_new_tokens=NEW, ignore_eos=True, details=True)
+    assert g.ids == ref["generated"][0][:NEW]
+    # A batch of mixed lengths: each prompt's tokens are those it gets alone.
+    batch = llm.generate([ref["prompts"][1], ref["prompts"][0]], max_new_tokens=NEW, ignore_eos=True, details=True)
+    assert batch[0].ids == ref["generated"][1][:NEW]
+    assert batch[1].ids == ref["generated"][0][:NEW]
+    # The chat prompt with the template variables the references were rendered with (the
+    # other families' templates ignore enable_thinking).
+    kwargs = {"enable_thinking": False}
+    assert llm.render_chat(CHAT, chat_template_kwargs=kwargs) == ref["texts"][2]
+    if variant != "llama2_gguf":  # llama.cpp's SentencePiece puts a space after <s> (tests/cli/test_cli_arch.cpp)
+        reply = llm.chat(CHAT, max_new_tokens=NEW, chat_template_kwargs=kwargs, details=True)
+        want = ref["generated"][2][:NEW]
+        eos = set(llm.eos_token_ids)
+        cut = next((i + 1 for i, t in enumerate(want) if t in eos), len(want))
+        assert reply.ids == want[:cut]
+
+
+def test_qwen3_template_variables_change_the_prompt() -> None:
+    llm = qkv.LLM(path_of("qwen3"))
+    thinking = llm.render_chat(CHAT)
+    plain = llm.render_chat(CHAT, chat_template_kwargs={"enable_thinking": False})
+    assert plain == thinking + "<think>\n\n</think>\n\n"
+    with pytest.raises(ValueError, match="chat_template_kwargs"):
+        llm.render_chat(CHAT, chat_template_kwargs={"messages": []})
+
+
+def test_supported_models_come_from_the_registry() -> None:
+    families = {f["name"]: f for f in qkv.supported_models()}
+    for name in ("gemma2", "gemma3", "gpt2", "llama", "phi3", "qwen2", "qwen3", "smollm3"):
+        assert families[name]["role"] == "causal-lm", name
+    assert families["bert"]["role"] == "encoder"
+    assert "gemma3_text" in families["gemma3"]["model_types"]
+    assert "mistral" in families and "qwen3" in families["qwen3"]["gguf_architectures"]
+    names = [f["name"] for f in qkv.supported_models()]
+    assert names == sorted(names)
