@@ -9,3 +9,5 @@ qkv_add_test(test_llama SOURCES models/test_llama.cpp models/test_llama_parity.c
 qkv_add_test(test_arch_parity SOURCES models/test_arch_parity.cpp LIBS qkv nlohmann_json::nlohmann_json)
 # Attention weights (qkv heatmap) of every decoder architecture against transformers' output_attentions.
 qkv_add_test(test_decoder_attention SOURCES models/test_decoder_attention.cpp LIBS qkv nlohmann_json::nlohmann_json)
+# Bad input for the architectures: contradictory configs and GGUF metadata, unsupported kinds.
+qkv_add_test(test_arch_errors SOURCES models/test_arch_errors.cpp LIBS qkv nlohmann_json::nlohmann_json)

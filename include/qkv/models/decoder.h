@@ -57,6 +57,10 @@ struct RopeSpec {
 
 enum class FfnActivation { SiLU, GeluTanh };
 
+// The most layers a spec may have (the largest open models have ~130): configs and GGUF files
+// asking for more are refused before the per-layer specs are allocated.
+inline constexpr std::int64_t kMaxDecoderLayers = std::int64_t{1} << 16;
+
 struct LayerSpec {
   int rope = 0;               // index into DecoderSpec::ropes; -1: no RoPE in this layer (NoPE)
   std::int64_t window = 0;    // sliding window W >= 1 (a query at t sees keys t - W < j <= t); 0: global

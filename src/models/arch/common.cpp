@@ -142,6 +142,8 @@ DecoderSpec spec_from_config(const json& j, const std::string& src, const Config
   if (!(prf > 0 && prf <= 1)) hf::bad(src, fmt::format("partial_rotary_factor must be in (0, 1], got {}", prf));
   const i64 dims = static_cast<i64>(static_cast<double>(c.head_dim) * prf);  // transformers: int(head_dim * factor)
   c.ropes.push_back(rope_from_config(rp, field, hf::get_double(j, "rope_theta", src, d.rope_theta), dims, src));
+  if (L > kMaxDecoderLayers)
+    hf::bad(src, fmt::format("num_hidden_layers must be in [1, {}], got {}", kMaxDecoderLayers, L));
   c.layers.assign(static_cast<std::size_t>(L), LayerSpec{});
   c.bos_token_id = hf::get_token_id(j, "bos_token_id", src);
   if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
@@ -197,6 +199,11 @@ DecoderSpec spec_from_gguf(const io::GGUFFile& f, const Architecture& a) {
   }
   r.style = arch == a.gguf_name && a.gguf_interleaved_rope ? kernels::RopeStyle::Interleaved : kernels::RopeStyle::Half;
   c.ropes.push_back(r);
+  // Each layer holds tensors: a block_count beyond the file's tensors (or the layer limit) is
+  // refused before the per-layer specs are allocated.
+  if (L > kMaxDecoderLayers || L > static_cast<i64>(f.tensors().size()))
+    throw FormatError(fmt::format("{}: GGUF key '{}' is {}, but the file holds {} tensors (at most {} layers)", f.source(),
+                                  key("block_count"), L, f.tensors().size(), kMaxDecoderLayers));
   c.layers.assign(static_cast<std::size_t>(L), LayerSpec{});
   const i64 window = f.find_int(key("attention.sliding_window")).value_or(0);
   for (LayerSpec& l : c.layers) l.window = window;

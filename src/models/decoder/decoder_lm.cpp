@@ -39,6 +39,8 @@ void check_decoder_spec(const DecoderSpec& c) {
                          {"num_attention_heads", c.num_heads}, {"num_key_value_heads", c.num_kv_heads},
                          {"head_dim", c.head_dim}, {"max_position_embeddings", c.max_positions}})
     need(v >= 1 && v <= (i64{1} << 24), fmt::format("{} must be in [1, 2^24], got {}", name, v));
+  need(c.num_layers() <= kMaxDecoderLayers,
+       fmt::format("num_hidden_layers must be in [1, {}], got {}", kMaxDecoderLayers, c.num_layers()));
   need(c.num_heads % c.num_kv_heads == 0,
        fmt::format("num_attention_heads {} is not a multiple of num_key_value_heads {}", c.num_heads, c.num_kv_heads));
   need(c.norm_eps > 0 && std::isfinite(c.norm_eps), "rms_norm_eps must be finite and > 0");

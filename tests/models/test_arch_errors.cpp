@@ -1,0 +1,210 @@
+// Bad input for the architectures of the registry: an unsupported architecture, tokenizer model
+// or rope type names itself and lists what is supported (from the registry); a config.json or
+// GGUF file whose options contradict each other or the tensors (head_dim x heads against the
+// projections, layer_types / no_rope_layers / a sliding-window pattern of the wrong length, rope
+// factors of the wrong length, absurd sizes) is one FormatError naming the file and the field,
+// raised before anything of the model's size is allocated.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "qkv/core/error.h"
+#include "qkv/infer/language_model.h"
+#include "qkv/io/gguf.h"
+#include "qkv/io/gguf_writer.h"
+#include "qkv/models/decoder_io.h"
+#include "qkv/models/registry.h"
+#include "qkv/tokenize/tokenizer.h"
+#include "testing/fixture.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using qkv::io::GGUFFile;
+using qkv::io::GGUFMeta;
+using qkv::io::GGUFMetadata;
+using qkv::io::GGUFTensorData;
+
+struct TempDir {
+  fs::path p;
+  TempDir() {
+    static int n = 0;
+    p = fs::temp_directory_path() / ("qkv_arch_err_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    fs::create_directories(p);
+  }
+  ~TempDir() { fs::remove_all(p); }
+  std::string str(const std::string& f) const { return (p / f).string(); }
+};
+
+std::string arch_path(const std::string& f) { return qkv::testing::fixture_path("arch/" + f); }
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const qkv::FormatError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("not a FormatError: ") + e.what();
+  }
+  return "no error";
+}
+
+// A copy of the arch folder `arch` with `edit` applied to its config.json.
+std::string edited_folder(const TempDir& d, const std::string& arch, const std::function<void(json&)>& edit) {
+  const fs::path out = d.p / (arch + "_edited");
+  fs::create_directories(out);
+  for (const auto& e : fs::directory_iterator(arch_path(arch)))
+    fs::copy_file(e.path(), out / e.path().filename(), fs::copy_options::overwrite_existing);
+  std::ifstream in(out / "config.json");
+  json j = json::parse(in);
+  in.close();
+  edit(j);
+  std::ofstream(out / "config.json") << j.dump();
+  return out.string();
+}
+
+struct ConfigCase {
+  std::string arch;
+  std::function<void(json&)> edit;
+  std::vector<std::string> want;  // substrings of the one message
+};
+
+TEST(ArchErrors, ContradictoryConfigsAreOneMessageNamingTheField) {
+  const std::vector<ConfigCase> cases = {
+      {"qwen3", [](json& j) { j["head_dim"] = 8; },
+       {"model.safetensors: does not match the qwen3 config", "q_proj.weight is [64,32], the config needs [32,32]"}},
+      {"qwen3", [](json& j) { j["num_attention_heads"] = 8; }, {"q_proj.weight is [64,32], the config needs [128,32]"}},
+      {"qwen3", [](json& j) { j["num_key_value_heads"] = 3; },
+       {"config.json", "num_attention_heads 4 is not a multiple of num_key_value_heads 3"}},
+      {"qwen3", [](json& j) { j["vocab_size"] = 1000; }, {"embed_tokens.weight is [301,32], the config needs [1000,32]"}},
+      {"qwen3", [](json& j) { j["num_hidden_layers"] = 3; }, {"layer_types must list the 3 layers' types"}},
+      {"gemma3", [](json& j) { j["layer_types"] = json::array({"sliding_attention"}); },
+       {"layer_types must list the 2 layers' types, got [\"sliding_attention\"]"}},
+      {"gemma3", [](json& j) { j["layer_types"] = json::array({"sliding_attention", "chunked"}); },
+       {"layer_types holds \"chunked\" (sliding_attention or full_attention)"}},
+      {"gemma2", [](json& j) { j["query_pre_attn_scalar"] = 0; }, {"query_pre_attn_scalar must be > 0, got 0"}},
+      {"gemma2", [](json& j) { j["sliding_window"] = -1; }, {"'sliding_window' must be >= 1, got -1"}},
+      {"phi3", [](json& j) { j["rope_parameters"]["long_factor"] = json::array({1.0, 2.0, 3.0}); },
+       {"long_factor has 3 values; the rotated dims 12 need 6"}},
+      {"phi3", [](json& j) { j["rope_parameters"]["short_factor"] = json::array({1.0}); }, {"short_factor has 1 values"}},
+      {"smollm3", [](json& j) { j["no_rope_layers"] = json::array({1, 1}); },
+       {"no_rope_layers must give the 4 layers a 0 or 1, got [1,1]"}},
+      {"qwen3", [](json& j) { j["rope_parameters"]["rope_type"] = "dynamic"; },
+       {"rope type \"dynamic\" is not supported (default, linear, llama3, yarn, longrope)"}},
+      // Absurd sizes: refused from the config, before the tensors are read or anything allocated.
+      {"qwen3", [](json& j) { j["num_hidden_layers"] = 100000000; j.erase("layer_types"); },
+       {"num_hidden_layers must be in [1, 65536], got 100000000"}},
+      {"qwen3", [](json& j) { j["num_hidden_layers"] = 1 << 24; j.erase("layer_types"); },
+       {"num_hidden_layers must be in [1, 65536], got 16777216"}},
+      {"qwen3", [](json& j) { j["vocab_size"] = 1LL << 40; }, {"vocab_size"}},
+      {"qwen3", [](json& j) { j["head_dim"] = -16; }, {"'head_dim' must be >= 1, got -16"}},
+  };
+  TempDir d;
+  for (const ConfigCase& c : cases) {
+    const std::string dir = edited_folder(d, c.arch, c.edit);
+    const std::string m = message_of([&] { qkv::models::load_decoder(dir); });
+    for (const std::string& w : c.want) EXPECT_NE(m.find(w), std::string::npos) << c.arch << ": " << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    fs::remove_all(dir);
+  }
+}
+
+TEST(ArchErrors, UnsupportedKindsAreNamedWithTheRegistrysList) {
+  TempDir d;
+  const std::string dir = edited_folder(d, "qwen3", [](json& j) { j["model_type"] = "falcon"; });
+  const std::string m = message_of([&] { qkv::infer::load_language_model(dir); });
+  EXPECT_NE(m.find("falcon"), std::string::npos) << m;
+  // Every causal family of the registry is listed, whatever it holds.
+  for (const qkv::models::ModelFamily* f : qkv::models::model_families())
+    if (f->role == qkv::models::ModelRole::CausalLM)
+      for (const std::string& t : f->model_types) EXPECT_NE(m.find(t), std::string::npos) << t << ": " << m;
+  // A GGUF architecture qkv does not run.
+  qkv::io::write_gguf(d.str("f.gguf"), {{"general.architecture", GGUFMeta::string("rwkv7")}}, {});
+  const std::string g = message_of([&] { qkv::infer::load_language_model(d.str("f.gguf")); });
+  EXPECT_NE(g.find("'rwkv7' is not one qkv generates with (" + qkv::models::gguf_architectures_list() + ")"),
+            std::string::npos)
+      << g;
+  // A GGUF tokenizer model qkv does not read.
+  qkv::io::write_gguf(d.str("t.gguf"),
+                      {{"general.architecture", GGUFMeta::string("qwen3")},
+                       {"tokenizer.ggml.model", GGUFMeta::string("rwkv")},
+                       {"tokenizer.ggml.tokens", GGUFMeta::string_array({"a", "b"})}},
+                      {});
+  const std::string t = message_of([&] { qkv::tokenize::load_tokenizer(d.str("t.gguf")); });
+  EXPECT_NE(t.find("tokenizer.ggml.model: \"rwkv\" is not supported (qkv reads \"gpt2\""), std::string::npos) << t;
+}
+
+// The arch GGUF `arch`.gguf rewritten with `edit` applied to its metadata and tensors.
+std::string edited_gguf(const TempDir& d, const std::string& arch,
+                        const std::function<void(GGUFMetadata&, std::vector<GGUFTensorData>&)>& edit) {
+  const GGUFFile f = GGUFFile::open(arch_path(arch + ".gguf"));
+  GGUFMetadata meta = qkv::io::metadata_of(f);
+  std::vector<GGUFTensorData> tensors;
+  for (const auto& t : f.tensors()) tensors.push_back({t.name, t.type, t.dims, f.data(t), t.nbytes});
+  edit(meta, tensors);
+  const std::string out = d.str(arch + "_edited.gguf");
+  qkv::io::write_gguf(out, meta, tensors);
+  return out;
+}
+
+void set_meta(GGUFMetadata& m, const std::string& key, GGUFMeta v) {
+  for (auto& [k, value] : m)
+    if (k == key) {
+      value = std::move(v);
+      return;
+    }
+  m.emplace_back(key, std::move(v));
+}
+
+TEST(ArchErrors, ContradictoryGgufMetadataIsOneMessage) {
+  TempDir d;
+  struct Case {
+    std::string arch;
+    std::function<void(GGUFMetadata&, std::vector<GGUFTensorData>&)> edit;
+    std::string want;
+  };
+  std::vector<float> short_long(3, 1.f);
+  const std::vector<Case> cases = {
+      {"qwen3", [](GGUFMetadata& m, auto&) { set_meta(m, "qwen3.attention.head_count", GGUFMeta::u32(8)); },
+       "blk.0.attn_q.weight"},
+      {"qwen3", [](GGUFMetadata& m, auto&) { set_meta(m, "qwen3.attention.key_length", GGUFMeta::u32(8)); },
+       "blk.0.attn_q.weight"},
+      {"qwen3", [](GGUFMetadata& m, auto&) { set_meta(m, "qwen3.block_count", GGUFMeta::u32(3)); }, "blk.2"},
+      {"qwen3", [](GGUFMetadata& m, auto&) { set_meta(m, "qwen3.block_count", GGUFMeta::u32(1u << 30)); },
+       "GGUF key 'qwen3.block_count' is 1073741824, but the file holds"},
+      {"gemma3",
+       [](GGUFMetadata& m, auto&) {
+         set_meta(m, "gemma3.attention.sliding_window_pattern",
+                  GGUFMeta::int_array(qkv::io::GGUFType::BOOL, {1, 0, 1}));
+       },
+       "GGUF key 'gemma3.attention.sliding_window_pattern' has 3 entries for 2 layers"},
+      {"phi3",
+       [&](GGUFMetadata&, std::vector<GGUFTensorData>& t) {
+         for (auto& x : t)
+           if (x.name == "rope_factors_long.weight") {
+             x.dims = {3};
+             x.data = short_long.data();
+             x.nbytes = 12;
+           }
+       },
+       "rope_factors_long.weight"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = edited_gguf(d, c.arch, c.edit);
+    const std::string m = message_of([&] { qkv::models::load_decoder(path); });
+    EXPECT_NE(m.find(c.want), std::string::npos) << c.arch << ": " << m;
+    EXPECT_NE(m.find(path), std::string::npos) << "names the file: " << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+}
+
+}  // namespace
