@@ -4,15 +4,23 @@
 // a file must agree (the same metadata and tensors, or the same message); and writing what was
 // read must give a file that reads back as the same metadata and tensors. Anything else that
 // escapes -- a crash, a sanitizer report, an exception that is not a qkv::Error -- is a bug.
+// An accepted file is also read as a model: decoder_spec_from_gguf (every architecture of the
+// registry), tokenize::tokenizer_from_gguf (its vocabulary, "gpt2" or "llama"; then encoded as
+// tokenizer_checks.h checks) and load_decoder_gguf (then one forward pass, decoder_checks.h);
+// each may refuse, with a qkv::Error only.
 #include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "decoder_checks.h"
 #include "fuzz_util.h"
 #include "qkv/core/error.h"
 #include "qkv/io/gguf.h"
 #include "qkv/io/gguf_writer.h"
+#include "qkv/models/decoder_io.h"
+#include "qkv/tokenize/tokenizer.h"
+#include "tokenizer_checks.h"
 
 using namespace qkv;
 using namespace qkv::io;
@@ -33,6 +41,16 @@ void check_consistent(const GGUFFile& f, const std::vector<std::uint8_t>& bytes)
     QKV_FUZZ_CHECK(std::memcmp(f.data(t), bytes.data() + f.data_offset() + t.offset, t.nbytes) == 0);
   }
   for (const GGUFKeyValue& kv : f.metadata()) QKV_FUZZ_CHECK(f.find_value(kv.key) == &kv.value);
+}
+
+// Runs one reader: a qkv::Error is a refusal (fine), anything else escapes (a bug).
+template <class F>
+void attempt(const char* what, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    fuzz::note_refusal(what, e);
+  }
 }
 
 bool same_tensors(const GGUFFile& a, const GGUFFile& b) {
@@ -70,6 +88,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (!f) return 0;
   check_consistent(*f, bytes);
+
+  // The file as a model: its spec, its vocabulary, its weights.
+  attempt("decoder spec", [&] { models::decoder_spec_from_gguf(*f); });
+  attempt("tokenizer", [&] {
+    fuzz::exercise_tokenizer(tokenize::tokenizer_from_gguf(*f), "Hello, world! <s> caf\xc3\xa9 12345\n\t  x");
+  });
+  attempt("load_decoder_gguf", [&] { fuzz::exercise_decoder(*models::load_decoder_gguf(std::make_shared<GGUFFile>(*f))); });
 
   // Round trip: what was read writes back and reads again as the same contents.
   std::vector<GGUFTensorData> views;

@@ -1,6 +1,7 @@
 // fuzz_make_seeds OUT: writes the seed inputs that only the library can make -- checkpoints of
 // the three trainers, a token cache, safetensors files of every dtype, model folders with
-// weights, GGUF files of every metadata value type -- into OUT/<target>/ (scripts/fuzz_smoke.sh runs it; nothing here is committed).
+// weights, tiny decoder models (Llama, Qwen3, Gemma 2, Phi-3 folders; GGUF files with their
+// vocabularies), GGUF files of every metadata value type -- into OUT/<target>/ (scripts/fuzz_smoke.sh runs it; nothing here is committed).
 // Each seed is small (a few KB): tiny models, a handful of examples. The hand-written seeds
 // (configs, vocabularies, merges) are committed in fuzz/corpus/<target>/.
 #include <cstdio>
@@ -14,7 +15,9 @@
 #include "qkv/io/safetensors.h"
 #include "qkv/io/tensors.h"
 #include "qkv/models/bert.h"
+#include "qkv/models/decoder_io.h"
 #include "qkv/models/gpt2.h"
+#include "qkv/tokenize/gguf_vocab.h"
 #include "qkv/train/classify.h"
 #include "qkv/train/lm.h"
 #include "qkv/train/seq2seq.h"
@@ -173,6 +176,134 @@ void gguf_seeds(const fuzz::Scratch& s, const fs::path& out) {
   put(out, "gguf", "metadata_only.gguf", fuzz::read_bytes(s.path("metadata_only.gguf")));
 }
 
+// A tiny decoder: V tokens, width C, FFN F, H heads of D, KV key/value heads, L layers.
+struct TinyDecoder {
+  std::string arch;  // llama, qwen3, gemma2, phi3
+  std::int64_t V = 8, C = 4, F = 8, H = 1, KV = 1, D = 4, L = 1;
+  bool tied = false;
+};
+
+std::string decoder_config(const TinyDecoder& d) {
+  auto n = [](std::int64_t v) { return std::to_string(v); };
+  std::string c = "{\"model_type\": \"" + d.arch + "\", \"vocab_size\": " + n(d.V) + ", \"hidden_size\": " + n(d.C) +
+                  ", \"intermediate_size\": " + n(d.F) + ", \"num_hidden_layers\": " + n(d.L) +
+                  ", \"num_attention_heads\": " + n(d.H) + ", \"num_key_value_heads\": " + n(d.KV) +
+                  ", \"head_dim\": " + n(d.D) + ", \"max_position_embeddings\": 16, \"rms_norm_eps\": 1e-06" +
+                  ", \"tie_word_embeddings\": " + (d.tied ? "true" : "false") + ", \"bos_token_id\": 1, \"eos_token_id\": 2";
+  if (d.arch == "gemma2")
+    c += ", \"hidden_activation\": \"gelu_pytorch_tanh\", \"query_pre_attn_scalar\": 4, \"attn_logit_softcapping\": 50.0"
+         ", \"final_logit_softcapping\": 30.0, \"sliding_window\": 2, \"layer_types\": [\"sliding_attention\"]";
+  if (d.arch == "qwen3") c += ", \"use_sliding_window\": false, \"rope_parameters\": {\"rope_theta\": 1000000.0, \"rope_type\": \"default\"}";
+  if (d.arch == "phi3")
+    c += ", \"sliding_window\": 4, \"rope_parameters\": {\"rope_type\": \"longrope\", \"rope_theta\": 10000.0"
+         ", \"partial_rotary_factor\": 0.5, \"original_max_position_embeddings\": 8, \"short_factor\": [1.0]"
+         ", \"long_factor\": [2.0]}";
+  if (d.arch == "llama") c += ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"original_max_position_embeddings\": 8}";
+  return c + "}";
+}
+
+// The Hugging Face tensor names and shapes of a tiny decoder.
+std::vector<std::pair<std::string, Shape>> decoder_tensors(const TinyDecoder& d) {
+  std::vector<std::pair<std::string, Shape>> t = {{"model.embed_tokens.weight", {d.V, d.C}}, {"model.norm.weight", {d.C}}};
+  if (!d.tied) t.push_back({"lm_head.weight", {d.V, d.C}});
+  for (std::int64_t l = 0; l < d.L; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    t.push_back({p + "input_layernorm.weight", {d.C}});
+    t.push_back({p + "post_attention_layernorm.weight", {d.C}});
+    t.push_back({p + "self_attn.o_proj.weight", {d.C, d.H * d.D}});
+    t.push_back({p + "mlp.down_proj.weight", {d.C, d.F}});
+    if (d.arch == "phi3") {
+      t.push_back({p + "self_attn.qkv_proj.weight", {(d.H + 2 * d.KV) * d.D, d.C}});
+      t.push_back({p + "mlp.gate_up_proj.weight", {2 * d.F, d.C}});
+      continue;
+    }
+    t.push_back({p + "self_attn.q_proj.weight", {d.H * d.D, d.C}});
+    t.push_back({p + "self_attn.k_proj.weight", {d.KV * d.D, d.C}});
+    t.push_back({p + "self_attn.v_proj.weight", {d.KV * d.D, d.C}});
+    t.push_back({p + "mlp.gate_proj.weight", {d.F, d.C}});
+    t.push_back({p + "mlp.up_proj.weight", {d.F, d.C}});
+    if (d.arch == "qwen3") {
+      t.push_back({p + "self_attn.q_norm.weight", {d.D}});
+      t.push_back({p + "self_attn.k_norm.weight", {d.D}});
+    }
+    if (d.arch == "gemma2") {
+      t.push_back({p + "pre_feedforward_layernorm.weight", {d.C}});
+      t.push_back({p + "post_feedforward_layernorm.weight", {d.C}});
+    }
+  }
+  return t;
+}
+
+// Writes the decoder's folder (config.json + model.safetensors of small F32 values) under
+// s/<name>/, checks that load_decoder takes it, and returns the model.
+std::shared_ptr<models::DecoderLM> write_decoder_folder(const fuzz::Scratch& s, const std::string& name,
+                                                        const TinyDecoder& d) {
+  const std::vector<std::pair<std::string, Shape>> tensors = decoder_tensors(d);
+  std::vector<std::vector<float>> values;
+  std::vector<io::StTensorView> views;
+  std::uint32_t seed = 1;
+  for (const auto& [tname, shape] : tensors) {
+    std::int64_t n = 1;
+    for (std::int64_t x : shape) n *= x;
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (float& x : v) {
+      seed = seed * 1664525u + 1013904223u;
+      x = static_cast<float>(static_cast<int>(seed >> 24) - 128) / 256.f;  // in [-0.5, 0.5), exact in F32
+    }
+    values.push_back(std::move(v));
+  }
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    views.push_back({tensors[i].first, io::StDType::F32, tensors[i].second, values[i].data(), values[i].size() * 4});
+  s.write(name + "/config.json", decoder_config(d));
+  io::write_safetensors(s.path(name + "/model.safetensors"), views);
+  return models::load_decoder(s.path(name));
+}
+
+// Tiny decoder folders (model_folder) and GGUF files with a vocabulary (gguf).
+void decoder_seeds(const fuzz::Scratch& s, const fs::path& out) {
+  // A SentencePiece ("llama") vocabulary and a byte-level BPE ("gpt2") one of 8 tokens.
+  tokenize::GgufVocab spm;
+  spm.model = "llama";
+  spm.tokens = {"<unk>", "<s>", "</s>", "\u2581", "a", "b", "\u2581a", "<0x41>"};
+  spm.token_types = {2, 3, 3, 1, 1, 1, 1, 6};
+  spm.scores = {0.f, 0.f, 0.f, -1.f, -2.f, -3.f, -1.5f, 0.f};
+  spm.bos_id = 1, spm.eos_id = 2, spm.unk_id = 0;
+  spm.add_bos = true;
+  spm.add_space_prefix = true;
+  tokenize::GgufVocab bpe;
+  bpe.model = "gpt2";
+  bpe.pre = "gpt-2";
+  bpe.tokens = {"a", "b", "\u0120", "ab", "\u0120a", "<|endoftext|>", "c", "\u0120ab"};
+  bpe.merges = std::vector<std::string>{"a b", "\u0120 a", "\u0120a b"};
+  bpe.token_types = {1, 1, 1, 1, 1, 3, 1, 1};
+  bpe.bos_id = 5, bpe.eos_id = 5;
+  struct Seed {
+    std::string name;
+    TinyDecoder d;
+    const tokenize::GgufVocab* vocab;
+    std::optional<kernels::QType> type;
+  };
+  const std::vector<Seed> seeds = {
+      {"llama", {.arch = "llama"}, &spm, std::nullopt},
+      {"qwen3", {.arch = "qwen3", .H = 2, .D = 2, .tied = true}, &bpe, std::nullopt},
+      {"gemma2", {.arch = "gemma2", .H = 2, .KV = 2, .D = 2, .tied = true}, &spm, std::nullopt},
+      {"phi3", {.arch = "phi3", .H = 2, .D = 4, .tied = true}, &bpe, std::nullopt},
+      // Rows of 32 values: the weight matrices as Q4_0 blocks.
+      {"llama_q4_0", {.arch = "llama", .C = 32, .F = 32, .H = 2, .D = 16, .tied = true}, &spm, kernels::QType::Q4_0},
+  };
+  for (const Seed& sd : seeds) {
+    const auto m = write_decoder_folder(s, sd.name, sd.d);
+    if (!sd.type)
+      put(out, "model_folder", "decoder_" + sd.name + ".txt",
+          fuzz::make_archive({{"config.json", fuzz::read_bytes(s.path(sd.name + "/config.json"))},
+                              {"model.safetensors", fuzz::read_bytes(s.path(sd.name + "/model.safetensors"))}}));
+    const std::string gguf = s.path(sd.name + ".gguf");
+    models::save_decoder_gguf(*m, gguf, sd.type, tokenize::gguf_tokenizer_metadata(*sd.vocab, ""), "seed " + sd.name);
+    models::load_decoder(gguf);  // the seed loads
+    put(out, "gguf", "decoder_" + sd.name + ".gguf", fuzz::read_bytes(gguf));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -187,6 +318,7 @@ int main(int argc, char** argv) {
     checkpoint_seeds(scratch, out);
     model_folder_seeds(scratch, out);
     gguf_seeds(scratch, out);
+    decoder_seeds(scratch, out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz_make_seeds: %s\n", e.what());
     return 1;

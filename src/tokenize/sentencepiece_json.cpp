@@ -80,11 +80,17 @@ bool read_decoder(const Reader& r, const json& j, const std::string& field) {
   }
   if (type == "Strip") {
     if (r.string(j, "content", field) != " ") r.fail(field + ".content", "qkv supports stripping \" \" only");
-    const auto n = j.value("start", 0);
-    if (n > 1 || j.value("stop", 0) != 0) r.fail(field, "qkv supports Strip of one leading space only, got " + shown(j));
+    auto count = [&](const char* key) -> std::uint64_t {  // HF's usize; absent: 0
+      const auto it = j.find(key);
+      if (it == j.end() || it->is_null()) return 0;
+      if (!it->is_number_unsigned()) r.fail(field + "." + key, "must be an integer >= 0, got " + shown(*it));
+      return it->get<std::uint64_t>();
+    };
+    const std::uint64_t n = count("start");
+    if (n > 1 || count("stop") != 0) r.fail(field, "qkv supports Strip of one leading space only, got " + shown(j));
     return n == 1;
   }
-  if (type == "Metaspace") return j.value("prepend_scheme", std::string("always")) != "never";
+  if (type == "Metaspace") return r.optional_string(j, "prepend_scheme", field) != "never";  // absent: "always"
   if (type == "Replace" || type == "ByteFallback" || type == "Fuse") return false;
   r.fail(field + ".type", "decoder " + quote(type) +
                               " is not supported in a SentencePiece tokenizer.json (Replace, ByteFallback, Fuse, Strip, "

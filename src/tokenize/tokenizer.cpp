@@ -45,18 +45,26 @@ std::shared_ptr<const Tokenizer> from_tokenizer_json(const std::string& path, co
                ? (*it)["type"].get<std::string>()
                : std::string();
   };
+  // Only a field of the expected type counts here (json::value throws for another one); the
+  // reader chosen then names a mistyped field.
+  auto string_of = [](const json& j, const char* key) {
+    const auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
   bool spm = false;
   if (const auto m = root.find("model"); m != root.end() && m->is_object()) {
-    spm = m->value("byte_fallback", false) == true;
+    const auto bf = m->find("byte_fallback");
+    spm = bf != m->end() && bf->is_boolean() && bf->get<bool>();
     // BERT's WordPiece: read from the folder's vocab.txt and tokenizer_config.json (wordpiece.h).
-    if (m->value("type", "") == "WordPiece")
+    if (string_of(*m, "type") == "WordPiece")
       return std::make_shared<WordPieceTokenizer>(WordPieceTokenizer::from_folder(fs::path(path).parent_path().string()));
   }
   const std::string pre = type_of(root, "pre_tokenizer"), norm = type_of(root, "normalizer");
   spm = spm || pre == "Metaspace" || norm == "Prepend" || norm == "Replace";
   if (norm == "Sequence")
-    for (const json& n : root["normalizer"].value("normalizers", json::array()))
-      if (n.is_object() && (n.value("type", "") == "Prepend" || n.value("type", "") == "Replace")) spm = true;
+    if (const auto ns = root.at("normalizer").find("normalizers"); ns != root.at("normalizer").end() && ns->is_array())
+      for (const json& n : *ns)
+        if (n.is_object() && (string_of(n, "type") == "Prepend" || string_of(n, "type") == "Replace")) spm = true;
   if (spm)
     return sentencepiece_from_tokenizer_json(root, r, config, "tokenizer_config.json '" + config_path + "': ");
   return std::make_shared<ByteLevelBPE>(ByteLevelBPE::from_tokenizer_json(path, config_path));
@@ -107,11 +115,12 @@ StreamDecoder::StreamDecoder(std::shared_ptr<const Tokenizer> tokenizer) : tok_(
 
 std::string StreamDecoder::push(std::int64_t id) {
   pending_ += tok_->token_text(id);  // IndexError before any state changes
-  if (!started_ && tok_->strips_leading_space() && !pending_.empty()) {
-    if (pending_.front() == ' ') pending_.erase(0, 1);
-    started_ = !pending_.empty() || started_;
+  // decode() drops one space: the text's first byte when it is one. Once a byte has come (a
+  // token of just "▁" too), no later space is the first.
+  if (!started_ && !pending_.empty()) {
+    if (tok_->strips_leading_space() && pending_.front() == ' ') pending_.erase(0, 1);
+    started_ = true;
   }
-  if (!pending_.empty()) started_ = true;
   std::string out;
   const std::size_t used = utf8::append_lossy(pending_, /*final=*/false, out);
   pending_.erase(0, used);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -20,9 +21,12 @@
 #include "qkv/io/gguf.h"
 #include "qkv/io/tensors.h"
 #include "qkv/models/classifier.h"
+#include "qkv/models/decoder_io.h"
 #include "qkv/models/gpt2.h"
 #include "qkv/optim/optimizer.h"
 #include "qkv/tokenize/bpe.h"
+#include "qkv/tokenize/gguf_vocab.h"
+#include "qkv/tokenize/tokenizer.h"
 #include "qkv/train/seq2seq.h"
 
 namespace qkv {
@@ -264,6 +268,86 @@ TEST(FuzzRegression, TensorBytesBeyondInt64AreAFormatErrorAndEmptyTensorsHaveNoE
     }
   } catch (const Error& e) {  // refused for another defect is fine; no undefined behaviour either way
     SUCCEED() << e.what();
+  }
+}
+
+// Found by fuzz_gguf (fuzz/regressions/gguf/stream_decoder_strips_every_leading_space; the same in
+// fuzz/regressions/tokenizer/): a SentencePiece vocabulary's StreamDecoder dropped the space of
+// every leading token of just "\u2581" (the first space was dropped, nothing came out, so the next
+// one counted as the first again), where decode() drops one: "  a" streamed as "a".
+TEST(FuzzRegression, AStreamDecoderDropsOneLeadingSpaceAsDecodeDoes) {
+  tokenize::GgufVocab v;
+  v.model = "llama";
+  v.tokens = {"\u2581", "a"};
+  const auto tok = tokenize::tokenizer_from_gguf_vocab(v, "spaces.gguf");
+  ASSERT_TRUE(tok->strips_leading_space());
+  for (const std::vector<std::int64_t>& ids :
+       std::vector<std::vector<std::int64_t>>{{0, 0, 0, 1}, {0, 1}, {0}, {0, 0}, {1, 0, 0}, {}}) {
+    tokenize::StreamDecoder s(tok);
+    std::string streamed;
+    for (std::int64_t id : ids) streamed += s.push(id);
+    streamed += s.finish();
+    EXPECT_EQ(streamed, tok->decode(ids)) << ids.size() << " ids";
+  }
+  EXPECT_EQ(tok->decode({0, 0, 0, 1}), "  a");
+}
+
+// Found while extending fuzz_tokenizer to find_tokenizer (fuzz/regressions/tokenizer/
+// tokenizer_json_* and sentencepiece_json_*): a tokenizer.json field of another JSON type than
+// expected, read with json::value, escaped as nlohmann::json::type_error -- model.byte_fallback,
+// model.type, a normalizer's type in a Sequence (choosing the tokenizer), a Strip decoder's start
+// / stop, a Metaspace decoder's prepend_scheme -- and a Strip start beyond int was an undefined
+// float-to-int conversion. Now the chosen reader names the field, or the field is refused.
+TEST(FuzzRegression, MistypedTokenizerJsonFieldsAreFormatErrors) {
+  TempDir dir("tokenizer_json");
+  const std::string spm = R"("model":{"type":"BPE","byte_fallback":true,"vocab":{"a":0},"merges":[]},)"
+                          R"("pre_tokenizer":{"type":"Metaspace","replacement":"\u2581","split":false})";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"normalizer":{"type":"Sequence","normalizers":[{"type":5}]}})",
+       "normalizer.normalizers[0].type: must be a string, got 5"},
+      {R"({"model":{"type":"BPE","byte_fallback":"yes","vocab":{"a":0},"merges":[]}})", "tokenizer.json"},
+      {R"({"model":{"type":7,"vocab":{"a":0},"merges":[]}})", "tokenizer.json"},
+      {"{" + spm + R"(,"decoder":{"type":"Strip","content":" ","start":"1","stop":0}})",
+       "decoder.start: must be an integer >= 0, got \"1\""},
+      {"{" + spm + R"(,"decoder":{"type":"Strip","content":" ","start":1e30,"stop":0}})",
+       "decoder.start: must be an integer >= 0, got 1e+30"},
+      {"{" + spm + R"(,"decoder":{"type":"Strip","content":" ","start":1,"stop":-1}})",
+       "decoder.stop: must be an integer >= 0, got -1"},
+      {"{" + spm + R"(,"decoder":{"type":"Metaspace","prepend_scheme":3}})",
+       "decoder.prepend_scheme: must be a string or null, got 3"},
+  };
+  for (const auto& [text, want] : cases) {
+    write(dir.str("tokenizer.json"), text);
+    const std::string msg = error_of<FormatError>([&] { tokenize::find_tokenizer(dir.str()); });
+    EXPECT_NE(msg.find(want), std::string::npos) << text << "\n" << msg;
+  }
+  // The well-typed decoders still read.
+  for (const char* decoder : {R"({"type":"Strip","content":" ","start":1,"stop":0})",
+                              R"({"type":"Metaspace","replacement":"\u2581"})"}) {
+    write(dir.str("tokenizer.json"), "{" + spm + R"(,"decoder":)" + decoder + "}");
+    EXPECT_TRUE(tokenize::find_tokenizer(dir.str())->strips_leading_space()) << decoder;
+  }
+}
+
+// Found while extending fuzz_gguf to the model layer (fuzz/regressions/gguf/): a GGUF file's sizes
+// reach the decoder loader unchecked. heads_times_key_length_overflows: head_count and
+// key_length of 2^40 each -- the tensor shapes computed from them (heads x head_dim) overflowed
+// int64 before any tensor was compared; now a FormatError bounds the sizes first.
+// phi3_rope_dims_beyond_the_head: a Phi-3 file with LongRoPE factors and a rope.dimension_count
+// of 2^32 - 2 allocated 8 GB of placeholder factors before the spec was checked; now refused
+// naming the key.
+TEST(FuzzRegression, GgufDecoderSizesAreBoundedBeforeTheyAreUsed) {
+  const fs::path dir = fs::path(QKV_SOURCE_DIR) / "fuzz/regressions/gguf";
+  const std::string heads = (dir / "heads_times_key_length_overflows").string();
+  std::string msg = error_of<FormatError>([&] { models::load_decoder(heads); });
+  EXPECT_NE(msg.find(heads + ": DecoderSpec: num_attention_heads must be in [1, 2^24], got 1099511627776"),
+            std::string::npos) << msg;
+  const std::string phi3 = (dir / "phi3_rope_dims_beyond_the_head").string();
+  for (auto f : {std::function<void()>([&] { models::load_decoder(phi3); }),
+                 std::function<void()>([&] { models::decoder_spec_from_gguf(io::GGUFFile::open(phi3)); })}) {
+    msg = error_of<FormatError>(f);
+    EXPECT_NE(msg.find(phi3 + ": GGUF key 'phi3.rope.dimension_count' is 4294967294 for a head size of 4"),
+              std::string::npos) << msg;
   }
 }
 

@@ -50,6 +50,13 @@ Architecture phi3() {
     kernels::RopeScaling& s = c.ropes.front().scaling;
     // LongRoPE when the file has its factors (read by the loader into the spec).
     if (f.find("rope_factors_long.weight")) {
+      // The factors' placeholders are allocated here: the rotary dims bounded first (dims <=
+      // head_dim <= 2^24, as check_decoder_spec wants them).
+      const std::int64_t dims = c.ropes.front().dims;
+      if (dims > c.head_dim || c.head_dim > (std::int64_t{1} << 24))
+        throw FormatError(fmt::format("{}: GGUF key 'phi3.rope.dimension_count' is {} for a head size of {} (the "
+                                      "rotary dims must be <= the head size <= 2^24)",
+                                      f.source(), dims, c.head_dim));
       s.type = kernels::RopeScaling::Type::LongRope;
       s.original_max_positions =
           static_cast<double>(f.find_int("phi3.rope.scaling.original_context_length").value_or(c.max_positions));

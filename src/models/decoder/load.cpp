@@ -216,6 +216,13 @@ std::shared_ptr<DecoderLM> load_decoder_gguf(std::shared_ptr<const io::GGUFFile>
   const io::GGUFFile& f = *file;
   const Architecture& a = architecture_of_gguf(f);
   DecoderSpec c = decoder_spec_from_gguf(f);
+  // The sizes the tensor shapes are computed from, bounded first (as check_decoder_spec bounds
+  // them; products of two then stay in int64): the rest of the spec is checked with the weights.
+  for (auto [name, v] : {std::pair{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
+                         {"intermediate_size", c.intermediate_size}, {"num_attention_heads", c.num_heads},
+                         {"num_key_value_heads", c.num_kv_heads}, {"head_dim", c.head_dim}})
+    if (v < 1 || v > (i64{1} << 24))
+      throw FormatError(fmt::format("{}: DecoderSpec: {} must be in [1, 2^24], got {}", f.source(), name, v));
   std::map<std::string, TensorSource> t;
   for (const io::GGUFTensorInfo& info : f.tensors()) t[info.name] = TensorSource{info.type, f.data(info), info.shape};
   DecoderWeights w = assemble(c, a, t, f.source(), /*gguf=*/true);
