@@ -48,8 +48,9 @@ std::uint32_t bits(float x) {
 
 bool half_nonfinite(const std::uint8_t* p) { return (detail::load_u16(p) & 0x7C00u) == 0x7C00u; }
 
-const QType kAllTypes[] = {QType::F32,  QType::F16,  QType::BF16, QType::Q8_0, QType::Q4_0, QType::Q4_1,
-                           QType::Q5_0, QType::Q5_1, QType::Q4_K, QType::Q5_K, QType::Q6_K};
+const QType kAllTypes[] = {QType::F32,  QType::F16,  QType::BF16, QType::Q8_0, QType::Q4_0,   QType::Q4_1,   QType::Q5_0,
+                           QType::Q5_1, QType::Q4_K, QType::Q5_K, QType::Q6_K, QType::Q2_K, QType::Q3_K,
+                           QType::IQ4_NL, QType::IQ4_XS};
 
 TEST(Quant, DequantizeEqualsGgufPyBitwise) {
   for (QType t : kAllTypes) {
@@ -171,8 +172,22 @@ TEST(Quant, ErrorsNameTheTypeAndSize) {
   EXPECT_THROW(dequantize_row(QType::F16, raw, buf, -1), ValueError);
   EXPECT_EQ(qtype_row_bytes(QType::Q4_1, 576), 18 * 20);
   EXPECT_EQ(qtype_row_bytes(QType::Q6_K, 512), 2 * 210);
-  EXPECT_FALSE(qtype_traits(std::uint32_t{23}).has_value());
+  EXPECT_FALSE(qtype_traits(std::uint32_t{16}).has_value());
+  EXPECT_EQ(ggml_type_name(16), "IQ2_XXS");
   EXPECT_EQ(ggml_type_name(23), "IQ4_XS");
+  EXPECT_EQ(qtype_traits(std::uint32_t{23})->block_bytes, 136);
+  EXPECT_EQ(ggml_type_block(39)->block_bytes, 17);  // MXFP4
+  EXPECT_FALSE(ggml_type_block(31).has_value());
+  EXPECT_EQ(ggml_type_name(1000), "type 1000");
+  // The table of the types qkv computes with agrees with GGML's.
+  for (std::uint32_t id = 0; id < 64; ++id)
+    if (const auto tr = qtype_traits(id)) {
+      const auto g = ggml_type_block(id);
+      ASSERT_TRUE(g.has_value()) << id;
+      EXPECT_EQ(std::string(g->name), tr->name);
+      EXPECT_EQ(g->block, tr->block);
+      EXPECT_EQ(g->block_bytes, tr->block_bytes);
+    }
   EXPECT_EQ(qtype_from_name("q5_k"), QType::Q5_K);
 }
 
