@@ -23,6 +23,7 @@
 #include "qkv/core/error.h"
 #include "qkv/kernels/quant.h"
 #include "quant_internal.h"
+#include "quant_kquants.h"
 
 // After the includes: only this file's own arithmetic is affected.
 #if defined(__clang__)
@@ -391,10 +392,10 @@ void quantize_row(QType t, const float* src, void* dst, i64 n) {
     case QType::Q4_1: fn = q_q4_1; break;
     case QType::Q5_0: fn = q_q5_0; break;
     case QType::Q5_1: fn = q_q5_1; break;
-    default:
-      throw ValueError(std::string("quantize_row: quantization to ") + tr.name +
-                       " is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)");
+    default: fn = detail::kquantizer(t); break;
   }
+  if (fn == nullptr)
+    throw ValueError(std::string("quantize_row: quantization to ") + tr.name + " is not supported");
   for (i64 b = 0; b < n / tr.block; ++b) fn(src + b * tr.block, d + b * tr.block_bytes);
 }
 

@@ -27,7 +27,7 @@
 //
 // dequantize_row gives bitwise the values of gguf-py's gguf.quants.dequantize (float32
 // arithmetic in its order, no fused multiply-add); quantize_row gives bitwise gguf-py's
-// gguf.quants.quantize for the types it supports.
+// gguf.quants.quantize for the types it supports, and ggml's quantizers for the others.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -91,8 +91,10 @@ std::int64_t qtype_row_bytes(QType t, std::int64_t n);
 
 // src: the bytes of a row of n values of type t (any alignment) -> dst [n] float32.
 void dequantize_row(QType t, const void* src, float* dst, std::int64_t n);
-// src [n] float32 -> dst: qtype_row_bytes(t, n) bytes. Supported: F32, F16, BF16, Q8_0, Q4_0,
-// Q4_1, Q5_0, Q5_1 (ValueError naming the type for the k-quants and IQ4 types).
+// src [n] float32 -> dst: qtype_row_bytes(t, n) bytes, every type. The k-quants (Q2_K .. Q6_K)
+// and the IQ4 types give bitwise what ggml writes for them without an importance matrix (what
+// llama-quantize writes; their inputs must be finite); the others bitwise gguf-py's (which equal
+// ggml's on finite values).
 void quantize_row(QType t, const float* src, void* dst, std::int64_t n);
 
 }  // namespace qkv::kernels
