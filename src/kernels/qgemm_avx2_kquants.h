@@ -96,8 +96,11 @@ struct Dec<QType::Q6_K> {
 };
 
 // Q2_K: s[b*32 + j] = d * (sc_j & 15), s[b*32 + 16 + j] = -(dmin * (sc_j >> 4)) (j < 16 sub-blocks).
-// Weights 128h + 32s + 8c + (0..7) are the 2 bits 2s.. of bytes 32h + 8c.. of qs, in sub-block
-// 8h + 2s + c / 2; w = fma(scale, q, -offset), which rounds as gguf-py's dl * q - ml (dl * q is exact).
+// Sub-block j = 8h + 2s + t holds weights 128h + 32s + 16t + (0..15): the 2 bits 2s.. of bytes
+// 32h + 16t.. of qs. Its 4 values fma(scale, q, -offset) (rounded as gguf-py's dl * q - ml: dl * q is
+// exact) in an 8-entry table, period 4, so vpermps (3 index bits) picks them from the bytes shifted,
+// no mask: 2 instructions a vector where widening and converting the codes took 4 (1536 x 1536, one
+// row of A, one thread on a Xeon: 9.2 -> 22.2 GFLOP/s; BENCHMARKS.md).
 template <>
 struct Dec<QType::Q2_K> {
   static constexpr int kBlock = 256, kBytes = 84;
@@ -119,21 +122,25 @@ struct Dec<QType::Q2_K> {
   }
   template <class F>
   static inline void block(const u8* p, const float* s, F&& f) {
-    const __m256i m3 = _mm256_set1_epi32(3);
-    for (int h = 0; h < 2; ++h)
-      for (int c = 0; c < 4; ++c) {
-        const __m256i b = u8x8(p + 16 + 32 * h + 8 * c);
-        for (int sh = 0; sh < 4; ++sh) {
-          const int j = 8 * h + 2 * sh + c / 2;
-          const __m256i q = _mm256_and_si256(_mm256_srli_epi32(b, 2 * sh), m3);
-          f(16 * h + 4 * sh + c, _mm256_fmadd_ps(_mm256_set1_ps(s[j]), cvt(q), _mm256_set1_ps(s[16 + j])));
+    const __m256 i4 = _mm256_setr_ps(0, 1, 2, 3, 0, 1, 2, 3);
+    for (int h = 0; h < 2; ++h) {
+      __m256i b[4];
+      for (int c = 0; c < 4; ++c) b[c] = u8x8(p + 16 + 32 * h + 8 * c);
+      for (int sh = 0; sh < 4; ++sh)
+        for (int t = 0; t < 2; ++t) {
+          const int j = 8 * h + 2 * sh + t;
+          const __m256 table = _mm256_fmadd_ps(_mm256_set1_ps(s[j]), i4, _mm256_set1_ps(s[16 + j]));
+          f(2 * j, _mm256_permutevar8x32_ps(table, _mm256_srli_epi32(b[2 * t], 2 * sh)));
+          f(2 * j + 1, _mm256_permutevar8x32_ps(table, _mm256_srli_epi32(b[2 * t + 1], 2 * sh)));
         }
-      }
+    }
   }
 };
 
 // Q3_K: s[b*16 + j] = d * (scale_j - 32). Weight 128h + 32s + l has the 2 bits 2s.. of qs[32h + l]
-// and, as bit 2, bit 4h + s of hmask[l]; w = scale * (that - 4), one product as gguf-py's.
+// and, as bit 2, bit 4h + s of hmask[l]; w = scale * (that - 4), one product as gguf-py's, taken by
+// vpermps from the sub-block's table of its 8 values (the codes and mask bits shifted one step at
+// a time: shifts by constants. 14.6 -> 18.9 GFLOP/s at M = 1 against widening and converting).
 template <>
 struct Dec<QType::Q3_K> {
   static constexpr int kBlock = 256, kBytes = 110;
@@ -157,16 +164,33 @@ struct Dec<QType::Q3_K> {
   template <class F>
   static inline void block(const u8* p, const float* s, F&& f) {
     const __m256i m3 = _mm256_set1_epi32(3), four = _mm256_set1_epi32(4);
-    for (int c = 0; c < 4; ++c) {
-      const __m256i hm = u8x8(p + 8 * c);
-      for (int h = 0; h < 2; ++h) {
-        const __m256i b = u8x8(p + 32 + 32 * h + 8 * c);
-        for (int sh = 0; sh < 4; ++sh) {
-          const int j = 8 * h + 2 * sh + c / 2;
-          const __m256i lo = _mm256_and_si256(_mm256_srli_epi32(b, 2 * sh), m3);
-          const __m256i hi = _mm256_and_si256(_mm256_slli_epi32(_mm256_srli_epi32(hm, 4 * h + sh), 2), four);
-          const __m256i q = _mm256_sub_epi32(_mm256_or_si256(lo, hi), four);
-          f(16 * h + 4 * sh + c, _mm256_mul_ps(_mm256_set1_ps(s[j]), cvt(q)));
+    const __m256 im4 = _mm256_setr_ps(-4, -3, -2, -1, 0, 1, 2, 3);
+    // hmask[8c..8c+8] widened, shifted so that bit 4h + s of lane l (weight 128h + 32s + 8c + l's
+    // high bit) sits at bit 2, one position further for each (h, s) in turn.
+    __m256i hm[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) hm[c] = _mm256_slli_epi32(u8x8(p + 8 * c), 2);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i b[4];  // the codes' bytes, shifted 2 bits further for each s in turn
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) b[c] = u8x8(p + 32 + 32 * h + 8 * c);
+#pragma GCC unroll 4
+      for (int sh = 0; sh < 4; ++sh) {
+#pragma GCC unroll 2
+        for (int t = 0; t < 2; ++t) {
+          const int j = 8 * h + 2 * sh + t;
+          const __m256 table = _mm256_mul_ps(_mm256_set1_ps(s[j]), im4);  // d_j * (i - 4)
+#pragma GCC unroll 2
+          for (int c = 2 * t; c < 2 * t + 2; ++c) {
+            const __m256i idx = _mm256_or_si256(_mm256_and_si256(b[c], m3), _mm256_and_si256(hm[c], four));
+            f(2 * j + c - 2 * t, _mm256_permutevar8x32_ps(table, idx));
+          }
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+          b[c] = _mm256_srli_epi32(b[c], 2);
+          hm[c] = _mm256_srli_epi32(hm[c], 1);
         }
       }
     }

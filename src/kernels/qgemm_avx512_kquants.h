@@ -161,7 +161,8 @@ struct Dec<QType::Q2_K> {
 };
 
 // Q3_K: one sub-block j per vector as Q2_K's; the index is the 2 low bits plus, as bit 2, the
-// weight's hmask bit (4h + s of hmask[16t + l]), into the table d_j * (i - 4). s[16b + j] = d_j.
+// weight's hmask bit (4h + s of hmask[16t + l]), merged by one vpternlogd, into the table
+// d_j * (i - 4). s[16b + j] = d_j.
 template <>
 struct Dec<QType::Q3_K> {
   static constexpr int kBlock = 256, kBytes = 110;
@@ -184,17 +185,18 @@ struct Dec<QType::Q3_K> {
   }
   template <class F>
   static inline void block(const u8* p, const float* s, F&& f) {
-    const __m512i m3 = _mm512_set1_epi32(3), four = _mm512_set1_epi32(4);
-    const __m512 im4 = iota(-4.0f);
+    const __m512i m3 = _mm512_set1_epi32(3);
+    // d_j * ((i & 7) - 4): the index's bit 3 (a bit of the next weight's hmask) is ignored.
+    const __m512 im4 = _mm512_setr_ps(-4, -3, -2, -1, 0, 1, 2, 3, -4, -3, -2, -1, 0, 1, 2, 3);
     for (int t = 0; t < 2; ++t) {
-      const __m128i hm = load16(p + 16 * t);
+      const __m512i hm = _mm512_cvtepu8_epi32(load16(p + 16 * t));  // bit 4h + s: weight 128h + 32s + 16t + l
       for (int h = 0; h < 2; ++h) {
         const __m512i b = _mm512_cvtepu8_epi32(load16(p + 32 + 32 * h + 16 * t));
         for (int sh = 0; sh < 4; ++sh) {
-          const int j = 8 * h + 2 * sh + t;
-          const __mmask16 hb = _mm_test_epi8_mask(hm, _mm_set1_epi8(static_cast<char>(1 << (4 * h + sh))));
-          const __m512i lo = _mm512_and_si512(_mm512_srli_epi32(b, 2 * sh), m3);
-          const __m512i idx = _mm512_mask_or_epi32(lo, hb, lo, four);
+          const int j = 8 * h + 2 * sh + t, k = 4 * h + sh;
+          const __m512i hb = k >= 2 ? _mm512_srli_epi32(hm, k - 2) : _mm512_slli_epi32(hm, 2 - k);
+          // bits 0-1 from the shifted codes, the others from hb (its bit 2: the hmask bit): vpternlogd
+          const __m512i idx = _mm512_ternarylogic_epi32(_mm512_srli_epi32(b, 2 * sh), m3, hb, 0xE2);
           f(j, lut16(idx, _mm512_mul_ps(_mm512_set1_ps(s[j]), im4)));
         }
       }
