@@ -162,11 +162,13 @@ void register_all() {
     QType t;
     i64 N, K;
   };
-  const Shape shapes[] = {{QType::Q4_1, 576, 576},
-                          {QType::Q4_1, 192, 576},
-                          {QType::Q4_1, 1536, 576},
-                          {QType::Q4_1, 576, 1536},
-                          {QType::Q8_0, 49152, 576}};
+  const Shape shapes[] = {{QType::Q4_1, 576, 576},   {QType::Q4_1, 192, 576},   {QType::Q4_1, 1536, 576},
+                          {QType::Q4_1, 576, 1536},  {QType::Q8_0, 49152, 576},
+                          // The k-quants and IQ4 types on a shape of 256-value rows (a 1.5B model's
+                          // attn_q: 1536 x 1536), to set them side by side.
+                          {QType::Q4_K, 1536, 1536}, {QType::Q5_K, 1536, 1536}, {QType::Q6_K, 1536, 1536},
+                          {QType::Q2_K, 1536, 1536}, {QType::Q3_K, 1536, 1536}, {QType::IQ4_NL, 1536, 1536},
+                          {QType::IQ4_XS, 1536, 1536}};
   for (int threads : {1, 2}) {
     const std::string ts = "/t" + std::to_string(threads);
     benchmark::RegisterBenchmark(("read_bandwidth" + ts).c_str(), [=](benchmark::State& st) {

@@ -33,6 +33,7 @@ set(QKV_SOURCES
   models/decoder/tensor_slots.cpp
   models/arch/common.cpp
   models/gguf_export.cpp
+  models/quant_mix.cpp      # llama-quantize's per-tensor types (the GGUF writers, qkv convert)
   infer/sampling.cpp
   infer/generate.cpp
   infer/text_stream.cpp     # generated tokens -> text with stop strings (CLI, Python, serve)

@@ -6,8 +6,9 @@
 //      its elements take, before anything is allocated for it. In header-only mode the cursor
 //      sees only a prefix of the file: a read past it (but inside the file) asks the caller
 //      for a longer prefix (NeedMore) and the parse starts over;
-//   2. each tensor info alone: dims, element count and byte size without overflow, a type
-//      qkv knows, a row length that is a whole number of blocks, an aligned offset;
+//   2. each tensor info alone: dims, element count and byte size without overflow, a GGML type
+//      (any: those qkv does not compute with are refused only when their data is asked for), a
+//      row length that is a whole number of its blocks, an aligned offset;
 //   3. all together: sorted by offset the tensors must tile the data section (each begins
 //      at the previous end rounded up to the alignment, the first at 0) and the file must
 //      end between the last tensor's end and that end padded.
@@ -50,10 +51,11 @@ std::uint64_t min_element_bytes(GGUFType t) {
   return gguf_type_size(t);
 }
 
-std::string supported_types() {
+// Every GGML type's name, for the message of an id that is none of them.
+std::string known_types() {
   std::string s;
-  for (std::uint32_t id = 0; id < 64; ++id)
-    if (auto tr = kernels::qtype_traits(id)) s += (s.empty() ? "" : ", ") + std::string(tr->name);
+  for (std::uint32_t id = 0; id < 256; ++id)
+    if (auto tr = kernels::ggml_type_block(id)) s += (s.empty() ? "" : ", ") + std::string(tr->name);
   return s;
 }
 
@@ -276,14 +278,12 @@ class GGUFParser {
     t.shape.assign(t.dims.rbegin(), t.dims.rend());
     if (overflow) throw bad(item + ": dims " + shape_str(t.dims) + " hold more elements than fit in int64");
     const std::uint32_t type = u32(item + ": the type");
-    const std::optional<kernels::QTypeTraits> tr = kernels::qtype_traits(type);
-    if (!tr) {
-      const std::string name = kernels::ggml_type_name(type);  // "type N" when GGML has no such id
-      const bool known = name.rfind("type ", 0) != 0;
-      throw bad(item + " has " + (known ? "type " + name : "unknown type id " + std::to_string(type)) +
-                ", which qkv does not support (it reads " + supported_types() + ")");
-    }
-    t.type = tr->type;
+    // Any GGML type is laid out (and listed); whether qkv computes with it is asked at data().
+    const std::optional<kernels::GgmlBlock> tr = kernels::ggml_type_block(type);
+    if (!tr)
+      throw bad(item + " has unknown type id " + std::to_string(type) + ", which is no GGML type qkv knows (it reads " +
+                known_types() + ")");
+    t.type = static_cast<kernels::QType>(type);
     if (t.row_length() % tr->block != 0)
       throw bad(item + ": row length " + std::to_string(t.row_length()) + " (dims " + shape_str(t.dims) +
                 ") is not a multiple of " + tr->name + "'s block of " + std::to_string(tr->block));

@@ -267,6 +267,9 @@ const std::uint8_t* GGUFFile::data(const GGUFTensorInfo& t) const {
   const GGUFTensorInfo* mine = find(t.name);
   if (!mine || mine->offset != t.offset || mine->nbytes != t.nbytes)
     throw ValueError(source_ + ": tensor " + msg_quote(t.name) + " does not belong to this file");
+  if (!t.computable())
+    throw FormatError(source_ + ": tensor " + msg_quote(t.name) + " has type " + t.type_name() +
+                      ", which qkv cannot compute with (it computes with " + kernels::computable_types_list() + ")");
   return buffer_->data() + data_offset_ + t.offset;
 }
 

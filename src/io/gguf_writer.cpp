@@ -270,7 +270,8 @@ void write_gguf(const std::string& path, const GGUFMetadata& metadata, const std
     if (t.dims.size() > static_cast<std::size_t>(kGGUFMaxDims))
       throw fail(item + " has " + std::to_string(t.dims.size()) + " dims; GGUF allows at most " +
                  std::to_string(kGGUFMaxDims));
-    const std::optional<kernels::QTypeTraits> tr = kernels::qtype_traits(static_cast<std::uint32_t>(t.type));
+    // Any GGML type's blocks (the bytes are written as given, computed with or not).
+    const std::optional<kernels::GgmlBlock> tr = kernels::ggml_type_block(static_cast<std::uint32_t>(t.type));
     if (!tr) throw fail(item + ": unknown type id " + std::to_string(static_cast<std::uint32_t>(t.type)));
     std::uint64_t numel = 1;
     bool overflow = false, empty = false;

@@ -5,6 +5,7 @@
 set(QKV_GEMM_SOURCES
   kernels/quant_types.cpp
   kernels/quant.cpp
+  kernels/quant_kquants.cpp
   kernels/qgemm.cpp
   kernels/qgemm_ref.cpp
   kernels/qgemm_q8.cpp

@@ -155,7 +155,7 @@ struct Dec<QType::Q8_0> {
 };
 
 // The 32-weight 4/5-bit blocks: bytes 8c..8c+8 of qs hold weights 8c.. (low nibbles) and
-// 16+8c.. (high nibbles); w = fma(d, q, m) with m = -8d / -16d for the symmetric types.
+// 16+8c.. (high nibbles); w = fma(d, q, m), or d * (q - 8) / d * (q - 16) for the symmetric types.
 template <int kQs, int kQh, bool kAffine, int kOffset>
 struct Dec4or5 {
   static constexpr int kBlock = 32, kBytes = kQs + 16;
@@ -170,8 +170,17 @@ struct Dec4or5 {
   template <class F>
   static inline void block(const u8* p, const float* s, F&& f) {
     const __m256 d = _mm256_set1_ps(s[0]);
-    const __m256 m = _mm256_set1_ps(kAffine ? s[1] : -static_cast<float>(kOffset) * s[0]);
+    const __m256 m = _mm256_set1_ps(s[1]);
+    const __m256i off = _mm256_set1_epi32(kOffset);
     const std::uint32_t qh = kQh ? load_u32(p + kQh) : 0;
+    // Affine: fma(d, q, m). Symmetric: d * (q - offset), one product as gguf-py's (an fma with
+    // m = -offset d would round d * 8 - 8 d to +0 where gguf-py's d * 0 is -0 for a negative d).
+    auto w = [&](__m256i q) {
+      if constexpr (kAffine)
+        return _mm256_fmadd_ps(d, cvt(q), m);
+      else
+        return _mm256_mul_ps(d, cvt(_mm256_sub_epi32(q, off)));
+    };
     for (int c = 0; c < 2; ++c) {
       const __m256i b = u8x8(p + kQs + 8 * c);
       __m256i lo = low4(b), hi = high4(b);
@@ -179,8 +188,8 @@ struct Dec4or5 {
         lo = _mm256_or_si256(lo, bit4_of(qh, 8 * c));
         hi = _mm256_or_si256(hi, bit4_of(qh, 16 + 8 * c));
       }
-      f(c, _mm256_fmadd_ps(d, cvt(lo), m));
-      f(2 + c, _mm256_fmadd_ps(d, cvt(hi), m));
+      f(c, w(lo));
+      f(2 + c, w(hi));
     }
   }
 };
@@ -194,101 +203,13 @@ struct Dec<QType::Q5_0> : Dec4or5<6, 2, false, 16> {};
 template <>
 struct Dec<QType::Q5_1> : Dec4or5<8, 4, true, 0> {};
 
-// d * sc_j and -(dmin * m_j) of the 8 sub-blocks of nb blocks: s[16b + j], s[16b + 8 + j].
-template <int kBytes>
-inline void k4_prep(const u8* p, i64 nb, float* s) {
-  for (i64 b = 0; b < nb; ++b, p += kBytes, s += 16) {
-    const float d = half(p), dmin = half(p + 2);
-    for (int j = 0; j < 8; ++j) {
-      int sc, m;
-      k4_scale_min(p + 4, j, sc, m);
-      s[j] = d * static_cast<float>(sc);
-      s[8 + j] = -(dmin * static_cast<float>(m));
-    }
-  }
-}
-
-// Q4_K (kQh = 0) and Q5_K: sub-block j = 2g + h is the low (h = 0) or high nibbles of bytes
-// 32g..32g+32 of qs, plus bit j of qh[l] for Q5_K; w = fma(d * sc_j, q, -(dmin * m_j)).
-template <int kQs, int kQh>
-struct DecK {
-  static constexpr int kBlock = 256, kBytes = kQh ? 176 : 144;
-  static constexpr bool kFloat = false;
-  static constexpr int kScales = 16;
-  template <int NR>
-  static inline void prep(const u8* p, i64 rb, i64 nb, float* s, i64 ls) {
-    for (int r = 0; r < NR; ++r) k4_prep<kBytes>(p + r * rb, nb, s + r * ls);
-  }
-  template <class F>
-  static inline void block(const u8* p, const float* s, F&& f) {
-    const float* ds = s;
-    const float* ndm = s + 8;
-    for (int g = 0; g < 4; ++g) {
-      const __m256 s0 = _mm256_set1_ps(ds[2 * g]), o0 = _mm256_set1_ps(ndm[2 * g]);
-      const __m256 s1 = _mm256_set1_ps(ds[2 * g + 1]), o1 = _mm256_set1_ps(ndm[2 * g + 1]);
-      for (int c = 0; c < 4; ++c) {
-        const __m256i b = u8x8(p + kQs + 32 * g + 8 * c);
-        __m256i lo = low4(b), hi = high4(b);
-        if constexpr (kQh != 0) {
-          const __m256i h = u8x8(p + kQh + 8 * c);
-          const __m256i one = _mm256_set1_epi32(1);
-          lo = _mm256_or_si256(lo, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * g), one), 4));
-          hi = _mm256_or_si256(hi, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * g + 1), one), 4));
-        }
-        f(8 * g + c, _mm256_fmadd_ps(s0, cvt(lo), o0));
-        f(8 * g + 4 + c, _mm256_fmadd_ps(s1, cvt(hi), o1));
-      }
-    }
-  }
-};
-
-template <>
-struct Dec<QType::Q4_K> : DecK<16, 0> {};
-template <>
-struct Dec<QType::Q5_K> : DecK<48, 16> {};
-
-template <>
-struct Dec<QType::Q6_K> {
-  static constexpr int kBlock = 256, kBytes = 210;
-  static constexpr bool kFloat = false;
-  static constexpr int kScales = 16;
-  template <int NR>
-  static inline void prep(const u8* p0, i64 rb, i64 nb, float* s0, i64 ls) {
-    for (int r = 0; r < NR; ++r) {
-      const u8* p = p0 + r * rb;
-      float* s = s0 + r * ls;
-      for (i64 b = 0; b < nb; ++b, p += kBytes, s += 16) {
-        const auto* sc = reinterpret_cast<const std::int8_t*>(p + 192);
-        const float d = half(p + 208);
-        for (int j = 0; j < 16; ++j) s[j] = d * static_cast<float>(sc[j]);
-      }
-    }
-  }
-  template <class F>
-  static inline void block(const u8* p, const float* ds, F&& f) {
-    const __m256i m3 = _mm256_set1_epi32(3), m15 = _mm256_set1_epi32(15), k32 = _mm256_set1_epi32(32);
-    for (int h = 0; h < 2; ++h) {
-      const u8* ql = p + 64 * h;
-      const u8* qh = p + 128 + 32 * h;
-      for (int c = 0; c < 4; ++c) {  // weights 128h + 32t + 8c + l, t = 0..3, l < 8
-        const __m256i hb = u8x8(qh + 8 * c), la = u8x8(ql + 8 * c), lb = u8x8(ql + 32 + 8 * c);
-        for (int t = 0; t < 4; ++t) {
-          const __m256i l = t % 2 == 0 ? la : lb;
-          const __m256i lo = t < 2 ? _mm256_and_si256(l, m15) : _mm256_srli_epi32(l, 4);
-          const __m256i hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 2 * t), m3), 4);
-          const __m256i q = _mm256_sub_epi32(_mm256_or_si256(lo, hi), k32);
-          const int r0 = 128 * h + 32 * t + 8 * c;
-          f(r0 / 8, _mm256_mul_ps(_mm256_set1_ps(ds[r0 / 16]), cvt(q)));
-        }
-      }
-    }
-  }
-};
+// The k-quants' and IQ4 types' decoders (Q2_K .. Q6_K, IQ4_NL, IQ4_XS).
+#include "qgemm_avx2_kquants.h"
 
 // ---- the Q8 path's micro-kernel: MR rows of A x 16 columns, vpmaddubsw + vpmaddwd ----
 // vpmaddubsw adds two uint8 x int8 products in int16 with saturation: safe for the codes of the
-// 4/5/6-bit types (<= 63: |sum| <= 16128); Q8_0 comes as int8 codes (signed_codes) and is
-// multiplied as |w| x (sign(w) a), |sum| <= 2 * 128 * 127 = 32512 (llama.cpp's trick).
+// 2-6-bit types (<= 63: |sum| <= 16128); Q8_0 and the IQ4 types come as int8 codes (signed_codes)
+// and are multiplied as |w| x (sign(w) a), |sum| <= 2 * 128 * 127 = 32512 (llama.cpp's trick).
 template <int MR>
 void q8_tile_mr(i64 nsb, int sb, bool signed_codes, const u8* wq, const float* ws, const float* wo,
                 const qkv::kernels::detail::Q8Act* A, i64 lda, const float* asc, i64 ldas, float* out, i64 ldo, bool resume) {
@@ -699,7 +620,7 @@ QGemmKernels qgemm_kernels_avx2() {
   k.dequant_rows = &dequant_rows_any<V8, Dec>;
   k.q8_np = 16;
   k.q8_mr = 2;
-  k.q8_signed_q8_0 = true;
+  k.q8_signed = true;
   k.q8_tile = &q8_tile;
   k.q8_pack = &q8_pack;
   k.q8_quantize = &q8_quantize;

@@ -271,6 +271,10 @@ void dot_rows_any(QType t, i64 M, i64 K, const float* A, i64 lda, const u8* W, i
     QKV_QGEMM_CASE(Q4_K)
     QKV_QGEMM_CASE(Q5_K)
     QKV_QGEMM_CASE(Q6_K)
+    QKV_QGEMM_CASE(Q2_K)
+    QKV_QGEMM_CASE(Q3_K)
+    QKV_QGEMM_CASE(IQ4_NL)
+    QKV_QGEMM_CASE(IQ4_XS)
 #undef QKV_QGEMM_CASE
   }
 }
@@ -291,6 +295,10 @@ void dequant_rows_any(QType t, const u8* W, i64 rb, i64 r0, i64 nr, i64 k0, i64 
     QKV_QGEMM_CASE(Q4_K)
     QKV_QGEMM_CASE(Q5_K)
     QKV_QGEMM_CASE(Q6_K)
+    QKV_QGEMM_CASE(Q2_K)
+    QKV_QGEMM_CASE(Q3_K)
+    QKV_QGEMM_CASE(IQ4_NL)
+    QKV_QGEMM_CASE(IQ4_XS)
 #undef QKV_QGEMM_CASE
   }
 }

@@ -40,14 +40,14 @@ struct QGemmKernels {
                        i64 ldo) = nullptr;
   // Q8 path (qgemm_q8.cpp): a panel of np columns of W packed as
   //   wq  [K/4][np][4] u8 codes (column j's 4 codes of k-quad q at wq + (q*np + j)*4)
-  //   ws, wo  [K/sb][np] floats: w = ws * code + wo on scale block (sb = 32, or 16 for Q6_K)
+  //   ws, wo  [K/sb][np] floats: w = ws * code + wo on scale block (sb = 32, or 16 for Q2_K, Q3_K, Q6_K)
   // and mr (<= kQ8MaxRows) quantized rows of A (row m at A + m * lda blocks) with, per scale block,
   // asc[m*ldas + 2*b] = d of its activation block and asc[m*ldas + 2*b + 1] = d * (sum of its q):
   //   out[m*ldo + j] = sum over scale blocks b of ws*d*(codes . q) + wo*(d * sum q).
-  // signed_codes: the codes are int8 (Q8_0 when q8_signed_q8_0: AVX2's vpmaddubsw would saturate
-  // on q + 128), else uint8.
+  // signed_codes: the codes are int8 (those of the types whose codes span 8 bits, Q8_0, IQ4_NL and
+  // IQ4_XS, when q8_signed: AVX2's vpmaddubsw would saturate on value + 128), else uint8.
   int q8_np = 0, q8_mr = 0;
-  bool q8_signed_q8_0 = false;
+  bool q8_signed = false;
   // resume: out already holds the sums of the scale blocks before these (an earlier stretch of K),
   // which go on from there exactly as one call over all of them would (float accumulation in the
   // same order), else they start from 0.
@@ -55,7 +55,7 @@ struct QGemmKernels {
                   const Q8Act* A, i64 lda, const float* asc, i64 ldas, float* out, i64 ldo, bool resume) = nullptr;
   // A vectorised packer of a full panel (q8_np rows of W from W, rb apart) for the types in
   // q8_pack_types (bits qtype_bit(t)): blocks [b0, b0 + nb) of the rows, in the layout qgemm_q8.cpp's
-  // scalar packer writes for all of K (bitwise, signed Q8_0 codes where q8_signed_q8_0; offsets
+  // scalar packer writes for all of K (bitwise, signed Q8_0 codes where q8_signed; offsets
   // relative to block b0). pf, when not null: the next panel's bytes, prefetched alongside (as many
   // bytes per block as the panel's block of rows).
   // With it, the Q8 path is cheap enough to take every M of those types (a decode row too): see

@@ -27,7 +27,8 @@ namespace qkv::kernels::detail {
 namespace {
 
 // Codes of one row of W and its scale blocks (sb values each): w[k] = s[k/sb] * code[k] + o[k/sb].
-// signed_q8: Q8_0 codes are the int8 quants themselves (o = 0) instead of q + 128 (o = -128 d).
+// signed_q8: the codes of the 8-bit-range types (Q8_0's quants, the IQ4 types' values) are the int8
+// values themselves (o = 0) instead of value + 128 (o = -128 s).
 void decode_codes(QType t, const u8* row, i64 K, bool signed_q8, u8* code, float* s, float* o) {
   auto put = [&](i64 b, float sv, float ov) {
     s[b] = sv;
@@ -107,9 +108,63 @@ void decode_codes(QType t, const u8* row, i64 K, bool signed_q8, u8* code, float
         }
       }
       return;
+    case QType::Q2_K:  // sub-blocks of 16: s = d * (sc & 15), o = -(dmin * (sc >> 4)), code = q
+      for (i64 b = 0; b < K / 256; ++b) {
+        const u8* p = row + 84 * b;
+        const float d = load_f16(p + 80), dmin = load_f16(p + 82);
+        for (int j = 0; j < 16; ++j)
+          put(16 * b + j, d * static_cast<float>(p[j] & 0x0F), -(dmin * static_cast<float>(p[j] >> 4)));
+        for (int i = 0; i < 256; ++i)
+          code[256 * b + i] = static_cast<u8>((p[16 + 32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3);
+      }
+      return;
+    case QType::Q3_K:  // sub-blocks of 16: s = d * scale, code = q + 4 (0..7), o = -4 s
+      for (i64 b = 0; b < K / 256; ++b) {
+        const u8* p = row + 110 * b;
+        const float d = load_f16(p + 108);
+        const u8* sc = p + 96;
+        for (int j = 0; j < 16; ++j) {
+          const int lo = j < 8 ? sc[j] & 0x0F : sc[j - 8] >> 4, hi = (sc[8 + j % 4] >> (2 * (j / 4))) & 3;
+          const float ds = d * static_cast<float>((lo | (hi << 4)) - 32);
+          put(16 * b + j, ds, -4.0f * ds);
+        }
+        for (int i = 0; i < 256; ++i) {
+          const int lo = (p[32 + 32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;
+          code[256 * b + i] = static_cast<u8>(lo | (((p[i % 32] >> (i / 32)) & 1) << 2));
+        }
+      }
+      return;
+    case QType::IQ4_NL:
+    case QType::IQ4_XS: {
+      const bool xs = t == QType::IQ4_XS;
+      const i64 nsb = K / 32;  // scale blocks of 32: an IQ4_NL block, or a sub-block of IQ4_XS
+      for (i64 j = 0; j < nsb; ++j) {
+        const u8* p = xs ? row + 136 * (j / 8) : row + 18 * j;
+        const u8* qs = xs ? p + 8 + 16 * (j % 8) : p + 2;
+        float sv = load_f16(p);
+        if (xs) {
+          const int k = static_cast<int>(j % 8);
+          const int ls = ((p[4 + k / 2] >> (4 * (k % 2))) & 0x0F) | (((load_u16(p + 2) >> (2 * k)) & 3) << 4);
+          sv = sv * static_cast<float>(ls - 32);
+        }
+        put(j, sv, signed_q8 ? 0.0f : -128.0f * sv);
+        for (int i = 0; i < 16; ++i) {
+          const int lo = kIQ4NL[qs[i] & 0x0F], hi = kIQ4NL[qs[i] >> 4];
+          code[32 * j + i] = static_cast<u8>(signed_q8 ? lo : lo + 128);
+          code[32 * j + 16 + i] = static_cast<u8>(signed_q8 ? hi : hi + 128);
+        }
+      }
+      return;
+    }
     default: return;
   }
 }
+
+// The values per scale block of the Q8 path's panels: 16 for the types whose sub-blocks are 16.
+int q8_scale_block(QType t) { return t == QType::Q6_K || t == QType::Q2_K || t == QType::Q3_K ? 16 : 32; }
+// Types whose codes span 8 bits (Q8_0's quants, the IQ4 values), stored as int8 where the ISA's
+// kernel asks (q8_signed).
+bool q8_byte_codes(QType t) { return t == QType::Q8_0 || t == QType::IQ4_NL || t == QType::IQ4_XS; }
 
 // Values of K per stretch of a panel packed by the ISA's vector packer (a multiple of 256).
 constexpr i64 kQ8Stretch = 256;
@@ -169,7 +224,7 @@ void quantize_q8(const float* a, i64 K, Q8Act* out) {
 
 void qgemm_q8_run(const QGemmKernels& ks, const QGemmQ8Args& a, bool accumulate, const GemmEpilogue& e, bool threaded,
                   int part, int parts) {
-  const int sb = a.type == QType::Q6_K ? 16 : 32;
+  const int sb = q8_scale_block(a.type);
   const i64 nsb = a.K / sb, nblk = a.K / 32;
   const int np = ks.q8_np, mr = ks.q8_mr;
   // A quantized once (each part of a split call does it for itself): blocks, then the per
@@ -201,7 +256,7 @@ void qgemm_q8_run(const QGemmKernels& ks, const QGemmQ8Args& a, bool accumulate,
       asc[(m * nsb + b) * 2 + 1] = blk.d * static_cast<float>(sum);
     }
   }
-  const bool signed_codes = ks.q8_signed_q8_0 && a.type == QType::Q8_0;
+  const bool signed_codes = ks.q8_signed && q8_byte_codes(a.type);
   const bool vector_pack = ks.q8_pack != nullptr && (ks.q8_pack_types & qtype_bit(a.type)) != 0;
   const i64 panels = (a.N + np - 1) / np;
   // A decode row (M = 1) of a full panel skips the packing where the ISA has q8_row, or q8_row8 and

@@ -24,19 +24,41 @@ struct V1 {
 constexpr int elem_bytes(QType t) { return t == QType::F32 ? 4 : 2; }
 constexpr bool is_float(QType t) { return t == QType::F32 || t == QType::F16 || t == QType::BF16; }
 
+// Weights and bytes per block of the block types (quant.h's table, as constants).
+constexpr int block_of(QType t) {
+  switch (t) {
+    case QType::Q2_K:
+    case QType::Q3_K:
+    case QType::Q4_K:
+    case QType::Q5_K:
+    case QType::Q6_K:
+    case QType::IQ4_XS: return 256;
+    default: return 32;
+  }
+}
+constexpr int bytes_of(QType t) {
+  switch (t) {
+    case QType::Q8_0: return 34;
+    case QType::Q4_0: return 18;
+    case QType::Q4_1: return 20;
+    case QType::Q5_0: return 22;
+    case QType::Q5_1: return 24;
+    case QType::Q2_K: return 84;
+    case QType::Q3_K: return 110;
+    case QType::Q4_K: return 144;
+    case QType::Q5_K: return 176;
+    case QType::Q6_K: return 210;
+    case QType::IQ4_NL: return 18;
+    case QType::IQ4_XS: return 136;
+    default: return 32 * elem_bytes(t);  // F32, F16, BF16: "blocks" of 32 values
+  }
+}
+
 template <QType t>
 struct Dec {
   static constexpr bool kFloat = is_float(t);
-  static constexpr int kBlock = kFloat ? 32 : (t == QType::Q4_K || t == QType::Q5_K || t == QType::Q6_K) ? 256 : 32;
-  static constexpr int kBytes = kFloat ? 32 * elem_bytes(t)
-                                : t == QType::Q8_0 ? 34
-                                : t == QType::Q4_0 ? 18
-                                : t == QType::Q4_1 ? 20
-                                : t == QType::Q5_0 ? 22
-                                : t == QType::Q5_1 ? 24
-                                : t == QType::Q4_K ? 144
-                                : t == QType::Q5_K ? 176
-                                                   : 210;
+  static constexpr int kBlock = kFloat ? 32 : block_of(t);
+  static constexpr int kBytes = bytes_of(t);
   static constexpr int kScales = 0;
   template <class F>
   static inline void block(const u8* p, const float*, F&& f) {

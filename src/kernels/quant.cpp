@@ -23,6 +23,7 @@
 #include "qkv/core/error.h"
 #include "qkv/kernels/quant.h"
 #include "quant_internal.h"
+#include "quant_kquants.h"
 
 // After the includes: only this file's own arithmetic is affected.
 #if defined(__clang__)
@@ -169,6 +170,70 @@ void deq_q6_k(const u8* b, float* y) {
   }
 }
 
+// Q2_K: sub-block j (16 weights) has scale d * (sc_j & 15) and offset dmin * (sc_j >> 4), each
+// rounded once as gguf-py's `d * (scales & 0xF)` and `dmin * (scales >> 4)`; w = scale * q - offset
+// with q = (qs[32h + l] >> 2s) & 3 for weight 128h + 32s + l.
+void deq_q2_k(const u8* b, float* y) {
+  const u8* sc = b;
+  const u8* qs = b + 16;
+  const float d = load_f16(b + 80), dmin = load_f16(b + 82);
+  for (int i = 0; i < 256; ++i) {
+    const int h = i / 128, s = (i % 128) / 32, l = i % 32, j = i / 16;
+    const float dl = d * static_cast<float>(sc[j] & 0x0F), ml = dmin * static_cast<float>(sc[j] >> 4);
+    y[i] = dl * static_cast<float>((qs[32 * h + l] >> (2 * s)) & 3) - ml;
+  }
+}
+
+// The 6-bit scale of sub-block j (0..15) of a Q3_K block, minus 32 (gguf-py's lscales / hscales).
+inline int q3_k_scale(const u8* scales, int j) {
+  const int lo = j < 8 ? scales[j] & 0x0F : scales[j - 8] >> 4;
+  const int hi = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+
+// Q3_K: w = (d * scale_j) * q, q = (2 low bits) - 4 when the weight's hmask bit is clear.
+void deq_q3_k(const u8* b, float* y) {
+  const u8* hmask = b;
+  const u8* qs = b + 32;
+  const u8* scales = b + 96;
+  const float d = load_f16(b + 108);
+  for (int i = 0; i < 256; ++i) {
+    const int h = i / 128, s = (i % 128) / 32, l = i % 32;
+    const float dl = d * static_cast<float>(q3_k_scale(scales, i / 16));
+    const int q = ((qs[32 * h + l] >> (2 * s)) & 3) - (((hmask[l] >> (i / 32)) & 1) ? 0 : 4);
+    y[i] = dl * static_cast<float>(q);
+  }
+}
+
+// IQ4_NL: w = d * kIQ4NL[nibble] (low nibbles weights 0..15, high nibbles 16..31).
+void deq_iq4_nl(const u8* b, float* y) {
+  const float d = load_f16(b);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(kIQ4NL[b[2 + j] & 0x0F]);
+    y[j + 16] = d * static_cast<float>(kIQ4NL[b[2 + j] >> 4]);
+  }
+}
+
+// The 6-bit scale of sub-block j (0..7) of an IQ4_XS block, minus 32.
+inline int iq4_xs_scale(const u8* b, int j) {
+  const int lo = (b[4 + j / 2] >> (4 * (j % 2))) & 0x0F;
+  const int hi = (load_u16(b + 2) >> (2 * j)) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+
+// IQ4_XS: w = (d * scale_j) * kIQ4NL[nibble], sub-block j's nibbles as an IQ4_NL block's at 8 + 16 j.
+void deq_iq4_xs(const u8* b, float* y) {
+  const float d = load_f16(b);
+  for (int j = 0; j < 8; ++j) {
+    const float dl = d * static_cast<float>(iq4_xs_scale(b, j));
+    const u8* q = b + 8 + 16 * j;
+    for (int l = 0; l < 16; ++l) {
+      y[32 * j + l] = dl * static_cast<float>(kIQ4NL[q[l] & 0x0F]);
+      y[32 * j + 16 + l] = dl * static_cast<float>(kIQ4NL[q[l] >> 4]);
+    }
+  }
+}
+
 // ---- quantization, one block of 32: x -> b ----
 
 // Q8_0 (gguf-py = ggml): d = amax / 127, q = round half away from zero (x * (1/d)).
@@ -294,6 +359,10 @@ void dequantize_row(QType t, const void* src, float* dst, i64 n) {
     case QType::Q4_K: fn = deq_q4_k; break;
     case QType::Q5_K: fn = deq_q5_k; break;
     case QType::Q6_K: fn = deq_q6_k; break;
+    case QType::Q2_K: fn = deq_q2_k; break;
+    case QType::Q3_K: fn = deq_q3_k; break;
+    case QType::IQ4_NL: fn = deq_iq4_nl; break;
+    case QType::IQ4_XS: fn = deq_iq4_xs; break;
     default: throw ValueError(std::string("dequantize_row: no dequantization for type ") + tr.name);
   }
   for (i64 b = 0; b < n / tr.block; ++b) fn(s + b * tr.block_bytes, dst + b * tr.block);
@@ -323,10 +392,10 @@ void quantize_row(QType t, const float* src, void* dst, i64 n) {
     case QType::Q4_1: fn = q_q4_1; break;
     case QType::Q5_0: fn = q_q5_0; break;
     case QType::Q5_1: fn = q_q5_1; break;
-    default:
-      throw ValueError(std::string("quantize_row: quantization to ") + tr.name +
-                       " is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)");
+    default: fn = detail::kquantizer(t); break;
   }
+  if (fn == nullptr)
+    throw ValueError(std::string("quantize_row: quantization to ") + tr.name + " is not supported");
   for (i64 b = 0; b < n / tr.block; ++b) fn(src + b * tr.block, d + b * tr.block_bytes);
 }
 

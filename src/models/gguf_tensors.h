@@ -12,6 +12,7 @@
 #include "qkv/io/gguf_writer.h"
 #include "qkv/kernels/qgemm.h"
 #include "qkv/kernels/quant.h"
+#include "qkv/models/quant_mix.h"
 
 namespace qkv::models::gguf_out {
 
@@ -19,29 +20,10 @@ using i64 = std::int64_t;
 using io::GGUFMeta;
 using kernels::QType;
 
-// llama.cpp's general.file_type (enum llama_ftype) of a model whose matrices are mostly `t`.
-inline std::uint32_t file_type(QType t) {
-  switch (t) {
-    case QType::F32: return 0;
-    case QType::F16: return 1;
-    case QType::Q4_0: return 2;
-    case QType::Q4_1: return 3;
-    case QType::Q8_0: return 7;
-    case QType::Q5_0: return 8;
-    case QType::Q5_1: return 9;
-    case QType::Q4_K: return 15;  // Q4_K_M
-    case QType::Q5_K: return 17;  // Q5_K_M
-    case QType::Q6_K: return 18;
-    case QType::BF16: return 32;
-  }
-  return 0;
-}
-
 // The tensors of one file being written, and the buffers their converted bytes live in.
 struct Tensors {
   std::vector<std::vector<std::uint8_t>> bufs;
   std::vector<io::GGUFTensorData> list;
-  std::map<QType, i64> count;  // matrices by type (general.file_type)
 
   void add_bytes(const std::string& name, QType type, std::vector<std::int64_t> dims, std::vector<std::uint8_t> b) {
     bufs.push_back(std::move(b));
@@ -53,53 +35,73 @@ struct Tensors {
     std::memcpy(b.data(), v, b.size());
     add_bytes(name, QType::F32, {n}, std::move(b));
   }
-  // A matrix [rows, cols] of float rows (row stride ld) converted to `type`.
-  void add_float_matrix(const std::string& name, const float* x, i64 rows, i64 cols, i64 ld, QType type) {
-    check_block(name, type, cols);
-    const i64 rb = kernels::qtype_row_bytes(type, cols);
-    std::vector<std::uint8_t> b(static_cast<std::size_t>(rows * rb));
-    for (i64 r = 0; r < rows; ++r) kernels::quantize_row(type, x + r * ld, b.data() + r * rb, cols);
-    add_bytes(name, type, {cols, rows}, std::move(b));
-    ++count[type];
+  // A matrix [rows, cols] of float rows (row stride ld), as F32.
+  void add_float_matrix(const std::string& name, const float* x, i64 rows, i64 cols, i64 ld) {
+    std::vector<std::uint8_t> b(static_cast<std::size_t>(rows * cols) * 4);
+    for (i64 r = 0; r < rows; ++r) std::memcpy(b.data() + r * cols * 4, x + r * ld, static_cast<std::size_t>(cols) * 4);
+    add_bytes(name, QType::F32, {cols, rows}, std::move(b));
   }
-  // A weight matrix in place or converted; perm[r] = the source row of row r (empty: identity).
-  void add_matrix(const std::string& name, const kernels::QMatrix& m, std::optional<QType> type,
-                  const std::vector<i64>& perm) {
-    const QType t = type.value_or(m.type);
-    const auto* src = static_cast<const std::uint8_t*>(m.data);
-    auto row = [&](i64 r) { return src + (perm.empty() ? r : perm[static_cast<std::size_t>(r)]) * m.row_bytes; };
-    ++count[t];
-    if (t == m.type && perm.empty() && m.row_bytes == kernels::qtype_row_bytes(t, m.cols)) {
-      list.push_back({.name = name, .type = t, .dims = {m.cols, m.rows}, .data = m.data,
+  // A weight matrix in its stored type, in place or with its rows rearranged: perm[r] = the source
+  // row of row r (empty: identity).
+  void add_matrix(const std::string& name, const kernels::QMatrix& m, const std::vector<i64>& perm) {
+    const i64 rb = kernels::qtype_row_bytes(m.type, m.cols);
+    if (perm.empty() && m.row_bytes == rb) {
+      list.push_back({.name = name, .type = m.type, .dims = {m.cols, m.rows}, .data = m.data,
                       .nbytes = static_cast<std::uint64_t>(m.rows * m.row_bytes)});
       return;
     }
-    check_block(name, t, m.cols);
-    const i64 rb = kernels::qtype_row_bytes(t, m.cols);
+    const auto* src = static_cast<const std::uint8_t*>(m.data);
     std::vector<std::uint8_t> b(static_cast<std::size_t>(m.rows * rb));
-    std::vector<float> f(static_cast<std::size_t>(m.cols));
-    for (i64 r = 0; r < m.rows; ++r) {
-      if (t == m.type) {
-        std::memcpy(b.data() + r * rb, row(r), static_cast<std::size_t>(rb));
-      } else {
-        kernels::dequantize_row(m.type, row(r), f.data(), m.cols);
-        kernels::quantize_row(t, f.data(), b.data() + r * rb, m.cols);
+    for (i64 r = 0; r < m.rows; ++r)
+      std::memcpy(b.data() + r * rb, src + (perm.empty() ? r : perm[static_cast<std::size_t>(r)]) * m.row_bytes,
+                  static_cast<std::size_t>(rb));
+    add_bytes(name, m.type, {m.cols, m.rows}, std::move(b));
+  }
+
+  // The tensors as the mix of quant_mix.h sees them.
+  std::vector<QuantMixTensor> mix_tensors() const {
+    std::vector<QuantMixTensor> out;
+    for (const io::GGUFTensorData& t : list) out.push_back({t.name, t.dims, t.type});
+    return out;
+  }
+  // Tensor i converted to types[i] where that differs from its type: each row dequantized
+  // (kernels::dequantize_row) and quantized again (kernels::quantize_row).
+  void convert(const std::vector<QType>& types) {
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      io::GGUFTensorData& t = list[i];
+      const QType to = types[i];
+      if (to == t.type) continue;
+      const i64 cols = t.dims.empty() ? 1 : t.dims[0];
+      const i64 rows = cols == 0 ? 0 : static_cast<i64>(t.nbytes) / kernels::qtype_row_bytes(t.type, cols);
+      const i64 rb_in = kernels::qtype_row_bytes(t.type, cols), rb = kernels::qtype_row_bytes(to, cols);
+      std::vector<std::uint8_t> b(static_cast<std::size_t>(rows * rb));
+      std::vector<float> f(static_cast<std::size_t>(cols));
+      const auto* src = static_cast<const std::uint8_t*>(t.data);
+      for (i64 r = 0; r < rows; ++r) {
+        kernels::dequantize_row(t.type, src + r * rb_in, f.data(), cols);
+        kernels::quantize_row(to, f.data(), b.data() + r * rb, cols);
       }
+      bufs.push_back(std::move(b));
+      t.type = to;
+      t.data = bufs.back().data();
+      t.nbytes = bufs.back().size();
     }
-    add_bytes(name, t, {m.cols, m.rows}, std::move(b));
   }
-  static void check_block(const std::string& name, QType t, i64 cols) {
-    if (cols % kernels::qtype_traits(t).block)
-      throw ValueError("convert: " + name + " has rows of " + std::to_string(cols) + " values, not a multiple of " +
-                       kernels::qtype_name(t) + "'s block of " + std::to_string(kernels::qtype_traits(t).block) +
-                       " (choose f16, bf16 or f32)");
-  }
-  QType majority() const {
+  // Converted as `quant` asks (as stored when it names no file type); the general.file_type to
+  // write: the file type asked, or the one of the type most matrices have.
+  std::uint32_t apply(const GgufQuant& quant, const QuantMixModel& model) {
+    if (quant.ftype) {
+      convert(quant_mix_types(*quant.ftype, model, mix_tensors(), quant.pure));
+      return static_cast<std::uint32_t>(*quant.ftype);
+    }
+    std::map<QType, i64> count;
+    for (const io::GGUFTensorData& t : list)
+      if (t.dims.size() >= 2) ++count[t.type];
     QType best = QType::F32;
     i64 n = -1;
-    for (const auto& [t, c] : count)
-      if (c > n) best = t, n = c;
-    return best;
+    for (const auto& [ty, c] : count)
+      if (c > n) best = ty, n = c;
+    return static_cast<std::uint32_t>(llama_ftype_of_type(best));
   }
 };
 

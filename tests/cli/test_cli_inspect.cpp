@@ -10,6 +10,7 @@
 #include "cli/cli_test_util.h"
 #include "io/gguf_test_util.h"
 #include "qkv/io/gguf.h"
+#include "qkv/io/gguf_writer.h"
 
 namespace qkv::cli_test {
 namespace {
@@ -100,6 +101,51 @@ TEST(CliInspectGguf, TheFormatComesFromTheMagicNotTheName) {
   EXPECT_EQ(nlohmann::json::parse(s.out)["format"], "safetensors");
 }
 
+// A model holding a tensor of a GGML type qkv does not compute with (MXFP4 here, in the tiny
+// llama2 fixture): inspect lists every tensor, that one marked; loading it to generate fails with
+// one line naming the tensor, its type and the types qkv computes with.
+TEST(CliInspectGguf, TypesQkvDoesNotComputeWithAreListedAndRefusedAtLoad) {
+  const fs::path dir = unique_temp("mxfp4");
+  fs::create_directories(dir);
+  const std::string path = (dir / "llama2_mxfp4.gguf").string();
+  {
+    const io::GGUFFile f = io::GGUFFile::open(fixture("arch/llama2.gguf"));
+    std::vector<io::GGUFTensorData> ts;
+    std::vector<std::uint8_t> mx;
+    for (const io::GGUFTensorInfo& t : f.tensors()) {
+      if (t.name == "blk.0.ffn_up.weight") {  // [32, 32]: 32 rows of one 17-byte MXFP4 block
+        mx.assign(32 * 17, 0);
+        ts.push_back({t.name, static_cast<kernels::QType>(39), t.dims, mx.data(), mx.size()});
+      } else {
+        ts.push_back({t.name, t.type, t.dims, f.data(t), t.nbytes});
+      }
+    }
+    io::write_gguf(path, io::metadata_of(f), ts);
+  }
+  const Result r = run("inspect '" + path + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(blk\.0\.ffn_up\.weight\s+MXFP4\*\s+\[32, 32\]\s+1024\s+544\s)"))) << r.out;
+  EXPECT_NE(r.out.find(" 1 MXFP4*"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("* a type qkv reads but does not compute with: the file cannot be loaded as a model"),
+            std::string::npos)
+      << r.out;
+  const Result rj = run("inspect --json '" + path + "'");
+  ASSERT_EQ(rj.code, 0) << rj.err;
+  for (const auto& t : nlohmann::json::parse(rj.out)["tensors"]) {
+    EXPECT_EQ(t["computable"], t["name"] != "blk.0.ffn_up.weight") << t.dump();
+    if (t["name"] == "blk.0.ffn_up.weight") EXPECT_EQ(t["type"], "MXFP4");
+  }
+  const Result g = run("generate --model '" + path + "' --prompt hi --max-new 2");
+  fs::remove_all(dir);
+  EXPECT_EQ(g.code, 1);
+  EXPECT_EQ(g.out, "");
+  EXPECT_EQ(count_lines(g.err), 1) << g.err;
+  EXPECT_NE(g.err.find("tensor 'blk.0.ffn_up.weight' has type MXFP4, which qkv cannot compute with (it computes with "
+                       "F32, F16, Q4_0"),
+            std::string::npos)
+      << g.err;
+}
+
 // 2 GiB files (sparse: no disk used) under a 200 MB memory cap: only the headers are read.
 TEST(CliInspectGguf, HugeFilesAreInspectedFromTheirHeaderAlone) {
   const fs::path dir = unique_temp("huge");
@@ -142,7 +188,7 @@ TEST(CliInspectGguf, BrokenFilesGiveTheLibrarysOneLine) {
   GgufBytes version = GgufBytes::header(0, 0, 1);
   GgufBytes count = GgufBytes::header(0, std::uint64_t{1} << 60);
   GgufBytes iq = GgufBytes::header(1, 0);
-  iq.tensor("blk.0.attn_q.weight", {256, 2}, 23, 0).pad().zeros(512);
+  iq.tensor("blk.0.attn_q.weight", {256, 2}, 1000, 0).pad().zeros(512);
   GgufBytes cut = GgufBytes::header(1, 0);
   cut.tensor("w", {1024}, 0, 0).pad().zeros(100);
   GgufBytes dup = GgufBytes::header(0, 2);
@@ -150,7 +196,7 @@ TEST(CliInspectGguf, BrokenFilesGiveTheLibrarysOneLine) {
   const std::vector<Case> cases = {
       {"v1.gguf", version.b, "GGUF version 1 is not supported"},
       {"count.gguf", count.b, "metadata count 1152921504606846976 is impossible"},
-      {"iq4.gguf", iq.b, "tensor 'blk.0.attn_q.weight' has type IQ4_XS, which qkv does not support"},
+      {"type1000.gguf", iq.b, "tensor 'blk.0.attn_q.weight' has unknown type id 1000, which is no GGML type qkv knows"},
       {"truncated.gguf", cut.b, "tensor 'w': its 4096 bytes at data offset 0 run past the end"},
       {"dup.gguf", dup.b, "duplicate metadata key 'k'"},
   };

@@ -142,10 +142,27 @@ TEST(CliLlama, ConvertToGgufAndBack) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("--overwrite"), std::string::npos) << r.err;
   EXPECT_EQ(fs::file_size(q8), before);
-  r = run("convert --model '" + kTiny + "' --out '" + (s.dir / "x.gguf").string() + "' --type q4_k");
+  r = run("convert --model '" + kTiny + "' --out '" + (s.dir / "x.gguf").string() + "' --type q2_k_s");
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("--type must be one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1; got 'q4_k'"), std::string::npos)
+  EXPECT_NE(r.err.find("--type must be one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, "
+                       "q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs, q3_k, q4_k, q5_k (llama-quantize's names); "
+                       "got 'q2_k_s'"),
+            std::string::npos)
       << r.err;
+  // A k-quant mix (the tiny model's rows of 64 fall back to 32-value types) and --pure.
+  const std::pair<const char*, int> mixes[] = {{"q4_k_m", 15}, {"q3_k_l", 13}, {"iq4_xs", 30}, {"q5_k_s --pure", 16}};
+  for (const auto& [mix, file_type] : mixes) {
+    const std::string out = (s.dir / ("tiny_" + std::to_string(file_type) + ".gguf")).string();
+    r = run("convert --model '" + f32 + "' --out '" + out + "' --type " + mix);
+    ASSERT_EQ(r.code, 0) << mix << ": " << r.err;
+    EXPECT_NE(r.out.find("GGUF, llama, "), std::string::npos) << r.out;
+    const auto j = nlohmann::json::parse(run("inspect --json '" + out + "'").out);
+    EXPECT_EQ(j["metadata"]["general.file_type"]["value"], file_type) << mix;
+    EXPECT_EQ(json_lines(run("generate --model '" + out + "'" + args).out).size(), 1u) << mix;
+  }
+  r = run("convert --model '" + kTiny + "' --out '" + (s.dir / "y.gguf").string() + "' --pure");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--pure needs a --type"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(s.dir / "x.gguf"));
   r = run("convert --model '" + kTiny + "' --out '" + (s.dir / "folder").string() + "'");
   EXPECT_EQ(r.code, 1);

@@ -167,13 +167,41 @@ TEST(GgufReject, TensorDims) {
 }
 
 TEST(GgufReject, TensorTypes) {
-  GgufBytes iq = GgufBytes::header(1, 0);
-  iq.tensor("blk.0.attn_q.weight", {256, 2}, 23, 0).pad().zeros(512);
-  const std::string msg = gguf_rejected(
-      iq.b, {"tensor 'blk.0.attn_q.weight' has type IQ4_XS, which qkv does not support", "F32", "Q4_K", "BF16"});
+  // A GGML type qkv does not compute with (IQ2_XXS: 66 bytes per 256 values) is read and laid out
+  // like any other; its data is refused, naming the tensor, its type and the types qkv computes with.
+  GgufBytes iq = GgufBytes::header(2, 0);
+  iq.tensor("blk.0.attn_q.weight", {256, 2}, 16, 0).tensor("m", {64}, 39, 160).pad().zeros(160).zeros(34);
+  const GGUFFile f = GGUFFile::parse(iq.b, kGgufSource);
+  const GGUFTensorInfo& q = f.at("blk.0.attn_q.weight");
+  EXPECT_FALSE(q.computable());
+  EXPECT_EQ(q.type_name(), "IQ2_XXS");
+  EXPECT_EQ(q.nbytes, 132u);
+  EXPECT_EQ(f.at("m").type_name(), "MXFP4");
+  EXPECT_EQ(f.at("m").nbytes, 34u);
+  std::string msg;
+  try {
+    f.data(q);
+  } catch (const FormatError& e) {
+    msg = e.what();
+  }
+  expect_message(msg, kGgufSource,
+                 {"tensor 'blk.0.attn_q.weight' has type IQ2_XXS, which qkv cannot compute with",
+                  "(it computes with F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, "
+                  "IQ4_XS, BF16)"});
+  EXPECT_THROW(f.view("m"), FormatError);
+  // The types qkv added (issue 37) are computed with.
+  GgufBytes xs = GgufBytes::header(1, 0);
+  xs.tensor("w", {256, 2}, 23, 0).pad().zeros(272);
+  const GGUFFile fx = GGUFFile::parse(xs.b, kGgufSource);
+  EXPECT_TRUE(fx.at("w").computable());
+  EXPECT_EQ(fx.view("w").type, kernels::QType::IQ4_XS);
+  // An id GGML never assigned (or removed) cannot even be laid out.
   GgufBytes unassigned = GgufBytes::header(1, 0);
   unassigned.tensor("w", {32}, 1000, 0).pad().zeros(32);
-  gguf_rejected(unassigned.b, {"tensor 'w' has unknown type id 1000, which qkv does not support"});
+  gguf_rejected(unassigned.b, {"tensor 'w' has unknown type id 1000, which is no GGML type qkv knows", "IQ2_XXS"});
+  GgufBytes removed = GgufBytes::header(1, 0);
+  removed.tensor("w", {32}, 4, 0).pad().zeros(32);
+  gguf_rejected(removed.b, {"tensor 'w' has unknown type id 4"});
   GgufBytes row = GgufBytes::header(1, 0);
   row.tensor("blk.3.ffn_up.weight", {48, 2}, Q4_1, 0).pad().zeros(64);
   gguf_rejected(row.b, {"tensor 'blk.3.ffn_up.weight': row length 48", "not a multiple of Q4_1's block of 32"});

@@ -2,7 +2,7 @@ qkv_add_test(test_gemm SOURCES kernels/test_gemm.cpp kernels/test_gemm_fused.cpp
 
 # Quantized block types: dequantize/quantize against gguf-py's fixtures.
 qkv_add_test(test_quant SOURCES kernels/test_quant.cpp LIBS qkv_gemm qkv_safetensors)
-qkv_add_test(test_qgemm SOURCES kernels/test_qgemm.cpp LIBS qkv_gemm)
+qkv_add_test(test_qgemm SOURCES kernels/test_qgemm.cpp kernels/test_qgemm_decoders.cpp LIBS qkv_gemm)
 
 # Optional: the GEMM and quantized-weight tests (AVX-512 instances only) with the AVX-512
 # micro-kernels, decoders, VNNI tile and packer compiled on SIMDe, and gemm_emulated_cpu.cpp as a
@@ -12,7 +12,8 @@ qkv_add_avx512_emulated_test(test_gemm_avx512_emulated
   KERNELS gemm.cmake KERNELS_VAR QKV_GEMM_SOURCES
   DEFINE QKV_GEMM_AVX512_EMULATED
   WHAT "the AVX-512 GEMM and quantized-weight kernels"
-  SOURCES kernels/gemm_emulated_cpu.cpp kernels/test_gemm.cpp kernels/test_gemm_fused.cpp kernels/test_qgemm.cpp)
+  SOURCES kernels/gemm_emulated_cpu.cpp kernels/test_gemm.cpp kernels/test_gemm_fused.cpp kernels/test_qgemm.cpp
+          kernels/test_qgemm_decoders.cpp)
 
 # The fused GEMM epilogue calls the GELU kernel of the active ISA: the emulated test reports
 # AVX-512, so it compiles that kernel on SIMDe too (on an AVX2-only CPU the library's AVX-512

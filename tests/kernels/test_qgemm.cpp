@@ -36,8 +36,9 @@ namespace {
 using i64 = std::int64_t;
 using u8 = std::uint8_t;
 
-const QType kTypes[] = {QType::F32,  QType::F16,  QType::BF16, QType::Q8_0, QType::Q4_0, QType::Q4_1,
-                        QType::Q5_0, QType::Q5_1, QType::Q4_K, QType::Q5_K, QType::Q6_K};
+const QType kTypes[] = {QType::F32,  QType::F16,  QType::BF16, QType::Q8_0, QType::Q4_0,   QType::Q4_1,   QType::Q5_0,
+                        QType::Q5_1, QType::Q4_K, QType::Q5_K, QType::Q6_K, QType::Q2_K, QType::Q3_K,
+                        QType::IQ4_NL, QType::IQ4_XS};
 
 bool is_float_type(QType t) { return t == QType::F32 || t == QType::F16 || t == QType::BF16; }
 
@@ -49,6 +50,8 @@ std::vector<int> scale_fields(QType t) {
     case QType::Q4_K:
     case QType::Q5_K: return {0, 2};
     case QType::Q6_K: return {208};
+    case QType::Q2_K: return {80, 82};
+    case QType::Q3_K: return {108};
     default: return {0};
   }
 }
@@ -82,14 +85,19 @@ Weights make_weights(QType t, i64 N, i64 K, i64 pad, std::uint32_t seed) {
       continue;
     }
     for (i64 i = 0; i < dense; ++i) row[i] = static_cast<u8>(rng());
-    // Per-weight scale of the quants: Q8_0 |q| <= 127, 4/5-bit q <= 31, k-quants sc * q <= 63 * 31.
-    const float unit = t == QType::Q8_0 ? s / 64 : (t == QType::Q4_K || t == QType::Q5_K) ? s / 600
-                       : t == QType::Q6_K ? s / 2000 : s / 8;
+    // Per-weight scale of the quants: Q8_0 |q| <= 127, 4/5-bit q <= 31, k-quants sc * q <= 63 * 31,
+    // Q2_K sc * q <= 15 * 3, Q3_K |sc * q| <= 32 * 4, IQ4_NL |value| <= 127, IQ4_XS |sc * value| <= 32 * 127.
+    const float unit = t == QType::Q8_0 || t == QType::IQ4_NL ? s / 64
+                       : (t == QType::Q4_K || t == QType::Q5_K) ? s / 600
+                       : t == QType::Q6_K || t == QType::IQ4_XS ? s / 2000
+                       : t == QType::Q2_K ? s / 24
+                       : t == QType::Q3_K ? s / 64 : s / 8;
     for (i64 b = 0; b < K / tr.block; ++b) {
       u8* blk = row + b * tr.block_bytes;
       const std::vector<int> f = scale_fields(t);
       put_half(blk + f[0], unit * (0.5f + 0.5f * (u(rng) + 1.0f)));
-      if (f.size() > 1) put_half(blk + f[1], (t == QType::Q4_K || t == QType::Q5_K ? unit * 4 : s) * u(rng));
+      if (f.size() > 1)
+        put_half(blk + f[1], (t == QType::Q4_K || t == QType::Q5_K || t == QType::Q2_K ? unit * 4 : s) * u(rng));
     }
   }
   w.W = QMatrix{t, w.bytes.data(), N, K, rb};
@@ -238,7 +246,8 @@ TEST_P(QGemmIsa, MatchesReferenceOverShapes) {
 // thread, N not a multiple of the micro-kernel's columns.
 TEST_P(QGemmIsa, MatchesReferenceLarger) {
   std::uint32_t seed = 900;
-  for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q4_K, QType::Q6_K, QType::F16})
+  for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q4_K, QType::Q6_K, QType::F16, QType::Q2_K, QType::Q3_K,
+                  QType::IQ4_NL, QType::IQ4_XS})
     for (i64 M : {1, 4, 8, 9, 77}) {
       const i64 K = t == QType::F16 ? 1000 : qtype_traits(t).block == 256 ? 768 : 576;
       const Case c{t, M, 131, K, 0};
@@ -251,7 +260,7 @@ TEST_P(QGemmIsa, MatchesReferenceLarger) {
 // (double, one rounding) within the product's bound plus the epilogue's float32 roundings.
 TEST_P(QGemmIsa, EpilogueAndAccumulate) {
   std::uint32_t seed = 3000;
-  for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q6_K, QType::BF16})
+  for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q6_K, QType::BF16, QType::IQ4_XS})
     for (i64 M : {1, 3, 40}) {
       const i64 K = qtype_traits(t).block == 256 ? 256 : 96, N = 37, ldc = N + 2;
       const Weights w = make_weights(t, N, K, 0, seed++);
@@ -285,7 +294,7 @@ TEST_P(QGemmIsa, EpilogueAndAccumulate) {
 // qgemm_part over any number of parts writes bitwise what qgemm writes, on both paths.
 TEST_P(QGemmIsa, PartsTogetherEqualTheWhole) {
   std::uint32_t seed = 4000;
-  for (QType t : {QType::Q4_1, QType::Q5_K, QType::F16})
+  for (QType t : {QType::Q4_1, QType::Q5_K, QType::F16, QType::Q3_K})
     for (i64 M : {1, 5, 33})
       for (const QActivations act : {QActivations::F32, QActivations::Q8}) {
         const i64 K = qtype_traits(t).block == 256 ? 512 : 160, N = 43;
@@ -421,7 +430,7 @@ TEST_P(QGemmIsa, Q8ActivationsMatchTheirTwin) {
 // wide tiles (8 rows of A), long ones (over 32 KiB for 8 rows) its 4-row tiles.
 TEST_P(QGemmIsa, RowsAloneGiveEachRowItsOwnBits) {
   std::uint32_t seed = 6000;
-  for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q4_0, QType::Q6_K, QType::F16})
+  for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q4_0, QType::Q6_K, QType::F16, QType::Q2_K, QType::IQ4_NL})
     for (const bool long_rows : {false, true})
     for (i64 M : {qgemm_decode_max_m() + 1, i64{12}, i64{33}}) {
       if (long_rows && M == 12) continue;

@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../../src/kernels/quant_internal.h"
@@ -48,8 +50,9 @@ std::uint32_t bits(float x) {
 
 bool half_nonfinite(const std::uint8_t* p) { return (detail::load_u16(p) & 0x7C00u) == 0x7C00u; }
 
-const QType kAllTypes[] = {QType::F32,  QType::F16,  QType::BF16, QType::Q8_0, QType::Q4_0, QType::Q4_1,
-                           QType::Q5_0, QType::Q5_1, QType::Q4_K, QType::Q5_K, QType::Q6_K};
+const QType kAllTypes[] = {QType::F32,  QType::F16,  QType::BF16, QType::Q8_0, QType::Q4_0,   QType::Q4_1,   QType::Q5_0,
+                           QType::Q5_1, QType::Q4_K, QType::Q5_K, QType::Q6_K, QType::Q2_K, QType::Q3_K,
+                           QType::IQ4_NL, QType::IQ4_XS};
 
 TEST(Quant, DequantizeEqualsGgufPyBitwise) {
   for (QType t : kAllTypes) {
@@ -102,6 +105,67 @@ TEST(Quant, QuantizeEqualsGgufPyBitwise) {
         ADD_FAILURE() << name << " byte " << i << " (block " << i / qtype_traits(t).block_bytes << "): got "
                       << int(got[i]) << ", gguf-py " << int(want[i]);
     EXPECT_EQ(mismatches, 0) << name;
+  }
+}
+
+// The k-quant and IQ4 quantizers (and the 32-weight ones) against ggml's own, bit for bit, on the
+// rows of tests/reference/make_kquant_fixtures.py (ggml_quantize_chunk, what llama-quantize runs).
+TEST(Quant, QuantizeEqualsGgmlBitwise) {
+  static const io::SafetensorsFile f =
+      io::SafetensorsFile::open(std::string(QKV_FIXTURE_DIR) + "/quant/kquant_cases.safetensors");
+  auto get = [&](const std::string& name) {
+    const io::StTensorInfo& t = f.at(name);
+    std::vector<std::uint8_t> v(t.nbytes());
+    std::memcpy(v.data(), f.data(t), t.nbytes());
+    return v;
+  };
+  const std::vector<std::uint8_t> xb = get("input");
+  std::vector<float> x(xb.size() / 4);
+  std::memcpy(x.data(), xb.data(), xb.size());
+  const i64 n = static_cast<i64>(x.size());
+  for (QType t : {QType::Q2_K, QType::Q3_K, QType::Q4_K, QType::Q5_K, QType::Q6_K, QType::IQ4_NL, QType::IQ4_XS,
+                  QType::Q8_0, QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1}) {
+    const QTypeTraits tr = qtype_traits(t);
+    const std::vector<std::uint8_t> want = get(std::string(tr.name) + ".bytes");
+    ASSERT_EQ(static_cast<i64>(want.size()), qtype_row_bytes(t, n)) << tr.name;
+    std::vector<std::uint8_t> got(want.size(), 0xAB);
+    quantize_row(t, x.data(), got.data(), n);
+    int mismatches = 0;
+    for (std::size_t i = 0; i < want.size(); ++i)
+      if (got[i] != want[i] && mismatches++ < 5)
+        ADD_FAILURE() << tr.name << " byte " << i % tr.block_bytes << " of block " << i / tr.block_bytes << " (row "
+                      << i / tr.block_bytes * tr.block / 256 << " of the input): got " << int(got[i]) << ", ggml "
+                      << int(want[i]);
+    EXPECT_EQ(mismatches, 0) << tr.name;
+  }
+}
+
+// The k-quants and IQ4 types read back within a fraction of each 256-value block's largest
+// magnitude (measured on this row: worst ratios Q2_K 0.315, Q3_K 0.220, Q4_K 0.069, Q5_K 0.031,
+// Q6_K 0.016, IQ4_NL 0.081, IQ4_XS 0.091 - about half a quantization step; the bounds leave 1.4x):
+// the layouts of quantize_row and dequantize_row agree beyond ggml's bytes.
+TEST(Quant, KQuantRoundTripWithinTheirSteps) {
+  std::vector<float> x(1024);
+  for (int i = 0; i < 1024; ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * (1.0f + static_cast<float>(i % 7));
+  const std::pair<QType, double> bounds[] = {{QType::Q2_K, 0.45}, {QType::Q3_K, 0.31},    {QType::Q4_K, 0.1},
+                                             {QType::Q5_K, 0.045}, {QType::Q6_K, 0.023}, {QType::IQ4_NL, 0.12},
+                                             {QType::IQ4_XS, 0.13}};
+  for (const auto& [t, bound] : bounds) {
+    std::vector<std::uint8_t> q(static_cast<std::size_t>(qtype_row_bytes(t, 1024)));
+    std::vector<float> y(1024);
+    quantize_row(t, x.data(), q.data(), 1024);
+    dequantize_row(t, q.data(), y.data(), 1024);
+    double worst = 0;
+    for (int b = 0; b < 4; ++b) {
+      double amax = 0, err = 0;
+      for (int j = 0; j < 256; ++j) {
+        amax = std::max(amax, static_cast<double>(std::fabs(x[256 * b + j])));
+        err = std::max(err, static_cast<double>(std::fabs(y[256 * b + j] - x[256 * b + j])));
+      }
+      worst = std::max(worst, err / amax);
+    }
+    std::printf("%-6s worst |error| / block amax %.4f\n", qtype_name(t), worst);
+    EXPECT_LE(worst, bound) << qtype_name(t);
   }
 }
 
@@ -161,18 +225,31 @@ TEST(Quant, ErrorsNameTheTypeAndSize) {
         << e.what();
   }
   try {
-    quantize_row(QType::Q6_K, buf, raw, 256);
+    quantize_row(static_cast<QType>(16), buf, raw, 256);  // IQ2_XXS: qkv does not compute with it
     FAIL() << "no error";
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("quantize_row: quantization to Q6_K is not supported"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("unknown type id 16"), std::string::npos) << e.what();
   }
   EXPECT_THROW(quantize_row(QType::Q8_0, buf, raw, 33), ValueError);
   EXPECT_THROW(dequantize_row(QType::F16, raw, buf, -1), ValueError);
   EXPECT_EQ(qtype_row_bytes(QType::Q4_1, 576), 18 * 20);
   EXPECT_EQ(qtype_row_bytes(QType::Q6_K, 512), 2 * 210);
-  EXPECT_FALSE(qtype_traits(std::uint32_t{23}).has_value());
+  EXPECT_FALSE(qtype_traits(std::uint32_t{16}).has_value());
+  EXPECT_EQ(ggml_type_name(16), "IQ2_XXS");
   EXPECT_EQ(ggml_type_name(23), "IQ4_XS");
+  EXPECT_EQ(qtype_traits(std::uint32_t{23})->block_bytes, 136);
+  EXPECT_EQ(ggml_type_block(39)->block_bytes, 17);  // MXFP4
+  EXPECT_FALSE(ggml_type_block(31).has_value());
+  EXPECT_EQ(ggml_type_name(1000), "type 1000");
+  // The table of the types qkv computes with agrees with GGML's.
+  for (std::uint32_t id = 0; id < 64; ++id)
+    if (const auto tr = qtype_traits(id)) {
+      const auto g = ggml_type_block(id);
+      ASSERT_TRUE(g.has_value()) << id;
+      EXPECT_EQ(std::string(g->name), tr->name);
+      EXPECT_EQ(g->block, tr->block);
+      EXPECT_EQ(g->block_bytes, tr->block_bytes);
+    }
   EXPECT_EQ(qtype_from_name("q5_k"), QType::Q5_K);
 }
 

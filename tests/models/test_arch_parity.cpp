@@ -151,8 +151,8 @@ TEST_P(ArchParity, WrittenAsGgufAndReadBackWithTheSameLogits) {
   const std::vector<i64> ids = prompts_of(name)[0];
   const std::string dir = ::testing::TempDir();
   const std::string same = dir + "/qkv_arch_" + name + ".gguf", q8 = dir + "/qkv_arch_" + name + "_q8.gguf";
-  qkv::models::save_decoder_gguf(*m, same, std::nullopt, {}, name);
-  qkv::models::save_decoder_gguf(*m, q8, qkv::kernels::QType::Q8_0, {}, name);
+  qkv::models::save_decoder_gguf(*m, same, {}, {}, name);
+  qkv::models::save_decoder_gguf(*m, q8, {.ftype = qkv::models::LlamaFtype::Q8_0}, {}, name);
   const auto a = qkv::models::load_decoder(same), b = qkv::models::load_decoder(q8);
   EXPECT_EQ(a->spec().arch, m->spec().arch);
   const Tensor want = prompt_logits(*m, ids);

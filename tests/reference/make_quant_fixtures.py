@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/quant/quant_cases.safetensors: gguf-py's (gguf.quants) dequantization of
 random block bytes of every GGML type qkv supports, and its quantization of float rows, for
-tests/kernels/test_quant.cpp (bit-for-bit comparisons).
+tests/kernels/test_quant.cpp (bit-for-bit comparisons). (The k-quant and IQ4 quantizers, which
+gguf-py does not have, are checked against ggml itself: make_kquant_fixtures.py.)
 
 Re-run:  /root/qkv-venv/bin/python tests/reference/make_quant_fixtures.py     (~1 s)
 Needs:   gguf (gguf-py), numpy, safetensors. Deterministic (fixed seed, one row per type).
@@ -53,6 +54,15 @@ TYPES = {
 }
 RANDOM_BLOCKS = {32: 24, 256: 6}
 
+# Types added later (issue 37): fewer blocks, drawn from their own generator after the others, so
+# the tensors above keep their bytes. (name: block weights, block bytes, f16 scale field offsets)
+MORE_TYPES = {
+    "Q2_K": (256, 84, [80, 82]),
+    "Q3_K": (256, 110, [108]),
+    "IQ4_NL": (32, 18, [0]),
+    "IQ4_XS": (256, 136, [0]),
+}
+
 # Half bit patterns for the edge blocks' scale fields.
 H_ZERO, H_NZERO, H_SUB, H_MAX, H_INF, H_NINF = 0x0000, 0x8000, 0x0003, 0x7BFF, 0x7C00, 0xFC00
 H_QNAN, H_SNAN, H_NQNAN = 0x7E15, 0x7C2A, 0xFE01
@@ -98,6 +108,24 @@ def deq_case(rng, name):
             b[off:off + 2] = np.array([H_SMALL], dtype=np.uint16).view(np.uint8)
         edges.append(b)
     return np.concatenate([raw, np.stack(edges)]).reshape(-1)
+
+
+def deq_case_small(rng, name):
+    """MORE_TYPES: a few random blocks, the scale fields zero, +-inf and NaNs (quiet, signalling)
+    one at a time and (two-field types) together, and one block of small finite scales."""
+    block, size, fields = MORE_TYPES[name]
+    raw = [rng.integers(0, 256, size=size, dtype=np.uint8) for _ in range(8 if block == 32 else 1)]
+    single = [H_ZERO, H_INF, H_NINF, H_QNAN, H_SNAN]
+    rows = [(s,) + (H_SMALL,) * (len(fields) - 1) for s in single]
+    if len(fields) == 2:
+        rows += [(H_SMALL, H_INF), (H_SMALL, H_QNAN), (H_SMALL, H_SNAN), (H_QNAN, H_SNAN)]
+    rows.append((H_SMALL,) * len(fields))
+    for scales in rows:
+        b = rng.integers(0, 256, size=size, dtype=np.uint8)
+        for off, h in zip(fields, scales):
+            b[off:off + 2] = np.array([h], dtype=np.uint16).view(np.uint8)
+        raw.append(b)
+    return np.stack(raw).reshape(-1)
 
 
 def quant_inputs(rng, name):
@@ -157,6 +185,13 @@ def main():
             # The round trip gguf-py reads back is what the writer's users see.
             back = dequantize(q, T[name]).reshape(-1)
             assert back.size == x.size, name
+        rng2 = np.random.default_rng(20270115)
+        for name in MORE_TYPES:
+            raw = deq_case_small(rng2, name)
+            values = np.asarray(dequantize(raw, T[name]), dtype=np.float32).reshape(-1)
+            assert values.size * MORE_TYPES[name][1] == raw.size * MORE_TYPES[name][0], name
+            tensors[f"deq.{name}.bytes"] = raw
+            tensors[f"deq.{name}.values"] = values
     os.makedirs(OUT_DIR, exist_ok=True)
     import gguf  # noqa: F401  (version in the metadata)
     from importlib.metadata import version

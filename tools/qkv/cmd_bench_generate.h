@@ -6,7 +6,7 @@
 namespace qkv::tool {
 
 struct BenchGenerateOptions {
-  std::string model;  // any causal LM qkv loads (GPT-2 / Llama-family folder, GGUF file), or empty: a random GPT-2 of the sizes below
+  std::string model;  // any causal LM qkv loads (a folder or GGUF file of the registry), or empty: a random GPT-2 of the sizes below
   std::int64_t layers = 12, d_model = 768, heads = 12, vocab = 50257, positions = 1024;
   std::int64_t batch = 1, prompt_len = 16, new_tokens = 256;
   std::string prompt_ids;  // a file of B lines of P ids (the same prompts as another engine); empty: seeded random

@@ -1,8 +1,7 @@
-// qkv convert: rewrites a model. OUT a folder: a GPT-2 folder in any naming or float dtype qkv
-// loads, written back as transformers' save_pretrained does (float32, transformer.* names,
-// Conv1D layout), with the tokenizer files copied. OUT a .gguf file: a GPT-2 or Llama-family
-// model (folder or GGUF) written as a GGUF file llama.cpp and gguf-py load, its weights kept or
-// converted to --type.
+// qkv convert: rewrites a model. OUT a folder: a folder of a family the registry writes back (the
+// model qkv trains, GPT-2), as transformers' save_pretrained does, with the tokenizer files
+// copied. OUT a .gguf file: any causal LM of the registry (folder or GGUF) written as a GGUF file llama.cpp and gguf-py load, its weights kept or
+// given the types llama-quantize gives them for the file type --type names (models/quant_mix.h).
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -18,6 +17,7 @@
 #include "qkv/io/folder.h"
 #include "qkv/io/gguf.h"
 #include "qkv/models/gguf_export.h"
+#include "qkv/models/quant_mix.h"
 #include "qkv/models/registry.h"
 #include "qkv/tokenize/gguf_vocab.h"
 
@@ -28,6 +28,7 @@ namespace fs = std::filesystem;
 
 struct ConvertOptions {
   std::string model, out, type;
+  bool pure = false;
   bool overwrite = false;
 };
 
@@ -40,16 +41,15 @@ std::string folder_chat_template_text(const std::string& dir) {
 }
 
 int run_gguf(const ConvertOptions& o, std::ostream& os) {
-  std::optional<kernels::QType> type;
+  models::GgufQuant quant;
   if (!o.type.empty()) {
-    type = kernels::qtype_from_name(o.type);
-    const bool writable = type && (*type == kernels::QType::F32 || *type == kernels::QType::F16 ||
-                                   *type == kernels::QType::BF16 || *type == kernels::QType::Q8_0 ||
-                                   *type == kernels::QType::Q4_0 || *type == kernels::QType::Q4_1 ||
-                                   *type == kernels::QType::Q5_0 || *type == kernels::QType::Q5_1);
-    if (!writable)
-      throw ValueError("convert: --type must be one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1; got '" + o.type + "'");
+    quant.ftype = models::llama_ftype_from_name(o.type);
+    if (!quant.ftype)
+      throw ValueError("convert: --type must be one of " + models::llama_ftype_names() + " (llama-quantize's names); got '" +
+                       o.type + "'");
   }
+  if (o.pure && !quant.ftype) throw ValueError("convert: --pure needs a --type");
+  quant.pure = o.pure;
   std::error_code ec;
   const bool in_file = fs::is_regular_file(o.model, ec);
   if (fs::exists(o.out, ec) && fs::equivalent(o.model, o.out, ec))
@@ -79,14 +79,15 @@ int run_gguf(const ConvertOptions& o, std::ostream& os) {
   } else if (tokenize::find_tokenizer(o.model)) {
     tok = tokenize::gguf_tokenizer_metadata(tokenize::gguf_vocab_from_folder(o.model), folder_chat_template_text(o.model));
   }
-  const std::string what = kind.family->write_gguf(o.model, o.out, type, tok, name);
+  const std::string what = kind.family->write_gguf(o.model, o.out, quant, tok, name);
   os << "wrote " << o.out << " (GGUF, " << what << ", " << fs::file_size(o.out, ec) << " bytes)\n";
   return 0;
 }
 
 int run_convert(const ConvertOptions& o, std::ostream& os) {
   if (ends_with_gguf(o.out)) return run_gguf(o, os);
-  if (!o.type.empty()) throw ValueError("convert: --type applies to GGUF output (an --out ending in .gguf)");
+  if (!o.type.empty() || o.pure)
+    throw ValueError("convert: --type and --pure apply to GGUF output (an --out ending in .gguf)");
   check_input_folder(o.model, "convert: --model", "a model folder");
   std::error_code ec;
   if (fs::exists(o.out, ec) && same_file(o.model, o.out))
@@ -124,19 +125,29 @@ QKV_TOOL_COMMAND(convert, {
       sub.footer(
           "OUT ending in .gguf: writes " + role_needs(models::ModelRole::CausalLM) + " as GGUF v3 with the "
           "names, metadata and layouts of llama.cpp's converter (llama.cpp and gguf-py load it), the tokenizer and "
-          "chat template included; --type converts every weight matrix (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1; "
-          "default: as stored; a family may set its own), norms and biases stay F32. Written atomically.\n"
+          "chat template included. --type names a file type as llama-quantize does (f32, f16, bf16, q8_0, q4_0, q4_1, "
+          "q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs; q3_k, q4_k "
+          "and q5_k are its aliases of the _m mixes) and gives every tensor the type llama-quantize gives it in such a "
+          "file (q4_k_m: Q6_K for the output and for attn_v and ffn_down in about half the layers, Q4_K for the rest, "
+          "a 32-value type where rows are not a multiple of 256; norms stay F32), each block quantized as ggml "
+          "quantizes it, and sets general.file_type; --pure gives every quantized tensor the file type's main type "
+          "(llama-quantize --pure). Default: as stored (a family may set its own). Quantized weights are dequantized "
+          "and quantized again. Written atomically.\n"
           "OUT a folder: loads a folder of a family qkv trains (" + folder_families() + ") the way qkv generate does "
           "and writes OUT/config.json and OUT/model.safetensors as transformers' save_pretrained would, plus the "
           "tokenizer files when present; transformers loads the result. OUT appears whole once every file is "
           "written.\n"
           "An OUT that already holds something is refused unless --overwrite.\n\n"
           "Examples:\n  qkv convert --model tests/fixtures/gpt2_tiny --out /tmp/gpt2_tiny_qkv\n"
-          "  qkv convert --model tests/fixtures/llama_family/llama --out /tmp/tiny_llama.gguf --type q8_0");
+          "  qkv convert --model tests/fixtures/llama_family/llama --out /tmp/tiny_llama.gguf --type q8_0\n"
+          "  qkv convert --model models/SmolLM2-135M-Instruct.Q4_1.gguf --out /tmp/smollm2.q4_k_m.gguf --type q4_k_m");
       auto opt = std::make_shared<ConvertOptions>();
       add_lm_model_option(sub, opt->model, "Model to read: a folder, or a GGUF file (GGUF output)")->required();
       sub.add_option("--out", opt->out, "Folder to write, or a .gguf file")->type_name("PATH")->required();
-      sub.add_option("--type", opt->type, "GGUF output: f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1");
+      sub.add_option("--type", opt->type,
+                     "GGUF output: a llama-quantize file type (f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | "
+                     "q2_k | q3_k_s | q3_k_m | q3_k_l | q4_k_s | q4_k_m | q5_k_s | q5_k_m | q6_k | iq4_nl | iq4_xs)");
+      sub.add_flag("--pure", opt->pure, "With --type: every quantized tensor the type's main type (llama-quantize --pure)");
       add_overwrite_flag(sub, opt->overwrite, "--out");
       return [opt] { return run_convert(*opt, std::cout); };
     }});

@@ -1,4 +1,4 @@
-// qkv generate: text from a causal language model (a GGUF file, or a GPT-2 / Llama-family folder)
+// qkv generate: text from a causal language model (a GGUF file or a Hugging Face folder of any family of the registry)
 // through the KV cache (greedy or sampled), streamed to the terminal or as one JSON object per
 // prompt; --chat renders the prompt as a user message through the model's chat template.
 #include <chrono>

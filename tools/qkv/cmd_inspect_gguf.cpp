@@ -1,6 +1,8 @@
 // qkv inspect FILE.gguf: the header, every metadata key (type and value; long arrays and
 // strings shortened unless --full) and the tensor table (name, type, shape in PyTorch order,
-// elements, bytes, offset), read header-only by qkv::io::GGUFFile::open_header.
+// elements, bytes, offset), read header-only by qkv::io::GGUFFile::open_header. Tensors of every
+// GGML type are listed; a type qkv does not compute with (IQ2_XXS, MXFP4, ...) is marked "*" (in
+// --json, "computable": false).
 #include <cstdio>
 #include <map>
 #include <ostream>
@@ -116,6 +118,9 @@ nlohmann::json entry_json(const io::GGUFValue& v, bool full) {
   return j;
 }
 
+// A tensor's type for the table: GGML's name, with "*" for a type qkv does not compute with.
+std::string type_text(const io::GGUFTensorInfo& t) { return t.type_name() + (t.computable() ? "" : "*"); }
+
 }  // namespace
 
 int run_inspect_gguf(const InspectOptions& opt, std::ostream& out) {
@@ -123,10 +128,12 @@ int run_inspect_gguf(const InspectOptions& opt, std::ostream& out) {
   std::uint64_t data_bytes = 0;
   std::int64_t elements = 0;
   std::map<std::string, int> by_type;
+  bool foreign = false;  // a tensor of a type qkv does not compute with
   for (const io::GGUFTensorInfo& t : f.tensors()) {
     data_bytes += t.nbytes;
     elements += t.numel();
-    ++by_type[kernels::qtype_name(t.type)];
+    ++by_type[type_text(t)];
+    foreign = foreign || !t.computable();
   }
 
   if (opt.json) {
@@ -135,7 +142,8 @@ int run_inspect_gguf(const InspectOptions& opt, std::ostream& out) {
     nlohmann::json tensors = nlohmann::json::array();
     for (const io::GGUFTensorInfo& t : f.tensors())
       tensors.push_back({{"name", t.name},
-                         {"type", kernels::qtype_name(t.type)},
+                         {"type", t.type_name()},
+                         {"computable", t.computable()},
                          {"shape", t.shape},
                          {"dims", t.dims},
                          {"numel", t.numel()},
@@ -181,9 +189,12 @@ int run_inspect_gguf(const InspectOptions& opt, std::ostream& out) {
     Table t({"name", "type", "shape", "numel", "bytes", "offset"});
     t.align(1, Table::Align::Left).align(2, Table::Align::Left);
     for (const io::GGUFTensorInfo& ti : f.tensors())
-      t.add_row({ti.name, kernels::qtype_name(ti.type), shape_list(ti.shape), std::to_string(ti.numel()),
-                 std::to_string(ti.nbytes), std::to_string(ti.offset)});
+      t.add_row({ti.name, type_text(ti), shape_list(ti.shape), std::to_string(ti.numel()), std::to_string(ti.nbytes),
+                 std::to_string(ti.offset)});
     t.print(out);
+    if (foreign)
+      out << "\n* a type qkv reads but does not compute with: the file cannot be loaded as a model (qkv computes with "
+          << kernels::computable_types_list() << ")\n";
   }
   return 0;
 }

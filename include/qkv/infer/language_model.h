@@ -1,7 +1,7 @@
 // A language model as every front end uses it (the CLI's generate / chat / tokenize / bench,
 // the HTTP server, the Python package): the network, its tokenizer, its chat template and its
-// special tokens, loaded from any causal LM qkv reads — a GPT-2 or Llama-family (llama,
-// mistral, qwen2) Hugging Face folder, or a GGUF file.
+// special tokens, loaded from any causal LM qkv reads (models/registry.h) — a Hugging Face
+// folder or a GGUF file.
 //
 //   auto lm = infer::load_language_model("models/SmolLM2-135M-Instruct.Q4_1.gguf");
 //   const auto ids = lm.chat_prompt({{"user", "Hi!"}});          // through the chat template

@@ -17,10 +17,13 @@
 // unknown value type, a bool that is not 0 or 1, a string that is not UTF-8, arrays nested
 // more than kGGUFMaxArrayDepth deep, a duplicate key or tensor name, general.alignment not a
 // u32 power of two in [1, 65536], more than 4 dims, a dim or element count beyond int64, a
-// tensor type qkv does not support (named: "tensor 'blk.0.attn_q.weight' has type IQ4_XS,
-// which qkv does not support"), a row length that is not a multiple of the type's block, an
-// offset that is not aligned, tensors that overlap or leave a hole beyond the alignment
-// padding, data past the end of the file (truncated) or bytes after the last tensor's padding.
+// tensor type id that is no GGML type ("tensor 'w' has unknown type id 1000"), a row length that
+// is not a multiple of the type's block, an offset that is not aligned, tensors that overlap or
+// leave a hole beyond the alignment padding, data past the end of the file (truncated) or bytes
+// after the last tensor's padding. Tensors of any GGML type are read and listed, those qkv does
+// not compute with (IQ2_XXS, MXFP4, ...) included; their data is refused (data(), view(): a
+// FormatError naming the tensor, its type and the types qkv computes with), so a model holding one
+// fails to load with that message.
 //
 // Nothing is copied: strings and arrays of the metadata are views into the file's bytes, and
 // a tensor's data is a pointer into the mapping (valid while the GGUFFile or a copy of its
@@ -116,12 +119,17 @@ struct GGUFKeyValue {
 
 struct GGUFTensorInfo {
   std::string name;
+  // The GGML type as stored: any GGML type id (kernels::ggml_type_block knows its blocks), one of
+  // the types qkv computes with (kernels/quant.h) or not (IQ2_XXS, MXFP4, ...: computable() false,
+  // and qtype_traits(type) has nothing for it).
   kernels::QType type = kernels::QType::F32;
   std::vector<std::int64_t> dims;  // as stored, innermost first: dims[0] is the row length
   Shape shape;                     // PyTorch order (dims reversed): [out, in] for a Linear weight
   std::uint64_t offset = 0;        // from the start of the data section; a multiple of the alignment
   std::uint64_t nbytes = 0;        // numel / block x block bytes
 
+  bool computable() const { return kernels::qtype_traits(static_cast<std::uint32_t>(type)).has_value(); }
+  std::string type_name() const { return kernels::ggml_type_name(static_cast<std::uint32_t>(type)); }  // "Q4_K", "IQ2_XXS"
   std::int64_t numel() const;
   std::int64_t row_length() const { return dims.empty() ? 1 : dims[0]; }
   std::int64_t rows() const;  // numel / row_length (1 for a scalar, 0 when empty)
@@ -184,7 +192,9 @@ class GGUFFile {
   // FormatError naming the tensor and the file if absent.
   const GGUFTensorInfo& at(std::string_view name) const;
   // The tensor's nbytes bytes in the mapping. ValueError after open_header or for an info
-  // that is not this file's.
+  // that is not this file's; FormatError for a tensor of a type qkv does not compute with
+  // ("<file>: tensor 'blk.0.attn_q.weight' has type IQ2_XXS, which qkv cannot compute with (it
+  // computes with F32, F16, ...)").
   const std::uint8_t* data(const GGUFTensorInfo& t) const;
   GGUFTensorView view(std::string_view name) const;
   // The whole file's bytes (a mapping after open(), the bytes given to parse()), shared, so

@@ -22,15 +22,15 @@
 //
 // activations = Q8 (optional: faster on integer dot-product hardware, less accurate): every
 // row of A is quantized per 32 values as llama.cpp's Q8_0 (quantize_activations_q8), W is unpacked
-// panel by panel into integer codes (w = s * code + o per scale block of 32, or 16 for Q6_K), and
-// each scale block contributes s * d_a * (codes . q_a) + o * d_a * sum(q_a), with AVX-512 VNNI
-// (vpdpbusd), AVX2 (vpmaddubsw) or plain integer loops. It applies to the block types (Q8_0,
-// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) above the decode path's rows, and to every M (a
-// decode row too, rows_alone too) for the types qgemm_q8_every_m names: those the ISA unpacks
-// with vectors (AVX-512 VNNI: Q4_0, Q4_1, Q8_0), where the integer products beat the exact
-// decode path even for one row. Every element of the Q8 path depends only on K and its two rows
-// (each row of A is quantized alone, K is never split), so its rows are independent of each
-// other as rows_alone asks. F32, F16 and BF16 weights, and the other types at
+// panel by panel into integer codes (w = s * code + o per scale block of 32, or 16 for Q2_K, Q3_K
+// and Q6_K), and each scale block contributes s * d_a * (codes . q_a) + o * d_a * sum(q_a), with
+// AVX-512 VNNI (vpdpbusd), AVX2 (vpmaddubsw) or plain integer loops. It applies to the block types
+// (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) above the decode
+// path's rows, and to every M (a decode row too, rows_alone too) for the types qgemm_q8_every_m
+// names: those the ISA unpacks with vectors (AVX-512 VNNI: Q4_0, Q4_1, Q8_0), where the integer
+// products beat the exact decode path even for one row. Every element of the Q8 path depends only
+// on K and its two rows (each row of A is quantized alone, K is never split), so its rows are
+// independent of each other as rows_alone asks. F32, F16 and BF16 weights, and the other types at
 // M <= qgemm_decode_max_m() or rows_alone, take the exact path.
 //
 // Epilogue: as sgemm_ex's (bias, activation, residual; kernels/gemm.h), each element finished

@@ -11,6 +11,7 @@
 #include "qkv/io/gguf_writer.h"
 #include "qkv/kernels/quant.h"
 #include "qkv/models/decoder.h"
+#include "qkv/models/quant_mix.h"
 
 namespace qkv::io {
 class GGUFFile;
@@ -32,11 +33,12 @@ std::shared_ptr<DecoderLM> load_decoder(const std::string& path);
 std::shared_ptr<DecoderLM> load_decoder_gguf(std::shared_ptr<const io::GGUFFile> file);
 
 // Writes `m` as GGUF (atomically), with the names, metadata and layouts of llama.cpp's
-// convert_hf_to_gguf.py for its architecture (llama.cpp and gguf-py load it). type: convert every
-// weight matrix to it (nullopt: keep each matrix's stored type); norms and biases are F32.
-// name: general.name. ValueError naming the tensor when a matrix's rows are not a multiple of
-// the type's block.
-void save_decoder_gguf(const DecoderLM& m, const std::string& path, std::optional<kernels::QType> type,
+// convert_hf_to_gguf.py for its architecture (llama.cpp and gguf-py load it). quant: each tensor
+// in its stored type, or converted to the type llama-quantize gives it in a file of quant.ftype
+// (models/quant_mix.h: Q4_K_M's Q6_K attn_v and ffn_down every few layers, ..., each block as
+// ggml quantizes it); norms and biases are F32. general.file_type: quant.ftype, or the file type
+// of the matrices' most common type. name: general.name.
+void save_decoder_gguf(const DecoderLM& m, const std::string& path, const GgufQuant& quant,
                        const io::GGUFMetadata& tokenizer, const std::string& name);
 
 }  // namespace qkv::models

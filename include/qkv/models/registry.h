@@ -16,6 +16,7 @@
 #include "qkv/infer/causal_lm.h"
 #include "qkv/io/gguf_writer.h"
 #include "qkv/kernels/qgemm.h"
+#include "qkv/models/quant_mix.h"
 
 namespace qkv::models {
 
@@ -50,10 +51,11 @@ struct ModelFamily {
   bool untyped_folders = false;
   // Loads a folder (or, with gguf_names, a GGUF file) of this family; set for causal LMs.
   LoadedCausalLM (*load_causal_lm)(const std::string& path, const CausalLMLoadOptions& options) = nullptr;
-  // Writes a folder (or GGUF file) of this family as GGUF to `out` (qkv convert), its matrices
-  // converted to `type` (nullopt: as stored; the family may have a default), with the tokenizer
-  // metadata given; returns what it wrote ("llama, weights Q8_0"). Null: the family is not converted.
-  std::string (*write_gguf)(const std::string& path, const std::string& out, std::optional<kernels::QType> type,
+  // Writes a folder (or GGUF file) of this family as GGUF to `out` (qkv convert), its tensors'
+  // types as `quant` says (as stored unless it names a file type; the family may have a default),
+  // with the tokenizer metadata given; returns what it wrote ("llama, Q4_K_M: 98 Q4_K, ...").
+  // Null: the family is not converted.
+  std::string (*write_gguf)(const std::string& path, const std::string& out, const GgufQuant& quant,
                             const io::GGUFMetadata& tokenizer, const std::string& name) = nullptr;
   // Writes a folder of this family again as transformers' save_pretrained does (qkv convert to a
   // folder); returns a description of the model written. Null: not supported.

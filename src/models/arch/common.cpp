@@ -306,11 +306,11 @@ LoadedCausalLM load_decoder_causal_lm(const std::string& path, const CausalLMLoa
   return out;
 }
 
-std::string write_decoder_gguf(const std::string& path, const std::string& out, std::optional<kernels::QType> type,
+std::string write_decoder_gguf(const std::string& path, const std::string& out, const GgufQuant& quant,
                                const io::GGUFMetadata& tokenizer, const std::string& name) {
   const auto m = load_decoder(path);
-  save_decoder_gguf(*m, out, type, tokenizer, name);
-  return fmt::format("{}, weights {}", m->spec().arch, type ? kernels::qtype_name(*type) : "as stored");
+  save_decoder_gguf(*m, out, quant, tokenizer, name);
+  return fmt::format("{}, {}", m->spec().arch, describe(quant));
 }
 
 }  // namespace qkv::models::arch

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arch.h"
+#include "qkv/models/quant_mix.h"
 
 namespace qkv::models::arch {
 
@@ -67,7 +68,7 @@ std::vector<TensorName> without(std::vector<TensorName> names, Slot slot);
 // Loads a folder or GGUF file of a decoder family (the registry's load_causal_lm of them).
 LoadedCausalLM load_decoder_causal_lm(const std::string& path, const CausalLMLoadOptions& options);
 // Writes one as GGUF (the registry's write_gguf of decoder families).
-std::string write_decoder_gguf(const std::string& path, const std::string& out, std::optional<kernels::QType> type,
+std::string write_decoder_gguf(const std::string& path, const std::string& out, const GgufQuant& quant,
                                const io::GGUFMetadata& tokenizer, const std::string& name);
 
 }  // namespace qkv::models::arch

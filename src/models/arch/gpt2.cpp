@@ -26,12 +26,11 @@ LoadedCausalLM load(const std::string& path, const CausalLMLoadOptions& o) {
   return out;
 }
 
-std::string write_gguf(const std::string& path, const std::string& out, std::optional<kernels::QType> type,
+std::string write_gguf(const std::string& path, const std::string& out, const GgufQuant& quant,
                        const io::GGUFMetadata& tokenizer, const std::string& name) {
   const auto m = load_gpt2(path);
-  const kernels::QType t = type.value_or(kernels::QType::F32);
-  save_gpt2_gguf(*m, out, t, tokenizer, name);
-  return std::string("gpt2, weights ") + kernels::qtype_name(t);
+  save_gpt2_gguf(*m, out, quant, tokenizer, name);
+  return "gpt2, " + (quant.ftype ? describe(quant) : std::string("weights F32"));
 }
 
 std::string write_folder(const std::string& path, const std::string& out) {

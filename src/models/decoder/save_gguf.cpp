@@ -31,7 +31,7 @@ std::optional<kernels::QMatrix> stacked(std::initializer_list<const kernels::QMa
 
 }  // namespace
 
-void save_decoder_gguf(const DecoderLM& m, const std::string& path, std::optional<QType> type,
+void save_decoder_gguf(const DecoderLM& m, const std::string& path, const GgufQuant& quant,
                        const io::GGUFMetadata& tokenizer, const std::string& name) {
   const DecoderSpec& c = m.spec();
   const DecoderWeights& w = m.weights();
@@ -87,7 +87,7 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, std::optiona
             for (i64 r : pk) perm.push_back(HD + r);
             for (i64 r = 0; r < KD; ++r) perm.push_back(HD + KD + r);
           }
-          t.add_matrix(gname, *whole, type, perm);
+          t.add_matrix(gname, *whole, perm);
           break;
         }
         case Slot::QBias:
@@ -100,8 +100,7 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, std::optiona
         }
         default:
           if (slot_is_matrix(tn.slot)) {
-            t.add_matrix(gname, *matrix_of(w, tn.slot, l), type,
-                         tn.slot == Slot::Q ? pq : tn.slot == Slot::K ? pk : std::vector<i64>{});
+            t.add_matrix(gname, *matrix_of(w, tn.slot, l), tn.slot == Slot::Q ? pq : tn.slot == Slot::K ? pk : std::vector<i64>{});
           } else {
             t.add_vector(gname, vector_of(w, tn.slot, l), slot_shape(c, tn.slot)[0]);
           }
@@ -115,6 +114,10 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, std::optiona
       if (tn.gguf && slot_is_per_layer(tn.slot)) emit(tn, l);
   for (const TensorName& tn : a->tensors)
     if (tn.gguf && !slot_is_per_layer(tn.slot) && tn.slot != Slot::Embed) emit(tn, 0);
+  // The types: as stored, or llama-quantize's for the file type asked (it reads these facts; qkv's
+  // decoders have no experts).
+  const std::uint32_t file_type = t.apply(
+      quant, QuantMixModel{.arch = a->gguf_name, .n_layer = c.num_layers(), .n_head = c.num_heads, .n_head_kv = c.num_kv_heads});
   io::GGUFMetadata meta;
   meta.emplace_back("general.architecture", GGUFMeta::string(a->gguf_name));
   meta.emplace_back("general.type", GGUFMeta::string("model"));
@@ -122,7 +125,7 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, std::optiona
   const std::string prefix = a->gguf_name + ".";
   arch::write_common_gguf_metadata(c, prefix, meta);
   if (a->gguf_metadata) a->gguf_metadata(c, prefix, meta);
-  meta.emplace_back("general.file_type", GGUFMeta::u32(file_type(t.majority())));
+  meta.emplace_back("general.file_type", GGUFMeta::u32(file_type));
   meta.emplace_back("general.quantization_version", GGUFMeta::u32(2));
   meta.insert(meta.end(), tokenizer.begin(), tokenizer.end());
   io::write_gguf(path, meta, t.list);
