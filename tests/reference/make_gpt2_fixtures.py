@@ -20,8 +20,8 @@ Outputs:
         the prompts, their ids, greedy continuations, per-step argmax margins,
         the left-padded batched run and its comparison with the single runs.
     tests/fixtures/gpt2_tiny_logits.safetensors
-        float32 logits of the last min(T, 8) positions of every prompt (all of
-        a short prompt's, the last 8 rows of a longer one; LOGITS_ROWS),
+        float32 logits of the last min(T, 4) positions of every prompt (all of
+        a short prompt's, the last 4 rows of a longer one; LOGITS_ROWS),
         generate's per-step logits for one prompt, per-layer activations for
         one prompt.
     tests/reference/fixture_index.md (its gpt2_tiny block)
@@ -89,8 +89,8 @@ WARMUP = 20
 MAX_NEW = 40
 MIN_MARGIN = 1e-4    # every greedy step's top1 - top2 logit gap must exceed this
 STEP_LOGITS_PROMPT = "short"      # generate's per-step logits are stored for this prompt,
-STEP_LOGITS_ROWS = 16             # for its first 16 steps (the file stays small)
-LOGITS_ROWS = 8                   # logits.<i> keeps the last min(T, 8) rows of each prompt's logits
+STEP_LOGITS_ROWS = 8              # for its first 8 steps (the file stays small)
+LOGITS_ROWS = 4                   # logits.<i> keeps the last min(T, 4) rows of each prompt's logits
                                   # (it held all T rows, ~560 KB; the C++ test compares the last rows)
 ACTIVATIONS_PROMPT = "endoftext"  # per-layer activations are stored for this prompt
 
