@@ -275,17 +275,19 @@ class Generation {
     if (!p_.params.logprobs) return;
     const tokenize::Tokenizer& tok = m_.lm->tok();
     // A token's own text (its leading space kept, as OpenAI shows tokens), invalid UTF-8 as U+FFFD.
+    // An id past the tokenizer's vocabulary (a padded embedding row) has no text.
+    auto raw_of = [&](std::int64_t id) { return id < tok.vocab_size() ? tok.token_text(id) : std::string(); };
     auto text_of = [&](std::int64_t id) {
       std::string out;
-      tokenize::utf8::append_lossy(tok.token_text(id), /*final=*/true, out);
+      tokenize::utf8::append_lossy(raw_of(id), /*final=*/true, out);
       return out;
     };
     if (chat()) {
       json top = json::array();
       for (const auto& [id, l] : t.top)
-        top.push_back({{"token", text_of(id)}, {"logprob", l}, {"bytes", bytes_of(tok.token_text(id))}});
+        top.push_back({{"token", text_of(id)}, {"logprob", l}, {"bytes", bytes_of(raw_of(id))}});
       lp["content"].push_back({{"token", text_of(t.id)}, {"logprob", t.logprob},
-                               {"bytes", bytes_of(tok.token_text(t.id))}, {"top_logprobs", top}});
+                               {"bytes", bytes_of(raw_of(t.id))}, {"top_logprobs", top}});
     } else {
       json top = json::object();
       for (const auto& [id, l] : t.top) top[text_of(id)] = l;

@@ -114,7 +114,8 @@ StreamDecoder::StreamDecoder(std::shared_ptr<const Tokenizer> tokenizer) : tok_(
 }
 
 std::string StreamDecoder::push(std::int64_t id) {
-  pending_ += tok_->token_text(id);  // IndexError before any state changes
+  if (id >= tok_->vocab_size()) return {};  // a row of the model's embedding the tokenizer has no token for
+  pending_ += tok_->token_text(id);  // IndexError (a negative id) before any state changes
   // decode() drops one space: the text's first byte when it is one. Once a byte has come (a
   // token of just "▁" too), no later space is the first.
   if (!started_ && !pending_.empty()) {

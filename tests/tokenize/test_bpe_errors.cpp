@@ -132,7 +132,8 @@ TEST(BpeInputErrors, OutOfRangeIdsAreIndexErrors) {
   for (unsigned char b : std::string("\xE2\x82\xAC")) euro.push_back(*bpe.token_to_id(byte_char(b)));
   std::string out;
   for (std::size_t i = 0; i + 1 < euro.size(); ++i) out += sd.push(euro[i]);
-  expect_error<IndexError>([&] { sd.push(5000); }, {"token id 5000"});
+  // An id past the vocabulary (a padded embedding row a model generated) stands for no text.
+  EXPECT_EQ(sd.push(5000), "");
   expect_error<IndexError>([&] { sd.push(-7); }, {"token id -7"});
   out += sd.push(euro.back());
   out += sd.finish();

@@ -154,7 +154,8 @@ int run_generate(GenerateOptions o, std::ostream& out) {
       const std::string rest = s->finish();
       if (stream) out << rest;
     }
-  auto token_text = [&](i64 id) { return tok ? tok->decode({id}) : std::to_string(id); };
+  // An id past the tokenizer's vocabulary (a padded embedding row) has no text.
+  auto token_text = [&](i64 id) { return !tok ? std::to_string(id) : id < tok->vocab_size() ? tok->decode({id}) : ""; };
   if (stream && o.logprobs < 0) {
     out << "\n";
     const auto& r = results[0];

@@ -96,7 +96,10 @@ std::shared_ptr<const Tokenizer> tokenizer_from_bpe_files(const std::string& voc
 class StreamDecoder {
  public:
   explicit StreamDecoder(std::shared_ptr<const Tokenizer> tokenizer);
-  // The text completed by token `id` (possibly empty). IndexError for an id outside 0..V-1.
+  // The text completed by token `id` (possibly empty). An id >= V stands for no text: a model's
+  // embedding may have more rows than its tokenizer has tokens (Qwen's 151936 rows for 151669
+  // tokens), and a generated id there decodes to nothing, as transformers decodes it. IndexError
+  // for a negative id.
   std::string push(std::int64_t id);
   // The rest: an incomplete tail becomes U+FFFD (as decode() would); the decoder is then empty.
   std::string finish();
