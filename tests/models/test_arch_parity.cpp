@@ -25,14 +25,18 @@
 #include "qkv/infer/kv_cache.h"
 #include "qkv/io/tensors.h"
 #include "qkv/models/decoder_io.h"
+#include "decoder_parity_util.h"
 #include "testing/fixture.h"
 
 namespace {
 
+using qkv::testing::expect_same_tokens;
+using qkv::testing::kNearTie;
+using qkv::testing::prompt_logits;
+
 using qkv::Tensor;
 using i64 = std::int64_t;
 
-constexpr double kNearTie = 1e-3;
 
 const nlohmann::json& reference() {
   static const nlohmann::json j = [] {
@@ -66,27 +70,7 @@ std::vector<std::vector<i64>> prompts_of(const std::string& name) {
   return reference()[name]["prompts"].get<std::vector<std::vector<i64>>>();
 }
 
-// Logits of every prompt position, the prompt fed in one cached call.
-Tensor prompt_logits(const qkv::models::DecoderLM& m, const std::vector<i64>& ids) {
-  const i64 n = static_cast<i64>(ids.size());
-  qkv::infer::KVCache cache(m.cache_options(1, n));
-  return m.forward_cached(Tensor::from_vector(ids, {1, n}), {n}, cache, /*all_logits=*/true).select(0, 0);
-}
 
-// Generated tokens against transformers' until the first divergence, which must come at a
-// near-tie of the reference (the rest depends on that tie and is not compared).
-void expect_same_tokens(const std::vector<i64>& got, const nlohmann::json& want, const nlohmann::json& margins,
-                        const std::string& what) {
-  const auto w = want.get<std::vector<i64>>();
-  const auto m = margins.get<std::vector<double>>();
-  ASSERT_EQ(got.size(), w.size()) << what;
-  for (std::size_t i = 0; i < w.size(); ++i) {
-    if (got[i] == w[i]) continue;
-    EXPECT_LT(m[i], kNearTie) << what << ": token " << i << " is " << got[i] << ", transformers gives " << w[i]
-                              << " with a top-2 margin of " << m[i];
-    return;
-  }
-}
 
 class ArchParity : public ::testing::TestWithParam<std::string> {};
 

@@ -131,6 +131,7 @@ DecoderSpec spec_from_config(const json& j, const std::string& src, const Config
   c.norm_eps = hf::get_double(j, "rms_norm_eps", src, d.rms_norm_eps);
   if (hf::get_bool(j, "mlp_bias", src, false)) hf::bad(src, "mlp_bias true is not supported");
   c.tied = hf::get_bool(j, "tie_word_embeddings", src, d.tie_word_embeddings);
+  c.attention_bias = hf::get_bool(j, "attention_bias", src, false);
   // RoPE: rope_parameters (transformers 5; per layer type for some models: the full attention's
   // here) or rope_theta + rope_scaling (transformers 4); partial_rotary_factor at the top or in it.
   const json* rp = object_field(j, "rope_parameters", src);
@@ -255,6 +256,28 @@ void write_common_gguf_metadata(const DecoderSpec& c, const std::string& prefix,
   i64 window = 0;
   for (const LayerSpec& l : c.layers) window = std::max(window, l.window);
   if (window) meta.emplace_back(key("attention.sliding_window"), u32(window));
+}
+
+void window_on_every_layer(const json& j, const std::string& src, DecoderSpec& c) {
+  if (auto it = j.find("sliding_window"); it != j.end() && !it->is_null()) {
+    const i64 w = hf::get_int(j, "sliding_window", src);
+    for (LayerSpec& l : c.layers) l.window = w;
+  }
+}
+
+Architecture llama_layout(const std::string& name, const std::string& display, const std::string& gguf_name,
+                          bool interleaved_rope) {
+  Architecture a;
+  a.name = name;
+  a.display = display;
+  a.model_types = {name};
+  a.gguf_names = {name};
+  a.gguf_name = gguf_name;
+  a.gguf_interleaved_rope = interleaved_rope;
+  a.tensors = llama_tensor_names();
+  a.from_config = [](const json& j, const std::string& src) { return spec_from_config(j, src); };
+  a.from_gguf = [name](const io::GGUFFile& f) { return spec_from_gguf(f, *find_architecture(name)); };
+  return a;
 }
 
 std::vector<TensorName> llama_tensor_names() {

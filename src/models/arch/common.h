@@ -26,10 +26,14 @@ struct ConfigDefaults {
   std::vector<std::string> activations = {"silu"};
 };
 
-// The common fields of a decoder config.json: sizes, eps, tying, special tokens, the RoPE of
-// every layer (rope_theta + rope_scaling, or transformers 5's rope_parameters; partial_rotary_
-// factor), every layer global with the default scale. FormatError naming `src` and the field.
+// The common fields of a decoder config.json: sizes, eps, tying, special tokens, attention_bias
+// (default false), the RoPE of every layer (rope_theta + rope_scaling, or transformers 5's
+// rope_parameters; partial_rotary_factor), every layer global with the default scale.
+// FormatError naming `src` and the field.
 DecoderSpec spec_from_config(const json& j, const std::string& src, const ConfigDefaults& d = {});
+
+// `sliding_window` (when present and not null) as the window of every layer (Mistral, Phi-3).
+void window_on_every_layer(const json& j, const std::string& src, DecoderSpec& c);
 
 // A RoPE from a config's rope settings: `rp` is the rope_parameters / rope_scaling object (or
 // null: none), `field` its name for messages; theta is the base when rp has no rope_theta.
@@ -60,6 +64,12 @@ void write_common_gguf_metadata(const DecoderSpec& spec, const std::string& pref
 // lm_head; GGUF token_embd, blk.{i}.attn_norm, attn_q/k/v/output, ffn_norm, ffn_gate/up/down,
 // output_norm, output, rope_freqs.
 std::vector<TensorName> llama_tensor_names();
+// An architecture of the Llama layout named `name` (its model_type and GGUF architecture),
+// written to GGUF as `gguf_name` (q / k rows permuted when `interleaved_rope`), its spec the
+// common fields of config.json (spec_from_config) and of GGUF metadata (spec_from_gguf): the
+// starting point of most architecture files, which then change what differs.
+Architecture llama_layout(const std::string& name, const std::string& display, const std::string& gguf_name,
+                          bool interleaved_rope);
 // `names` with the entry of `slot` replaced by (or, when absent, extended with) `t`.
 std::vector<TensorName> with(std::vector<TensorName> names, const TensorName& t);
 // `names` without the entry of `slot`.

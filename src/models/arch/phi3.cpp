@@ -16,13 +16,8 @@ namespace {
 using json = nlohmann::json;
 
 Architecture phi3() {
-  Architecture a;
-  a.name = "phi3";
-  a.display = "Phi-3";
-  a.model_types = {"phi3"};
-  a.gguf_names = {"phi3"};
-  a.gguf_name = "phi3";
-  a.tensors = arch::without(arch::llama_tensor_names(), Slot::RopeFreqs);
+  Architecture a = arch::llama_layout("phi3", "Phi-3", "phi3", /*interleaved_rope=*/false);
+  a.tensors = arch::without(a.tensors, Slot::RopeFreqs);
   for (Slot s : {Slot::Q, Slot::K, Slot::V, Slot::QBias, Slot::KBias, Slot::VBias, Slot::Gate, Slot::Up})
     a.tensors = arch::without(a.tensors, s);
   a.tensors.push_back({Slot::QKV, "model.layers.{i}.self_attn.qkv_proj.weight", "blk.{i}.attn_qkv.weight"});
@@ -39,10 +34,8 @@ Architecture phi3() {
       if (!rp || !rp->contains("original_max_position_embeddings"))
         s.original_max_positions = static_cast<double>(hf::get_int(j, "original_max_position_embeddings", src, 4096));
     }
-    if (auto it = j.find("sliding_window"); it != j.end() && !it->is_null()) {
-      const std::int64_t w = hf::get_int(j, "sliding_window", src);
-      for (LayerSpec& l : c.layers) l.window = w;
-    }
+    if (c.attention_bias) hf::bad(src, "attention_bias true is not supported for phi3 (its fused qkv_proj has no bias)");
+    arch::window_on_every_layer(j, src, c);
     return c;
   };
   a.from_gguf = [](const io::GGUFFile& f) {

@@ -7,13 +7,7 @@ namespace qkv::models {
 namespace {
 
 Architecture qwen2() {
-  Architecture a;
-  a.name = "qwen2";
-  a.display = "Qwen2";
-  a.model_types = {"qwen2"};
-  a.gguf_names = {"qwen2"};
-  a.gguf_name = "qwen2";
-  a.tensors = arch::llama_tensor_names();
+  Architecture a = arch::llama_layout("qwen2", "Qwen2", "qwen2", /*interleaved_rope=*/false);
   a.from_config = [](const nlohmann::json& j, const std::string& src) {
     DecoderSpec c = arch::spec_from_config(j, src);
     c.attention_bias = true;
@@ -21,7 +15,6 @@ Architecture qwen2() {
       hf::bad(src, "use_sliding_window true is not supported for qwen2");
     return c;
   };
-  a.from_gguf = [](const io::GGUFFile& f) { return arch::spec_from_gguf(f, *find_architecture("qwen2")); };
   return a;
 }
 

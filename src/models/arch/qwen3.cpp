@@ -11,18 +11,11 @@ namespace qkv::models {
 namespace {
 
 Architecture qwen3() {
-  Architecture a;
-  a.name = "qwen3";
-  a.display = "Qwen3";
-  a.model_types = {"qwen3"};
-  a.gguf_names = {"qwen3"};
-  a.gguf_name = "qwen3";
-  a.tensors = arch::llama_tensor_names();
+  Architecture a = arch::llama_layout("qwen3", "Qwen3", "qwen3", /*interleaved_rope=*/false);
   a.tensors.push_back({Slot::QNorm, "model.layers.{i}.self_attn.q_norm.weight", "blk.{i}.attn_q_norm.weight"});
   a.tensors.push_back({Slot::KNorm, "model.layers.{i}.self_attn.k_norm.weight", "blk.{i}.attn_k_norm.weight"});
   a.from_config = [](const nlohmann::json& j, const std::string& src) {
     DecoderSpec c = arch::spec_from_config(j, src, {.max_position_embeddings = 32768});
-    c.attention_bias = hf::get_bool(j, "attention_bias", src, false);
     const auto sliding = arch::sliding_layers(j, c.num_layers(), src);
     const bool use_window = hf::get_bool(j, "use_sliding_window", src, false);
     const std::int64_t first = hf::get_int(j, "max_window_layers", src, 28);

@@ -11,17 +11,9 @@ namespace qkv::models {
 namespace {
 
 Architecture smollm3() {
-  Architecture a;
-  a.name = "smollm3";
-  a.display = "SmolLM3";
-  a.model_types = {"smollm3"};
-  a.gguf_names = {"smollm3"};
-  a.gguf_name = "smollm3";
-  a.gguf_interleaved_rope = true;
-  a.tensors = arch::llama_tensor_names();
+  Architecture a = arch::llama_layout("smollm3", "SmolLM3", "smollm3", /*interleaved_rope=*/true);
   a.from_config = [](const nlohmann::json& j, const std::string& src) {
     DecoderSpec c = arch::spec_from_config(j, src, {.tie_word_embeddings = true, .max_position_embeddings = 32768});
-    c.attention_bias = hf::get_bool(j, "attention_bias", src, false);
     const std::int64_t L = c.num_layers();
     std::vector<bool> rope(static_cast<std::size_t>(L));
     if (auto it = j.find("no_rope_layers"); it != j.end() && !it->is_null()) {
