@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -12,11 +13,18 @@
 #include "qkv/core/tensor.h"
 #include "qkv/infer/kv_cache.h"
 #include "qkv/models/decoder.h"
+#include "testing/fixture.h"
 
 namespace qkv::testing {
 
 // A divergence from transformers' greedy tokens is allowed only where its top-2 margin is below this.
 constexpr double kNearTie = 1e-3;
+
+// A JSON fixture (tests/fixtures/<name>), parsed.
+inline nlohmann::json json_fixture(const std::string& name) {
+  std::ifstream f(fixture_path(name));
+  return nlohmann::json::parse(f);
+}
 
 // Logits of every prompt position, the prompt fed in one cached call: [T, V].
 inline Tensor prompt_logits(const models::DecoderLM& m, const std::vector<std::int64_t>& ids) {

@@ -37,15 +37,10 @@ using qkv::testing::prompt_logits;
 using qkv::Tensor;
 using i64 = std::int64_t;
 
-
 const nlohmann::json& reference() {
-  static const nlohmann::json j = [] {
-    std::ifstream f(qkv::testing::fixture_path("arch/reference.json"));
-    return nlohmann::json::parse(f);
-  }();
+  static const nlohmann::json j = qkv::testing::json_fixture("arch/reference.json");
   return j;
 }
-
 const qkv::io::LoadedTensors& logits_ref() {
   static const qkv::io::LoadedTensors t = qkv::testing::load_fixture("arch/logits.safetensors");
   return t;

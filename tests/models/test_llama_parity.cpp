@@ -40,15 +40,10 @@ using qkv::testing::prompt_logits;
 using qkv::Tensor;
 using i64 = std::int64_t;
 
-
 const nlohmann::json& reference() {
-  static const nlohmann::json j = [] {
-    std::ifstream f(qkv::testing::fixture_path("llama_family/reference.json"));
-    return nlohmann::json::parse(f);
-  }();
+  static const nlohmann::json j = qkv::testing::json_fixture("llama_family/reference.json");
   return j;
 }
-
 const qkv::io::LoadedTensors& logits_ref() {
   static const qkv::io::LoadedTensors t = qkv::testing::load_fixture("llama_family/logits.safetensors");
   return t;
