@@ -298,7 +298,9 @@ void decoder_seeds(const fuzz::Scratch& s, const fs::path& out) {
           fuzz::make_archive({{"config.json", fuzz::read_bytes(s.path(sd.name + "/config.json"))},
                               {"model.safetensors", fuzz::read_bytes(s.path(sd.name + "/model.safetensors"))}}));
     const std::string gguf = s.path(sd.name + ".gguf");
-    models::save_decoder_gguf(*m, gguf, sd.type, tokenize::gguf_tokenizer_metadata(*sd.vocab, ""), "seed " + sd.name);
+    models::GgufQuant quant;
+    if (sd.type) quant = {.ftype = models::llama_ftype_of_type(*sd.type), .pure = true};
+    models::save_decoder_gguf(*m, gguf, quant, tokenize::gguf_tokenizer_metadata(*sd.vocab, ""), "seed " + sd.name);
     models::load_decoder(gguf);  // the seed loads
     put(out, "gguf", "decoder_" + sd.name + ".gguf", fuzz::read_bytes(gguf));
   }

@@ -41,6 +41,7 @@
 
 #include "qkv/core/env.h"
 #include "qkv/core/error.h"
+#include "qkv/core/thread_signals.h"
 
 namespace qkv {
 namespace {
@@ -166,6 +167,7 @@ class Pool {
       auto wk = std::make_unique<Worker>();
       const int tid = static_cast<int>(workers_.size()) + 1;
       try {
+        const StopSignalsBlocked quiet;  // workers leave SIGINT / SIGTERM to the program's threads
         wk->thread = std::thread([this, w = wk.get(), tid] { worker_main(*w, tid); });
       } catch (const std::system_error&) {
         return;  // no more threads: run() does the missing members' chunks on the caller

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "qkv/core/thread_signals.h"
+
 namespace qkv::infer {
 
 using i64 = std::int64_t;
@@ -15,6 +17,7 @@ EmbedBatcher::EmbedBatcher(std::shared_ptr<const SentenceEmbedder> embedder, con
     throw ValueError("EmbedBatcher: max_batch_texts must be >= 1, got " + std::to_string(opt_.max_batch_texts));
   if (opt_.max_queue < 0) throw ValueError("EmbedBatcher: max_queue must be >= 0, got " + std::to_string(opt_.max_queue));
   if (opt_.batch_size < 1) throw ValueError("EmbedBatcher: batch_size must be >= 1, got " + std::to_string(opt_.batch_size));
+  const StopSignalsBlocked quiet;  // the batcher's thread leaves SIGINT / SIGTERM to the program
   thread_ = std::thread([this] { run(); });
 }
 

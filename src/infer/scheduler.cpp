@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "qkv/core/thread_signals.h"
 #include "qkv/infer/generate.h"
 #include "qkv/infer/kv_cache.h"
 
@@ -114,6 +115,7 @@ Scheduler::Scheduler(std::shared_ptr<const CausalLM> model, const SchedulerOptio
   st_->decode_ids = Tensor::zeros({opt_.slots, 1}, DType::I64);
   st_->n_new.assign(static_cast<std::size_t>(opt_.slots), 0);
   stats_.slots = opt_.slots;
+  const StopSignalsBlocked quiet;  // the scheduler's thread leaves SIGINT / SIGTERM to the program
   thread_ = std::thread([this] { run(); });
 }
 

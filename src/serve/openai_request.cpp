@@ -1,7 +1,10 @@
 // Parsing and checking the OpenAI API's request bodies (see openai.h).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "qkv/serve/openai.h"
@@ -222,6 +225,65 @@ void parse_stop(const json& o, GenerationParams& p) {
   }
 }
 
+// No field is silently ignored. The fields a request may hold: those the server implements, and
+// those of OpenAI's (or llama-server's) API it does not implement yet at their neutral value only
+// (the value that changes nothing: a client library that always sends frequency_penalty 0 or
+// tools [] works); anything else is a 400 naming the field, as OpenAI answers an unknown one.
+enum class Endpoint { Chat, Completion, Embedding };
+
+bool neutral(const std::string& name, const json& v) {
+  if (name == "frequency_penalty" || name == "presence_penalty" || name == "min_p") return v.is_number() && v.get<double>() == 0;
+  if (name == "repeat_penalty") return v.is_number() && v.get<double>() == 1;
+  if (name == "best_of") return v.is_number_integer() && v.get<i64>() == 1;
+  if (name == "logit_bias" || name == "metadata") return v.is_object() && (name == "metadata" || v.empty());
+  if (name == "tools" || name == "functions") return v.is_array() && v.empty();
+  if (name == "tool_choice" || name == "function_call") return v.is_string() && (v == "none" || v == "auto");
+  if (name == "parallel_tool_calls" || name == "cache_prompt") return v.is_boolean();
+  if (name == "response_format") return v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text";
+  if (name == "store") return v.is_boolean() && !v.get<bool>();
+  if (name == "service_tier") return v.is_string() && (v == "auto" || v == "default");
+  if (name == "modalities") return v == json::array({"text"});
+  return false;
+}
+
+void check_fields(const json& o, Endpoint e) {
+  static const std::vector<std::string> common = {"model", "user"};
+  static const std::vector<std::string> generation = {
+      "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream", "stream_options", "logprobs", "n",
+      "ignore_eos", "max_completion_tokens"};
+  static const std::vector<std::string> chat = {"messages", "top_logprobs", "chat_template_kwargs"};
+  static const std::vector<std::string> completion = {"prompt", "echo", "suffix"};
+  static const std::vector<std::string> embedding = {"input", "encoding_format"};
+  // Known to the APIs, implemented here only at their neutral value (neutral()).
+  static const std::vector<std::string> gen_neutral = {"frequency_penalty", "presence_penalty", "logit_bias", "min_p",
+                                                       "repeat_penalty", "cache_prompt"};
+  static const std::vector<std::string> chat_neutral = {"tools", "tool_choice", "parallel_tool_calls", "functions",
+                                                        "function_call", "response_format", "store", "metadata",
+                                                        "service_tier", "modalities"};
+  static const std::vector<std::string> completion_neutral = {"best_of"};
+  auto in = [](const std::vector<std::string>& v, const std::string& k) { return std::find(v.begin(), v.end(), k) != v.end(); };
+  for (const auto& [k, v] : o.items()) {
+    if (v.is_null()) continue;  // not given
+    if (k == "user") get_string(v, "user");  // an end user's id, which changes nothing here
+    if (in(common, k)) continue;
+    const bool gen = e != Endpoint::Embedding;
+    if ((gen && in(generation, k)) || (e == Endpoint::Chat && in(chat, k)) || (e == Endpoint::Completion && in(completion, k)) ||
+        (e == Endpoint::Embedding && in(embedding, k)))
+      continue;
+    const bool known = (gen && in(gen_neutral, k)) || (e == Endpoint::Chat && in(chat_neutral, k)) ||
+                       (e == Endpoint::Completion && in(completion_neutral, k)) || (e == Endpoint::Embedding && k == "dimensions");
+    if (known && neutral(k, v)) continue;
+    if (k == "dimensions")
+      throw ApiError(400, "Unsupported parameter: 'dimensions': the served embedding model's vectors have a fixed size "
+                          "(it was not trained to be shortened).", k, "unsupported_parameter");
+    if (known)
+      throw ApiError(400, "Unsupported parameter: '" + k + "' is not supported by this server (only its neutral value, "
+                              "which changes nothing), got " + show(v) + ".",
+                     k, "unsupported_parameter");
+    throw ApiError(400, "Unrecognized request argument supplied: " + k, k, "unsupported_parameter");
+  }
+}
+
 }  // namespace
 
 std::string error_json(const ApiError& e) {
@@ -267,6 +329,7 @@ bool constant_time_equal(std::string_view given, std::string_view secret) {
 
 GenerationParams parse_generation_request(std::string_view body, ApiKind kind) {
   const json o = parse_object(body);
+  check_fields(o, kind == ApiKind::Chat ? Endpoint::Chat : Endpoint::Completion);
   GenerationParams p;
   p.kind = kind;
   if (const json* m = field(o, "model")) p.model = get_string(*m, "model");
@@ -323,6 +386,7 @@ GenerationParams parse_generation_request(std::string_view body, ApiKind kind) {
 
 EmbeddingParams parse_embedding_request(std::string_view body) {
   const json o = parse_object(body);
+  check_fields(o, Endpoint::Embedding);
   EmbeddingParams p;
   if (const json* m = field(o, "model")) p.model = get_string(*m, "model");
   const json* in = field(o, "input");

@@ -9,6 +9,8 @@
 #include <set>
 #include <string_view>
 
+#include <thread>
+
 #include "server_impl.h"
 
 namespace qkv::serve {
@@ -316,13 +318,27 @@ int Server::bind() {
 void Server::run() {
   Impl& s = *impl_;
   if (s.port < 0) bind();
+  {
+    std::lock_guard lk(s.run_mu);
+    if (s.stopped) return;  // stopped before it listened
+    s.run_started = true;
+  }
   s.http->listen_after_bind();
+  s.run_returned = true;
 }
 
 void Server::stop() {
   Impl& s = *impl_;
-  if (s.stopped.exchange(true)) return;
+  bool started = false;
+  {
+    std::lock_guard lk(s.run_mu);
+    if (s.stopped.exchange(true)) return;
+    started = s.run_started;
+  }
   s.draining = true;
+  // run() is listening or about to (httplib marks itself running first thing): wait for it, so
+  // that the listening socket is the one closed.
+  while (started && !s.http->is_running() && !s.run_returned) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   s.http->stop();  // no new connections; idle keep-alive connections close
   for (auto& m : s.text) m.scheduler->shutdown(s.opt.shutdown_grace);
   for (auto& m : s.embed) m.batcher->shutdown();

@@ -36,6 +36,12 @@ struct Server::Impl {
   std::unique_ptr<detail::HttpServer> http;
   std::atomic<bool> draining{false};
   std::atomic<bool> stopped{false};
+  // run() and stop() meet here: a stop() that comes before run() listens makes run() return at
+  // once; one that comes while run() is starting waits until it listens (httplib's stop() closes
+  // only a socket it is accepting on), so a SIGTERM just after "listening" is never lost.
+  std::mutex run_mu;
+  bool run_started = false;                 // under run_mu
+  std::atomic<bool> run_returned{false};
   int port = -1;
   std::time_t created = std::time(nullptr);
   std::mutex log_mu;

@@ -1,3 +1,4 @@
+
 // The message layer of data-parallel training over MPI (see comm.h). MPI's errors are
 // returned (MPI_ERRORS_RETURN on our own communicator), not fatal, and become
 // DistributedErrors naming the rank; every wait polls with a deadline instead of blocking
@@ -15,6 +16,7 @@
 #include <thread>
 
 #include "comm.h"
+#include "qkv/core/thread_signals.h"
 #include "qkv/train/distributed.h"
 
 namespace qkv::train::detail {
@@ -96,6 +98,7 @@ std::unique_ptr<Comm> Comm::start(double timeout_s) {
   else if (const char* l2 = env("MPI_LOCALNRANKS")) c->local_size_ = std::max(1, std::atoi(l2));
   m.heard.assign(static_cast<std::size_t>(c->size_), clock::now());
   Comm* self = c.get();
+  const StopSignalsBlocked quiet;  // the heartbeat thread leaves SIGINT / SIGTERM to the program
   m.beat = std::thread([self] {
     Impl& im = *self->impl_;
     const double period = std::min(1.0, self->timeout_s_ / 4);

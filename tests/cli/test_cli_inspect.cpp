@@ -131,7 +131,8 @@ TEST(CliInspectGguf, TypesQkvDoesNotComputeWithAreListedAndRefusedAtLoad) {
       << r.out;
   const Result rj = run("inspect --json '" + path + "'");
   ASSERT_EQ(rj.code, 0) << rj.err;
-  for (const auto& t : nlohmann::json::parse(rj.out)["tensors"]) {
+  const nlohmann::json inspected = nlohmann::json::parse(rj.out);  // the loop must not iterate a temporary's member
+  for (const auto& t : inspected["tensors"]) {
     EXPECT_EQ(t["computable"], t["name"] != "blk.0.ffn_up.weight") << t.dump();
     if (t["name"] == "blk.0.ffn_up.weight") EXPECT_EQ(t["type"], "MXFP4");
   }

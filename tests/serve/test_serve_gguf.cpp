@@ -228,4 +228,40 @@ TEST(ServeGguf, ConcurrentClientsEachGetWhatTheyGetAlone) {
   expect_concurrent_clients_get_generate({"--parallel", "12", "--ctx", "256"}, full_or_reduced<std::size_t>(18, 13), 3, 2);
 }
 
+// SIGTERM and SIGINT end a server on the real model with several threads, idle or answering, with
+// status 0 after "stopping" and "stopped". `--threads` starts the pool's workers before the
+// server blocks the two signals to wait for them on one thread; the kernel delivered SIGTERM to
+// such a worker, where its default action killed the process (status 143, nothing logged, the
+// requests in flight cut). The library's threads now start with them blocked.
+TEST(ServeGguf, StopSignalsEndAServerWithSeveralThreadsCleanly) {
+  need_smol();
+  // The signal at once after "listening" (the server may not be accepting yet: it stops before it
+  // starts) and after a moment idle.
+  for (const int sig : {SIGTERM, SIGINT})
+    for (const char* threads : {"2", "3"})
+      for (const int after_ms : {0, 200}) {
+        const std::string what = std::string(sig == SIGTERM ? "SIGTERM" : "SIGINT") + ", --threads " + threads + " after " +
+                                 std::to_string(after_ms) + " ms";
+        ServeProcess p({"--model", kSmol, "--threads", threads, "--parallel", "2", "--ctx", "256"});
+        ASSERT_GT(p.port(), 0) << what << "\n" << p.first_output() << p.log();
+        std::this_thread::sleep_for(std::chrono::milliseconds(after_ms));
+        p.signal(sig);
+        EXPECT_EQ(p.wait(std::chrono::seconds(60)), 0) << what << ": ended by signal " << p.term_signal() << "\n" << p.log();
+        EXPECT_NE(p.log().find(std::string(sig == SIGTERM ? "SIGTERM" : "SIGINT") + ", stopping"), std::string::npos)
+            << what << "\n" << p.log();
+        EXPECT_NE(p.log().find("qkv serve: stopped"), std::string::npos) << what << "\n" << p.log();
+      }
+  // Busy: SIGTERM while a request is being answered; the answer is whole (it needs less than the
+  // grace period) and the server then exits 0.
+  ServeProcess p({"--model", kSmol, "--threads", "2", "--parallel", "2", "--ctx", "512"});
+  ASSERT_GT(p.port(), 0) << p.first_output() << p.log();
+  Answer a;
+  std::thread client([&] { a = ask(p.port(), asked()[0], true); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the answer takes ~0.5-2 s here
+  p.signal(SIGTERM);
+  client.join();
+  EXPECT_EQ(p.wait(std::chrono::seconds(60)), 0) << "ended by signal " << p.term_signal() << "\n" << p.log();
+  expect_generated(a, asked()[0]);
+}
+
 }  // namespace

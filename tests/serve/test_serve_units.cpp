@@ -35,7 +35,7 @@ TEST(ServeParse, ChatFieldsAndDefaults) {
                                  {"role": "assistant", "content": null}],
       "max_tokens": 7, "max_completion_tokens": 5, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
       "seed": -1, "stop": "x", "stream": true, "stream_options": {"include_usage": true},
-      "logprobs": true, "top_logprobs": 4, "n": 1, "presence_penalty": 1, "tools": [], "ignore_eos": true})",
+      "logprobs": true, "top_logprobs": 4, "n": 1, "presence_penalty": 0, "tools": [], "ignore_eos": true})",
                                                       ApiKind::Chat);
   EXPECT_EQ(p.model, "m");
   ASSERT_EQ(p.messages.size(), 3u);
@@ -93,6 +93,61 @@ TEST(ServeParse, ErrorsNameTheParamAndCode) {
   EXPECT_EQ(err(R"({"prompt": "a"} trailing)", ApiKind::Completion), P("", "invalid_json"));
   EXPECT_EQ(err(""), P("", "invalid_json"));
   EXPECT_EQ(err("null"), P("", "invalid_json"));
+}
+
+// No field is silently ignored: one the server does not implement is a 400 naming it
+// (unsupported_parameter), unless it holds the value that changes nothing (clients that always
+// send frequency_penalty 0 or tools [] work); a field no API knows is refused as OpenAI refuses it.
+TEST(ServeParse, FieldsTheServerDoesNotImplementAreRefusedByName) {
+  auto code_of = [](const std::string& body, ApiKind k) -> std::pair<std::string, std::string> {
+    try {
+      parse_generation_request(body, k);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << body;
+      EXPECT_NE(std::string(e.what()).find(e.param()), std::string::npos) << e.what();
+      return {e.param(), e.code()};
+    }
+    return {"accepted", ""};
+  };
+  using P = std::pair<std::string, std::string>;
+  const std::string chat = R"({"messages": [{"role": "user", "content": "a"}], )";
+  const std::string completion = R"({"prompt": "a", )";
+  for (const char* f : {R"("frequency_penalty": 0.5)", R"("presence_penalty": -1)", R"("logit_bias": {"5": 100})",
+                        R"("min_p": 0.05)", R"("repeat_penalty": 1.1)"}) {
+    const std::string name = std::string(f).substr(1, std::string(f).find('"', 1) - 1);
+    EXPECT_EQ(code_of(chat + f + "}", ApiKind::Chat), P(name, "unsupported_parameter")) << f;
+    EXPECT_EQ(code_of(completion + f + "}", ApiKind::Completion), P(name, "unsupported_parameter")) << f;
+  }
+  for (const char* f : {R"("tools": [{"type": "function", "function": {"name": "f"}}])", R"("tool_choice": "required")",
+                        R"("response_format": {"type": "json_object"})", R"("store": true)", R"("functions": [{"name": "f"}])",
+                        R"("modalities": ["text", "audio"])", R"("reasoning_effort": "low")", R"("audio": {})"}) {
+    const std::string name = std::string(f).substr(1, std::string(f).find('"', 1) - 1);
+    EXPECT_EQ(code_of(chat + f + "}", ApiKind::Chat), P(name, "unsupported_parameter")) << f;
+  }
+  EXPECT_EQ(code_of(completion + R"("best_of": 3})", ApiKind::Completion), P("best_of", "unsupported_parameter"));
+  EXPECT_EQ(code_of(chat + R"("whatever": {"deep": [1, 2]}})", ApiKind::Chat), P("whatever", "unsupported_parameter"));
+  EXPECT_EQ(code_of(completion + R"("max_token": 2})", ApiKind::Completion), P("max_token", "unsupported_parameter"));
+  // Chat-only fields on the completions endpoint, and the other way round.
+  EXPECT_EQ(code_of(completion + R"("tools": []})", ApiKind::Completion), P("tools", "unsupported_parameter"));
+  EXPECT_EQ(code_of(chat + R"("echo": false})", ApiKind::Chat), P("echo", "unsupported_parameter"));
+  EXPECT_EQ(code_of(chat + R"("user": 5})", ApiKind::Chat), P("user", "invalid_type"));
+  // Neutral values, null and user are accepted.
+  EXPECT_EQ(code_of(chat + R"("frequency_penalty": 0, "presence_penalty": 0.0, "logit_bias": {}, "min_p": 0,
+      "repeat_penalty": 1, "tools": [], "tool_choice": "auto", "parallel_tool_calls": true, "functions": [],
+      "response_format": {"type": "text"}, "store": false, "metadata": {"a": "b"}, "service_tier": "auto",
+      "modalities": ["text"], "cache_prompt": true, "user": "u", "reasoning_effort": null})", ApiKind::Chat),
+            P("accepted", ""));
+  EXPECT_EQ(code_of(completion + R"("best_of": 1, "frequency_penalty": 0, "user": "u"})", ApiKind::Completion), P("accepted", ""));
+  // Embeddings: dimensions (the served models' vectors have one size) and unknown fields.
+  for (const char* body : {R"({"input": "a", "dimensions": 8})", R"({"input": "a", "truncate": true})"}) {
+    try {
+      parse_embedding_request(body);
+      ADD_FAILURE() << body << " accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.code(), "unsupported_parameter") << body;
+    }
+  }
+  EXPECT_EQ(parse_embedding_request(R"({"input": "a", "user": "u", "dimensions": null})").input.size(), 1u);
 }
 
 TEST(ServeParse, EmbeddingInputs) {

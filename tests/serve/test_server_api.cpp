@@ -242,10 +242,18 @@ TEST(ServerGeneration, MaxTokensAndMaxCompletionTokens) {
   if (all["choices"][0]["finish_reason"] == "length") {
     EXPECT_EQ(all["usage"]["total_tokens"], 128);
   }
-  // Unknown fields are ignored.
-  EXPECT_EQ(post("/v1/completions", {{"prompt", "Unto"}, {"max_tokens", 2}, {"frequency_penalty", 0.5}, {"user", "x"},
-                                     {"whatever", {{"deep", {1, 2}}}}})["usage"]["completion_tokens"],
+  // No field is silently ignored: one the server does not implement is a 400 naming it, unless it
+  // holds the value that changes nothing; user is accepted.
+  EXPECT_EQ(post("/v1/completions", {{"prompt", "Unto"}, {"max_tokens", 2}, {"frequency_penalty", 0}, {"user", "x"}})
+                ["usage"]["completion_tokens"],
             2);
+  for (const json& extra : {json{{"frequency_penalty", 0.5}}, json{{"whatever", {{"deep", {1, 2}}}}}}) {
+    json req = {{"prompt", "Unto"}, {"max_tokens", 2}};
+    req.update(extra);
+    const json e = post("/v1/completions", req, 400);
+    EXPECT_EQ(e["error"]["code"], "unsupported_parameter") << e;
+    EXPECT_EQ(e["error"]["param"], extra.begin().key()) << e;
+  }
 }
 
 TEST(ServerInfo, ModelsHealthMetrics) {
