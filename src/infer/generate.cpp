@@ -44,6 +44,9 @@ void check_generation(const CausalLM& model, const std::vector<std::vector<i64>>
     throw ValueError("generate: max_new_tokens must be >= 1, got " + std::to_string(o.max_new_tokens));
   check_sampling(o.sampling);
   const i64 V = model.vocab_size(), P = model.max_positions();
+  for (const auto& [id, bias] : o.sampling.logit_bias)
+    if (id >= V)
+      throw IndexError("generate: logit_bias names token " + std::to_string(id) + ", out of range [0, " + std::to_string(V) + ")");
   if (o.eos_id && (*o.eos_id < 0 || *o.eos_id >= V))
     throw IndexError("generate: eos id " + std::to_string(*o.eos_id) + " out of range [0, " + std::to_string(V) + ")");
   for (i64 s : o.stop_ids)
@@ -77,7 +80,10 @@ std::vector<GenerationResult> generate(const CausalLM& model, const std::vector<
   for (const auto& p : prompts) longest = std::max<i64>(longest, static_cast<i64>(p.size()));
   KVCache cache(model.cache_options(B, longest + o.max_new_tokens));
   std::vector<Sampler> samplers;
-  for (i64 b = 0; b < B; ++b) samplers.emplace_back(o.sampling);
+  for (i64 b = 0; b < B; ++b) {
+    samplers.emplace_back(o.sampling);
+    samplers.back().add_prompt(prompts[b].data(), static_cast<i64>(prompts[b].size()));
+  }
   std::vector<GenerationResult> out(static_cast<std::size_t>(B));
   std::vector<bool> done(static_cast<std::size_t>(B), false);
   std::vector<std::vector<i64>> seq = prompts;  // prompt + generated so far (for use_cache = false)

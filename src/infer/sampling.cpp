@@ -1,5 +1,6 @@
 // Greedy and sampled next tokens (see sampling.h). The filters follow
-// transformers' TemperatureLogitsWarper, TopKLogitsWarper and TopPLogitsWarper.
+// transformers' TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper and MinPLogitsWarper;
+// the penalties its RepetitionPenaltyLogitsProcessor and OpenAI's documented formula.
 #include "qkv/infer/sampling.h"
 
 #include <algorithm>
@@ -18,6 +19,20 @@ void check_sampling(const SamplingOptions& o) {
   if (o.top_k < 0) throw ValueError("sampling: top_k must be >= 0 (0 = off), got " + std::to_string(o.top_k));
   if (!(o.top_p > 0.0 && o.top_p <= 1.0))
     throw ValueError("sampling: top_p must be in (0, 1], got " + std::to_string(o.top_p));
+  if (!(o.min_p >= 0.0 && o.min_p <= 1.0))
+    throw ValueError("sampling: min_p must be in [0, 1] (0 = off), got " + std::to_string(o.min_p));
+  if (!(o.repeat_penalty > 0.0) || std::isinf(o.repeat_penalty))
+    throw ValueError("sampling: repeat_penalty must be a finite number > 0 (1 = off), got " + std::to_string(o.repeat_penalty));
+  if (o.repeat_last_n < -1)
+    throw ValueError("sampling: repeat_last_n must be >= -1 (-1 = the whole sequence, 0 = off), got " +
+                     std::to_string(o.repeat_last_n));
+  for (const auto& [name, v] : {std::pair{"frequency_penalty", o.frequency_penalty}, {"presence_penalty", o.presence_penalty}})
+    if (!(v >= -2.0 && v <= 2.0)) throw ValueError(std::string("sampling: ") + name + " must be in [-2, 2], got " + std::to_string(v));
+  for (const auto& [id, b] : o.logit_bias) {
+    if (id < 0) throw ValueError("sampling: logit_bias names token " + std::to_string(id) + ", not a token id");
+    if (!std::isfinite(b))
+      throw ValueError("sampling: logit_bias of token " + std::to_string(id) + " must be finite, got " + std::to_string(b));
+  }
 }
 
 std::int64_t argmax(const float* logits, std::int64_t V) {
@@ -35,7 +50,50 @@ std::int64_t argmax(const float* logits, std::int64_t V) {
 
 Sampler::Sampler(const SamplingOptions& o) : opt_(o), gen_(o.seed) { check_sampling(o); }
 
+void Sampler::remember(std::int64_t id, bool generated) {
+  if (generated && (opt_.frequency_penalty != 0.0 || opt_.presence_penalty != 0.0)) ++generated_[id];
+  if (opt_.repeat_penalty == 1.0 || opt_.repeat_last_n == 0) return;
+  recent_.push_back(id);
+  ++recent_count_[id];
+  if (opt_.repeat_last_n > 0 && static_cast<std::int64_t>(recent_.size()) > opt_.repeat_last_n) {
+    const std::int64_t old = recent_.front();
+    recent_.pop_front();
+    if (--recent_count_[old] == 0) recent_count_.erase(old);
+  }
+}
+
+void Sampler::add_prompt(const std::int64_t* ids, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) remember(ids[i], false);
+}
+
+// The logits after the bias and the penalties (llama.cpp's order: bias, then the repetition
+// penalty, then frequency and presence), in logits_; ids outside [0, V) are ignored.
+const float* Sampler::adjusted(const float* logits, std::int64_t V) {
+  if (!opt_.adjusts_logits()) return logits;
+  logits_.assign(logits, logits + V);
+  for (const auto& [id, b] : opt_.logit_bias)
+    if (id < V) logits_[static_cast<std::size_t>(id)] = static_cast<float>(logits_[static_cast<std::size_t>(id)] + b);
+  if (opt_.repeat_penalty != 1.0)
+    for (const auto& [id, count] : recent_count_) {
+      if (id < 0 || id >= V) continue;
+      float& l = logits_[static_cast<std::size_t>(id)];
+      l = static_cast<float>(l > 0 ? l / opt_.repeat_penalty : l * opt_.repeat_penalty);
+    }
+  for (const auto& [id, count] : generated_) {
+    if (id < 0 || id >= V) continue;
+    float& l = logits_[static_cast<std::size_t>(id)];
+    l = static_cast<float>(l - static_cast<double>(count) * opt_.frequency_penalty - opt_.presence_penalty);
+  }
+  return logits_.data();
+}
+
 std::int64_t Sampler::next(const float* logits, std::int64_t V) {
+  const std::int64_t id = choose(adjusted(logits, V), V);
+  remember(id, true);
+  return id;
+}
+
+std::int64_t Sampler::choose(const float* logits, std::int64_t V) {
   if (opt_.temperature == 0.0 || V <= 1) return argmax(logits, V);
   // Candidates sorted by logit, largest first (ties by id); NaN and -inf dropped.
   scratch_.clear();
@@ -77,6 +135,23 @@ std::int64_t Sampler::next(const float* logits, std::int64_t V) {
     }
     double kept = 0;
     for (std::size_t i = 0; i < n; ++i) kept += p[i];
+    for (std::size_t i = 0; i < n; ++i) p[i] /= kept;
+  }
+  if (opt_.min_p > 0.0) {
+    // transformers' MinPLogitsWarper: drop the tokens less likely than min_p x the most likely
+    // (the ratio does not depend on the renormalisation above), keeping the order.
+    double pmax = 0;
+    for (std::size_t i = 0; i < n; ++i) pmax = std::max(pmax, p[i]);
+    const double floor = opt_.min_p * pmax;
+    std::size_t m = 0;
+    double kept = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      if (!(p[i] < floor)) {
+        p[m] = p[i];
+        scratch_[m] = scratch_[i];
+        kept += p[m++];
+      }
+    n = m;
     for (std::size_t i = 0; i < n; ++i) p[i] /= kept;
   }
   const double u = gen_.uniform();

@@ -254,7 +254,9 @@ void Scheduler::step(std::vector<std::shared_ptr<Sequence>>& admitted) {
     i64 s = 0;
     while (st.slot[static_cast<std::size_t>(s)]) ++s;  // run() admitted no more than the free slots
     st.cache.reset(s);
-    st.slot[static_cast<std::size_t>(s)].emplace(Active{.seq = seq, .sampler = Sampler(seq->request().sampling), .slot = s});
+    Active& a = st.slot[static_cast<std::size_t>(s)].emplace(
+        Active{.seq = seq, .sampler = Sampler(seq->request().sampling), .slot = s});
+    a.sampler.add_prompt(seq->request().prompt.data(), static_cast<i64>(seq->request().prompt.size()));
     st.prefilling.push_back(s);
   }
 

@@ -89,6 +89,17 @@ Prepared prepare(Server::Impl& s, const httplib::Request& req, ApiKind kind) {
     r.sampling.top_p = 1;
   }
   r.sampling.seed = g.seed ? *g.seed : new_seed();
+  r.sampling.min_p = g.min_p;
+  r.sampling.frequency_penalty = g.frequency_penalty;
+  r.sampling.presence_penalty = g.presence_penalty;
+  r.sampling.repeat_penalty = g.repeat_penalty;
+  r.sampling.repeat_last_n = g.repeat_last_n;
+  const i64 V = m.scheduler->model().vocab_size();
+  for (const auto& [id, bias] : g.logit_bias)
+    if (id >= V)
+      throw ApiError(400, "Invalid key in 'logit_bias': " + std::to_string(id) + ". Maximum value is " + std::to_string(V - 1) + ".",
+                     "logit_bias", "invalid_value");
+  r.sampling.logit_bias = g.logit_bias;
   if (!g.ignore_eos) r.stop_ids = m.lm->eos_ids;
   r.logprobs = g.logprobs ? g.top_logprobs : -1;
   return p;

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <limits>
 #include <string>
 #include <vector>
@@ -232,10 +233,8 @@ void parse_stop(const json& o, GenerationParams& p) {
 enum class Endpoint { Chat, Completion, Embedding };
 
 bool neutral(const std::string& name, const json& v) {
-  if (name == "frequency_penalty" || name == "presence_penalty" || name == "min_p") return v.is_number() && v.get<double>() == 0;
-  if (name == "repeat_penalty") return v.is_number() && v.get<double>() == 1;
   if (name == "best_of") return v.is_number_integer() && v.get<i64>() == 1;
-  if (name == "logit_bias" || name == "metadata") return v.is_object() && (name == "metadata" || v.empty());
+  if (name == "metadata") return v.is_object();
   if (name == "tools" || name == "functions") return v.is_array() && v.empty();
   if (name == "tool_choice" || name == "function_call") return v.is_string() && (v == "none" || v == "auto");
   if (name == "parallel_tool_calls" || name == "cache_prompt") return v.is_boolean();
@@ -250,13 +249,13 @@ void check_fields(const json& o, Endpoint e) {
   static const std::vector<std::string> common = {"model", "user"};
   static const std::vector<std::string> generation = {
       "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream", "stream_options", "logprobs", "n",
-      "ignore_eos", "max_completion_tokens"};
+      "ignore_eos", "max_completion_tokens", "min_p", "frequency_penalty", "presence_penalty", "repeat_penalty",
+      "repeat_last_n", "logit_bias"};
   static const std::vector<std::string> chat = {"messages", "top_logprobs", "chat_template_kwargs"};
   static const std::vector<std::string> completion = {"prompt", "echo", "suffix"};
   static const std::vector<std::string> embedding = {"input", "encoding_format"};
   // Known to the APIs, implemented here only at their neutral value (neutral()).
-  static const std::vector<std::string> gen_neutral = {"frequency_penalty", "presence_penalty", "logit_bias", "min_p",
-                                                       "repeat_penalty", "cache_prompt"};
+  static const std::vector<std::string> gen_neutral = {"cache_prompt"};
   static const std::vector<std::string> chat_neutral = {"tools", "tool_choice", "parallel_tool_calls", "functions",
                                                         "function_call", "response_format", "store", "metadata",
                                                         "service_tier", "modalities"};
@@ -380,6 +379,31 @@ GenerationParams parse_generation_request(std::string_view body, ApiKind kind) {
     // Completions: logprobs is the number of alternatives (0 .. 20).
     p.top_logprobs = get_int(*l, "logprobs", 0, kMaxApiTopLogprobs);
     p.logprobs = true;
+  }
+  if (const json* m = field(o, "min_p")) p.min_p = get_number(*m, "min_p", 0.0, 1.0);
+  if (const json* f = field(o, "frequency_penalty")) p.frequency_penalty = get_number(*f, "frequency_penalty", -2.0, 2.0);
+  if (const json* f = field(o, "presence_penalty")) p.presence_penalty = get_number(*f, "presence_penalty", -2.0, 2.0);
+  if (const json* r = field(o, "repeat_penalty")) {
+    p.repeat_penalty = get_number(*r, "repeat_penalty", 0.0, 1e6);
+    if (p.repeat_penalty == 0) bad_value("repeat_penalty", "expected a value > 0 (1 = off), got 0.");
+  }
+  if (const json* r = field(o, "repeat_last_n")) p.repeat_last_n = get_int(*r, "repeat_last_n", -1, std::numeric_limits<i64>::max());
+  if (const json* b = field(o, "logit_bias")) {
+    if (!b->is_object()) wrong_type("logit_bias", "an object (token id -> bias)", *b);
+    if (b->size() > kMaxLogitBias)
+      bad_value("logit_bias", "at most " + std::to_string(kMaxLogitBias) + " tokens, got " + std::to_string(b->size()) + ".");
+    for (const auto& [key, v] : b->items()) {
+      i64 id = -1;
+      std::size_t used = 0;
+      try {
+        id = std::stoll(key, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != key.size() || id < 0 || key[0] == '+' || key[0] == ' ')
+        bad_value("logit_bias", "'" + key + "' is not a token id (keys are token ids as strings, such as \"15043\").");
+      p.logit_bias.emplace_back(id, get_number(v, "logit_bias." + key, -100.0, 100.0));
+    }
   }
   return p;
 }

@@ -4,6 +4,8 @@
 // clear one-line error before anything is generated.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -98,6 +100,33 @@ TEST(CliGenerate, SeedsStopStringsAndIds) {
   EXPECT_EQ(o["prompt_ids"], (std::vector<int>{33, 259, 344}));
 }
 
+// --logit-bias, the penalties and --min-p reach the library's sampler: banning the first greedy
+// token changes the text, llama.cpp's ID-BIAS spelling means the same as ID=-BIAS, and the
+// penalties give what the library gives (its own tests check the formulas).
+TEST(CliGenerate, LogitBiasAndPenaltiesChangeTheTokens) {
+  const std::string M = "generate --model '" + kModel + "' --prompt-ids 33,259,344 --max-new 6 --json ";
+  const Result plain = run(M);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  const auto ids = json_lines(plain.out)[0]["new_ids"].get<std::vector<std::int64_t>>();
+  ASSERT_FALSE(ids.empty());
+  const std::string ban = std::to_string(ids[0]);
+  for (const std::string& spelling : {ban + "=-100", ban + "-100"}) {
+    const Result r = run(M + "--logit-bias " + spelling);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto other = json_lines(r.out)[0]["new_ids"].get<std::vector<std::int64_t>>();
+    EXPECT_NE(other[0], ids[0]) << spelling;
+    EXPECT_EQ(std::count(other.begin(), other.end(), ids[0]), 0) << spelling;
+  }
+  const Result p = run(M + "--repeat-penalty 1.5 --repeat-last-n -1 --frequency-penalty 1 --presence-penalty 0.5 --logit-bias 1=0.5 --logit-bias 2=-0.5");
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_EQ(json_lines(p.out)[0]["new_ids"].size(), 6u);
+  EXPECT_TRUE(p.err.empty()) << p.err;
+  // --min-p with greedy decoding warns that it does nothing, as --top-p does.
+  const Result g = run(M + "--min-p 0.1");
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_NE(g.err.find("--min-p has no effect with greedy decoding"), std::string::npos) << g.err;
+}
+
 TEST(CliGenerate, BadInputsFailWithOneClearLine) {
   Scratch s;
   const std::string M = "generate --model '" + kModel + "' ";
@@ -122,7 +151,15 @@ TEST(CliGenerate, BadInputsFailWithOneClearLine) {
     EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
   }
   expect(run(M + "--prompt a --top-k 0"), "--top-k must be >= 1, got 0");
-  expect(run(M + "--prompt a --top-p 0"), "top_p must be in (0, 1]");
+  expect(run(M + "--prompt a --top-p 0"), "--top-p must be in (0, 1]");
+  expect(run(M + "--prompt a --logit-bias 5"), "--logit-bias wants TOKEN_ID=BIAS (for example 15043=-100), got '5'");
+  expect(run(M + "--prompt a --logit-bias x=1"), "--logit-bias wants TOKEN_ID=BIAS");
+  expect(run(M + "--prompt a --logit-bias 5=1x"), "--logit-bias wants TOKEN_ID=BIAS");
+  expect(run(M + "--prompt a --logit-bias 99999999=1"), "logit_bias names token 99999999, out of range");
+  expect(run(M + "--prompt a --repeat-penalty 0"), "--repeat-penalty must be a finite number > 0");
+  expect(run(M + "--prompt a --repeat-last-n -2"), "--repeat-last-n must be >= -1");
+  expect(run(M + "--prompt a --frequency-penalty 3"), "--frequency-penalty must be in [-2, 2]");
+  expect(run(M + "--prompt a --presence-penalty -2.5"), "--presence-penalty must be in [-2, 2]");
   expect(run(M + "--prompt a --prompt-ids 1"), "give exactly one of PROMPT (or --prompt), --prompt-ids, --prompts-file");
   expect(run(M + "--prompts-file '" + s.write("bad.txt", "fine\nbad \xff byte\n") + "'"),
          "bad.txt:2: not valid UTF-8 (byte 5 of the line)");

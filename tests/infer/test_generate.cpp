@@ -166,6 +166,105 @@ TEST(Sampling, FrequenciesFollowTheFilteredSoftmax) {
   near(freq({.temperature = 2, .seed = 5}), {std::sqrt(0.5) / z, std::sqrt(0.3) / z, std::sqrt(0.15) / z, std::sqrt(0.05) / z});
 }
 
+// min_p after temperature, top-k and top-p (transformers' MinPLogitsWarper): tokens less likely
+// than min_p x the most likely are dropped, the rest renormalised.
+TEST(Sampling, MinPDropsTokensBelowItsShareOfTheMostLikely) {
+  const float logits[4] = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  auto freq = [&](SamplingOptions o) {
+    Sampler s(o);
+    std::vector<double> f(4, 0);
+    const int n = 40000;
+    for (int i = 0; i < n; ++i) f[static_cast<std::size_t>(s.next(logits, 4))] += 1.0 / n;
+    return f;
+  };
+  auto near = [](const std::vector<double>& f, const std::vector<double>& p) {
+    for (std::size_t i = 0; i < p.size(); ++i) EXPECT_NEAR(f[i], p[i], 0.01) << "token " << i;
+  };
+  near(freq({.temperature = 1, .seed = 1, .min_p = 0.5}), {0.625, 0.375, 0, 0});  // floor 0.25
+  near(freq({.temperature = 1, .seed = 2, .min_p = 0.2}), {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0});  // floor 0.1
+  near(freq({.temperature = 1, .seed = 3, .min_p = 1.0}), {1, 0, 0, 0});
+  // After top_p 0.9 (tokens 0-2 kept, renormalised): the ratio to the most likely is unchanged.
+  near(freq({.temperature = 1, .top_p = 0.9, .seed = 4, .min_p = 0.5}), {0.625, 0.375, 0, 0});
+  EXPECT_THROW(Sampler({.min_p = 1.5}), qkv::ValueError);
+  EXPECT_THROW(Sampler({.min_p = -0.1}), qkv::ValueError);
+}
+
+// The penalties against their formulas, token by token: greedy choices on hand-made logits.
+TEST(Sampling, PenaltiesAndBiasFollowTheirFormulas) {
+  auto run = [](SamplingOptions o, const std::vector<float>& l, const std::vector<i64>& prompt, int n) {
+    Sampler s(o);
+    s.add_prompt(prompt.data(), static_cast<i64>(prompt.size()));
+    std::vector<i64> out;
+    for (int i = 0; i < n; ++i) out.push_back(s.next(l.data(), static_cast<i64>(l.size())));
+    return out;
+  };
+  const std::vector<float> l = {2.0f, 1.9f, -1.0f, 0.0f};
+  EXPECT_EQ(run({}, l, {}, 5), (std::vector<i64>{0, 0, 0, 0, 0}));
+  // frequency 0.3: 0 -> 1.7 < 1.9 -> 1 -> (1.7, 1.6) -> 0 -> (1.4, 1.6) -> 1 -> (1.4, 1.3) -> 0.
+  EXPECT_EQ(run({.frequency_penalty = 0.3}, l, {}, 5), (std::vector<i64>{0, 1, 0, 1, 0}));
+  // presence 0.5: once generated, 0 and 1 stand at 1.5 and 1.4 for good.
+  EXPECT_EQ(run({.presence_penalty = 0.5}, l, {}, 5), (std::vector<i64>{0, 1, 0, 0, 0}));
+  // Negative penalties favour what was generated; the prompt does not count for them.
+  EXPECT_EQ(run({.frequency_penalty = -1}, {1.9f, 2.0f}, {1, 1, 1}, 3), (std::vector<i64>{1, 1, 1}));
+  // repeat_penalty 2 over the prompt and the generated tokens: a positive logit halves.
+  const std::vector<float> r = {1.0f, 0.9f, -0.5f, -0.6f};
+  EXPECT_EQ(run({.repeat_penalty = 2}, r, {0}, 2), (std::vector<i64>{1, 0}));  // (0.5, 0.9) then (0.5, 0.45)
+  // repeat_last_n 1: only the newest token is penalised.
+  EXPECT_EQ(run({.repeat_penalty = 2, .repeat_last_n = 1}, r, {0}, 3), (std::vector<i64>{1, 0, 1}));
+  // repeat_last_n 0: off.
+  EXPECT_EQ(run({.repeat_penalty = 2, .repeat_last_n = 0}, r, {0}, 2), (std::vector<i64>{0, 0}));
+  // A negative logit doubles: with 0 and 1 banned by logit_bias, 2 (-1.0) loses to 3 (-0.6).
+  const SamplingOptions ban{.logit_bias = {{0, -100.0}, {1, -100.0}}};
+  EXPECT_EQ(run(ban, r, {}, 1), (std::vector<i64>{2}));
+  SamplingOptions ban_rep = ban;
+  ban_rep.repeat_penalty = 2;
+  EXPECT_EQ(run(ban_rep, r, {2}, 1), (std::vector<i64>{3}));
+  // A bias past the vocabulary is left for generate's check; a positive bias wins.
+  EXPECT_EQ(run({.logit_bias = {{3, 5.0}}}, l, {}, 1), (std::vector<i64>{3}));
+  // Sampling sees the adjusted logits: token 0 banned is never drawn.
+  Sampler s({.temperature = 1, .seed = 9, .logit_bias = {{0, -100.0}}});
+  for (int i = 0; i < 2000; ++i) EXPECT_NE(s.next(l.data(), 4), 0);
+  // Bad values name the option.
+  for (const SamplingOptions& bad : {SamplingOptions{.repeat_penalty = 0}, SamplingOptions{.repeat_last_n = -2},
+                                     SamplingOptions{.frequency_penalty = 2.5}, SamplingOptions{.presence_penalty = -3},
+                                     SamplingOptions{.logit_bias = {{-1, 1.0}}},
+                                     SamplingOptions{.logit_bias = {{1, std::numeric_limits<double>::infinity()}}}})
+    EXPECT_THROW(check_sampling(bad), qkv::ValueError);
+}
+
+// Through generate, on a model: each token is the argmax of the model's logits adjusted by the
+// formulas (recomputed here from the whole sequence), cached or not.
+TEST(Generate, PenaltiesAreAppliedToTheModelsLogitsCachedOrNot) {
+  auto m = qkv::testing::tiny_gpt2(2);
+  const i64 V = m->vocab_size();
+  SamplingOptions so{.logit_bias = {{5, 0.5}, {7, -100.0}}, .repeat_penalty = 1.3, .repeat_last_n = 6,
+                     .frequency_penalty = 0.4, .presence_penalty = 0.2};
+  for (const bool cache : {true, false}) {
+    GenerationOptions o{.max_new_tokens = 12, .sampling = so, .use_cache = cache};
+    const auto r = generate(*m, {kPrompts[1]}, o)[0];
+    std::vector<i64> seq = kPrompts[1];
+    for (std::size_t i = 0; i < r.new_ids.size(); ++i) {
+      const Tensor ids = Tensor::from_vector(seq, {1, static_cast<i64>(seq.size())});
+      std::vector<float> l = m->forward(ids).select(1, static_cast<i64>(seq.size()) - 1).select(0, 0).to_vector<float>();
+      for (const auto& [id, b] : so.logit_bias) l[static_cast<std::size_t>(id)] = static_cast<float>(l[static_cast<std::size_t>(id)] + b);
+      std::vector<bool> recent(static_cast<std::size_t>(V), false);
+      for (std::size_t k = seq.size() > 6 ? seq.size() - 6 : 0; k < seq.size(); ++k) recent[static_cast<std::size_t>(seq[k])] = true;
+      for (i64 t = 0; t < V; ++t) {
+        float& x = l[static_cast<std::size_t>(t)];
+        if (recent[static_cast<std::size_t>(t)]) x = static_cast<float>(x > 0 ? x / 1.3 : x * 1.3);
+        const auto c = std::count(r.new_ids.begin(), r.new_ids.begin() + static_cast<std::ptrdiff_t>(i), t);
+        if (c > 0) x = static_cast<float>(x - static_cast<double>(c) * 0.4 - 0.2);
+      }
+      EXPECT_EQ(r.new_ids[i], argmax(l.data(), V)) << "token " << i << (cache ? " cached" : " recomputed");
+      EXPECT_NE(r.new_ids[i], 7);
+      seq.push_back(r.new_ids[i]);
+    }
+  }
+  // A bias for a token past the vocabulary is refused.
+  GenerationOptions bad{.max_new_tokens = 2, .sampling = {.logit_bias = {{V, 1.0}}}};
+  EXPECT_THROW(generate(*m, {kPrompts[0]}, bad), qkv::IndexError);
+}
+
 TEST(Sampling, ArgmaxTakesTheFirstMaxAndSkipsNaN) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float a[5] = {1, 3, nan, 3, 2};

@@ -112,11 +112,28 @@ TEST(ServeParse, FieldsTheServerDoesNotImplementAreRefusedByName) {
   using P = std::pair<std::string, std::string>;
   const std::string chat = R"({"messages": [{"role": "user", "content": "a"}], )";
   const std::string completion = R"({"prompt": "a", )";
-  for (const char* f : {R"("frequency_penalty": 0.5)", R"("presence_penalty": -1)", R"("logit_bias": {"5": 100})",
-                        R"("min_p": 0.05)", R"("repeat_penalty": 1.1)"}) {
-    const std::string name = std::string(f).substr(1, std::string(f).find('"', 1) - 1);
-    EXPECT_EQ(code_of(chat + f + "}", ApiKind::Chat), P(name, "unsupported_parameter")) << f;
-    EXPECT_EQ(code_of(completion + f + "}", ApiKind::Completion), P(name, "unsupported_parameter")) << f;
+  // The penalties, min_p and logit_bias are implemented: parsed, and their bad values refused.
+  for (const ApiKind k : {ApiKind::Chat, ApiKind::Completion}) {
+    const std::string head = k == ApiKind::Chat ? chat : completion;
+    const GenerationParams g = parse_generation_request(
+        head + R"("frequency_penalty": 0.5, "presence_penalty": -1, "logit_bias": {"5": 100, "12": -7.5}, "min_p": 0.05,
+                   "repeat_penalty": 1.1, "repeat_last_n": -1})",
+        k);
+    EXPECT_EQ(g.frequency_penalty, 0.5);
+    EXPECT_EQ(g.presence_penalty, -1);
+    EXPECT_EQ(g.min_p, 0.05);
+    EXPECT_EQ(g.repeat_penalty, 1.1);
+    EXPECT_EQ(g.repeat_last_n, -1);
+    EXPECT_EQ(g.logit_bias, (std::vector<std::pair<i64, double>>{{12, -7.5}, {5, 100}}));  // the keys in string order
+    EXPECT_EQ(code_of(head + R"("frequency_penalty": 2.5})", k), P("frequency_penalty", "decimal_above_max_value"));
+    EXPECT_EQ(code_of(head + R"("presence_penalty": "x"})", k), P("presence_penalty", "invalid_type"));
+    EXPECT_EQ(code_of(head + R"("min_p": 1.5})", k), P("min_p", "decimal_above_max_value"));
+    EXPECT_EQ(code_of(head + R"("repeat_penalty": 0})", k), P("repeat_penalty", "invalid_value"));
+    EXPECT_EQ(code_of(head + R"("repeat_last_n": -2})", k), P("repeat_last_n", "integer_below_min_value"));
+    EXPECT_EQ(code_of(head + R"("logit_bias": {"x": 1}})", k), P("logit_bias", "invalid_value"));
+    EXPECT_EQ(code_of(head + R"("logit_bias": {"-3": 1}})", k), P("logit_bias", "invalid_value"));
+    EXPECT_EQ(code_of(head + R"("logit_bias": {"3": 101}})", k), P("logit_bias.3", "decimal_above_max_value"));
+    EXPECT_EQ(code_of(head + R"("logit_bias": [1, 2]})", k), P("logit_bias", "invalid_type"));
   }
   for (const char* f : {R"("tools": [{"type": "function", "function": {"name": "f"}}])", R"("tool_choice": "required")",
                         R"("response_format": {"type": "json_object"})", R"("store": true)", R"("functions": [{"name": "f"}])",
@@ -132,8 +149,7 @@ TEST(ServeParse, FieldsTheServerDoesNotImplementAreRefusedByName) {
   EXPECT_EQ(code_of(chat + R"("echo": false})", ApiKind::Chat), P("echo", "unsupported_parameter"));
   EXPECT_EQ(code_of(chat + R"("user": 5})", ApiKind::Chat), P("user", "invalid_type"));
   // Neutral values, null and user are accepted.
-  EXPECT_EQ(code_of(chat + R"("frequency_penalty": 0, "presence_penalty": 0.0, "logit_bias": {}, "min_p": 0,
-      "repeat_penalty": 1, "tools": [], "tool_choice": "auto", "parallel_tool_calls": true, "functions": [],
+  EXPECT_EQ(code_of(chat + R"("tools": [], "tool_choice": "auto", "parallel_tool_calls": true, "functions": [],
       "response_format": {"type": "text"}, "store": false, "metadata": {"a": "b"}, "service_tier": "auto",
       "modalities": ["text"], "cache_prompt": true, "user": "u", "reasoning_effort": null})", ApiKind::Chat),
             P("accepted", ""));

@@ -232,6 +232,39 @@ TEST(ServerGeneration, SeedsAndSamplingFields) {
             post("/v1/chat/completions", t0)["choices"][0]["message"]["content"]);
 }
 
+// logit_bias, the penalties and min_p reach the sampler: banning the greedy answer's first token
+// changes it (and the token never appears), a bias past the vocabulary is a 400 naming it.
+TEST(ServerGeneration, LogitBiasAndPenaltiesReachTheSampler) {
+  const auto lm = gpt2_tiny_lm();
+  const std::vector<i64> prompt = lm->encode_prompt("Unto");
+  auto library = [&](const qkv::infer::SamplingOptions& so) {
+    auto ids = qkv::infer::generate(*lm->model, {prompt}, {.max_new_tokens = 6, .sampling = so, .stop_ids = lm->eos_ids})[0].new_ids;
+    if (!ids.empty() && lm->is_eos(ids.back())) ids.pop_back();  // the server does not print it
+    return lm->tokenizer->decode(ids);
+  };
+  const json base = {{"prompt", "Unto"}, {"max_tokens", 6}, {"temperature", 0}};
+  const std::string text = post("/v1/completions", base)["choices"][0]["text"];
+  ASSERT_EQ(text, library({}));
+  const i64 first = qkv::infer::generate(*lm->model, {prompt}, {.max_new_tokens = 1})[0].new_ids[0];
+  json banned = base;
+  banned["logit_bias"] = {{std::to_string(first), -100}, {"3", 2.5}};
+  const std::string other = post("/v1/completions", banned)["choices"][0]["text"];
+  EXPECT_NE(other, text);
+  EXPECT_EQ(other, library({.logit_bias = {{3, 2.5}, {first, -100.0}}}));
+  json penalised = base;
+  penalised["frequency_penalty"] = 1.5;
+  penalised["presence_penalty"] = 0.5;
+  penalised["repeat_penalty"] = 1.7;
+  penalised["repeat_last_n"] = 4;
+  EXPECT_EQ(post("/v1/completions", penalised)["choices"][0]["text"],
+            library({.repeat_penalty = 1.7, .repeat_last_n = 4, .frequency_penalty = 1.5, .presence_penalty = 0.5}));
+  json past = base;
+  past["logit_bias"] = {{"1000000", 1}};
+  const json e = post("/v1/completions", past, 400);
+  EXPECT_EQ(e["error"]["param"], "logit_bias") << e;
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("1000000"), std::string::npos) << e;
+}
+
 TEST(ServerGeneration, MaxTokensAndMaxCompletionTokens) {
   const json r = post("/v1/completions", {{"prompt", [] { return "Unto"; }()}, {"max_tokens", 50}, {"max_completion_tokens", 3},
                                           {"temperature", 0}});
@@ -247,7 +280,7 @@ TEST(ServerGeneration, MaxTokensAndMaxCompletionTokens) {
   EXPECT_EQ(post("/v1/completions", {{"prompt", "Unto"}, {"max_tokens", 2}, {"frequency_penalty", 0}, {"user", "x"}})
                 ["usage"]["completion_tokens"],
             2);
-  for (const json& extra : {json{{"frequency_penalty", 0.5}}, json{{"whatever", {{"deep", {1, 2}}}}}}) {
+  for (const json& extra : {json{{"best_of", 2}}, json{{"whatever", {{"deep", {1, 2}}}}}}) {
     json req = {{"prompt", "Unto"}, {"max_tokens", 2}};
     req.update(extra);
     const json e = post("/v1/completions", req, 400);

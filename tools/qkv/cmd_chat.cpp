@@ -118,6 +118,7 @@ int run_chat(const ChatOptions& o) {
     infer::SamplingOptions so = sampling;
     so.seed = sampling.seed + turn;  // each turn its own stream, the same for the same seed
     infer::Sampler sampler(so);
+    sampler.add_prompt(ids.data(), static_cast<i64>(ids.size()));  // the conversation so far, for --repeat-penalty
     tokenize::StreamDecoder dec(lm.tokenizer);
     std::string reply;
     i64 n = 0;

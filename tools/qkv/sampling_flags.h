@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -15,16 +17,25 @@ struct SamplingFlags {
   std::optional<std::int64_t> top_k;
   double top_p = 1.0;
   std::uint64_t seed = 0;
+  double min_p = 0.0;
+  double repeat_penalty = 1.0;
+  std::int64_t repeat_last_n = 64;
+  double frequency_penalty = 0.0;
+  double presence_penalty = 0.0;
+  std::vector<std::string> logit_bias;  // "ID=BIAS" (or "ID+BIAS" / "ID-BIAS", llama.cpp's spelling)
   CLI::Option* top_k_opt = nullptr;
+  CLI::Option* min_p_opt = nullptr;
   CLI::Option* top_p_opt = nullptr;
   CLI::Option* seed_opt = nullptr;
   // The options, checked (ValueError naming the flag: --top-k >= 1, --temperature >= 0 and
-  // finite, --top-p in (0, 1]). --top-k / --top-p / --seed given with greedy decoding
+  // finite, --top-p in (0, 1], the library's checks of the others). --top-k / --top-p / --min-p /
+  // --seed given with greedy decoding
   // (--temperature 0) have no effect: a warning each on stderr.
   infer::SamplingOptions options() const;
 };
 
-// Adds --temperature, --top-k, --top-p, --seed to `sub`.
+// Adds --temperature, --top-k, --top-p, --min-p, --seed, --repeat-penalty, --repeat-last-n,
+// --frequency-penalty, --presence-penalty and --logit-bias to `sub`.
 void add_sampling_flags(CLI::App& sub, SamplingFlags& f);
 
 }  // namespace qkv::tool

@@ -42,6 +42,7 @@ inline constexpr int kMaxJsonDepth = 32;
 inline constexpr std::size_t kMaxStopStrings = 4;
 inline constexpr std::int64_t kMaxApiTopLogprobs = 20;
 inline constexpr std::size_t kMaxEmbeddingInputs = 2048;
+inline constexpr std::size_t kMaxLogitBias = 1024;  // logit_bias entries: a bound on the work per token
 
 enum class ApiKind { Chat, Completion };
 
@@ -67,6 +68,12 @@ struct GenerationParams {
   bool include_usage = false;              // stream_options.include_usage
   bool logprobs = false;
   std::int64_t top_logprobs = 0;           // [0, 20]
+  double min_p = 0.0;                      // [0, 1] (0: off)
+  double frequency_penalty = 0.0;          // [-2, 2]
+  double presence_penalty = 0.0;           // [-2, 2]
+  double repeat_penalty = 1.0;             // > 0 (1: off; llama-server's)
+  std::int64_t repeat_last_n = 64;         // >= -1 (llama-server's)
+  std::vector<std::pair<std::int64_t, double>> logit_bias;  // token id -> bias in [-100, 100]
 };
 
 // body -> the checked fields of a chat (ApiKind::Chat) or completion request. ApiError 400.
