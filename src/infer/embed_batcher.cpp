@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
+#include "qkv/core/error.h"
 #include "qkv/core/thread_signals.h"
 
 namespace qkv::infer {
@@ -25,7 +27,7 @@ EmbedBatcher::~EmbedBatcher() { shutdown(); }
 
 EmbedResult EmbedBatcher::embed(const std::vector<std::string>& texts) {
   Job job;
-  EmbedResult r;
+  i64 tokens = 0;
   job.rows.reserve(texts.size());
   for (std::size_t i = 0; i < texts.size(); ++i) {
     try {
@@ -33,9 +35,41 @@ EmbedResult EmbedBatcher::embed(const std::vector<std::string>& texts) {
     } catch (const ValueError& e) {
       throw ValueError("text " + std::to_string(i) + ": " + e.what());
     }
-    r.tokens += static_cast<i64>(job.rows.back().size());
+    tokens += static_cast<i64>(job.rows.back().size());
   }
-  if (texts.empty()) {
+  return submit(std::move(job), tokens);
+}
+
+EmbedResult EmbedBatcher::embed_ids(const std::vector<std::vector<i64>>& ids) {
+  const tokenize::Tokenizer& tok = embedder_->tokenizer();
+  const i64 V = tok.vocab_size();
+  // The specials a text gets ([CLS] and [SEP] for BERT), -1 when none.
+  const i64 bos = tok.add_bos() ? tok.bos_id().value_or(-1) : -1, eos = tok.add_eos() ? tok.eos_id().value_or(-1) : -1;
+  const i64 room = tok.max_length().value_or(std::numeric_limits<i64>::max()) - (bos >= 0 ? 1 : 0) - (eos >= 0 ? 1 : 0);
+  Job job;
+  i64 tokens = 0;
+  job.rows.reserve(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    std::vector<i64> row;
+    if (bos >= 0) row.push_back(bos);
+    for (std::size_t k = 0; k < ids[i].size(); ++k) {
+      const i64 id = ids[i][k];
+      if (id < 0 || id >= V)
+        throw IndexError("input " + std::to_string(i) + ": token id " + std::to_string(id) + " (position " + std::to_string(k) +
+                         ") is out of range [0, " + std::to_string(V) + ")");
+      if (static_cast<i64>(k) < room) row.push_back(id);
+    }
+    if (eos >= 0) row.push_back(eos);
+    tokens += static_cast<i64>(row.size());
+    job.rows.push_back(std::move(row));
+  }
+  return submit(std::move(job), tokens);
+}
+
+EmbedResult EmbedBatcher::submit(Job job, i64 tokens) {
+  EmbedResult r;
+  r.tokens = tokens;
+  if (job.rows.empty()) {
     r.embeddings = Tensor::zeros({0, embedder_->dimension()});
     return r;
   }

@@ -42,7 +42,9 @@ void handle_embeddings(Server::Impl& s, const httplib::Request& req, httplib::Re
   request_record().model = m.id;
   infer::EmbedResult r;
   try {
-    r = m.batcher->embed(p.input);
+    r = p.input_is_ids ? m.batcher->embed_ids(p.input_ids) : m.batcher->embed(p.input);
+  } catch (const IndexError& e) {
+    throw ApiError(400, std::string("Invalid 'input': ") + e.what(), "input", "invalid_value");
   } catch (const infer::QueueFullError&) {
     throw ApiError(429, "The server is busy (its queue is full); retry shortly.", "", "queue_full", "server_busy");
   } catch (const infer::ShutdownError&) {

@@ -416,7 +416,13 @@ EmbeddingParams parse_embedding_request(std::string_view body) {
   const json* in = field(o, "input");
   if (!in) missing("input");
   auto add = [&](const json& v, const std::string& param) {
-    if (v.is_array() || v.is_number()) bad_value(param, "token ids are not supported; give text.");
+    if (v.is_array()) {  // token ids
+      if (!p.input.empty()) wrong_type(param, "a string (the inputs before it are texts)", v);
+      p.input_is_ids = true;
+      p.input_ids.push_back(parse_ids(v, param));
+      return;
+    }
+    if (p.input_is_ids) wrong_type(param, "an array of token ids (the inputs before it are)", v);
     const std::string& t = get_string(v, param);
     if (t.empty()) bad_value(param, "empty string. Each input must be at least one character.");
     p.input.push_back(t);
@@ -428,8 +434,12 @@ EmbeddingParams parse_embedding_request(std::string_view body) {
                               std::to_string(kMaxEmbeddingInputs) + ", but got an array with length " +
                               std::to_string(in->size()) + " instead.",
                      "input", "array_above_max_length");
-    if ((*in)[0].is_number()) bad_value("input", "token ids are not supported; give text.");
-    for (std::size_t i = 0; i < in->size(); ++i) add((*in)[i], "input[" + std::to_string(i) + "]");
+    if ((*in)[0].is_number()) {  // one input as token ids
+      p.input_is_ids = true;
+      p.input_ids.push_back(parse_ids(*in, "input"));
+    } else {
+      for (std::size_t i = 0; i < in->size(); ++i) add((*in)[i], "input[" + std::to_string(i) + "]");
+    }
   } else {
     add(*in, "input");
   }

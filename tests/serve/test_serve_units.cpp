@@ -172,6 +172,10 @@ TEST(ServeParse, EmbeddingInputs) {
   EXPECT_EQ(p.input, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(p.model, "m");
   EXPECT_TRUE(p.base64);
+  const EmbeddingParams one = parse_embedding_request(R"({"input": [5, 6]})");
+  EXPECT_TRUE(one.input_is_ids && one.input.empty());
+  EXPECT_EQ(one.input_ids, (std::vector<std::vector<i64>>{{5, 6}}));
+  EXPECT_EQ(parse_embedding_request(R"({"input": [[5], [6, 7]]})").input_ids, (std::vector<std::vector<i64>>{{5}, {6, 7}}));
   std::string many = R"({"input": [)";
   for (int i = 0; i < 2049; ++i) many += std::string(i ? "," : "") + "\"x\"";
   many += "]}";

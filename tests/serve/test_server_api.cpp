@@ -393,6 +393,29 @@ TEST(ServerEmbeddings, FloatAndBase64EqualTheEmbedderAlone) {
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(json::parse(r->body)["data"][0]["embedding"].get<std::vector<float>>(),
             (std::vector<float>(want.data<float>() + C, want.data<float>() + 2 * C)));
+  // Token ids of the model's vocabulary (without [CLS] / [SEP]): one input, or a list; the
+  // embedding is the text's, bitwise (LangChain's OpenAIEmbeddings sends ids).
+  const auto& tok = embedder->tokenizer();
+  std::vector<std::vector<i64>> ids;
+  for (const auto& t : texts) ids.push_back(tok.encode(t));
+  for (const json& input : {json(ids), json(ids[1])}) {
+    auto ri = c->Post("/v1/embeddings", json{{"input", input}}.dump(), "application/json");
+    ASSERT_TRUE(ri);
+    ASSERT_EQ(ri->status, 200) << ri->body;
+    const json j = json::parse(ri->body);
+    const bool one = input[0].is_number();
+    ASSERT_EQ(j["data"].size(), one ? 1u : texts.size());
+    for (std::size_t i = 0; i < j["data"].size(); ++i) {
+      const std::size_t t = one ? 1 : i;
+      EXPECT_EQ(j["data"][i]["embedding"].get<std::vector<float>>(),
+                (std::vector<float>(want.data<float>() + static_cast<i64>(t) * C, want.data<float>() + static_cast<i64>(t + 1) * C)))
+          << "input " << i;
+    }
+  }
+  auto past = c->Post("/v1/embeddings", json{{"input", {1, 2, 1000000}}}.dump(), "application/json");
+  ASSERT_TRUE(past);
+  EXPECT_EQ(past->status, 400) << past->body;
+  EXPECT_NE(past->body.find("token id 1000000 (position 2) is out of range"), std::string::npos) << past->body;
   // Chat on an embedding-only server is a 400 naming the model.
   auto bad = c->Post("/v1/chat/completions", json{{"model", "all-MiniLM-L6-v2"}, {"messages", kHello}}.dump(),
                      "application/json");

@@ -116,7 +116,10 @@ TEST(ServerErrors, BadRequestsAreNamedWith400) {
       {"/v1/completions", R"({"prompt": "a", "suffix": "b"})", 400, "suffix", "invalid_value", "not supported"},
       {"/v1/embeddings", R"({"input": "a"})", 400, "model", "model_not_found", "no embedding model"},
       {"/v1/embeddings", R"({"model": "x"})", 400, "input", "missing_required_parameter", "'input'"},
-      {"/v1/embeddings", R"({"input": [1, 2]})", 400, "input", "invalid_value", "token ids"},
+      {"/v1/embeddings", R"({"input": [1, -2]})", 400, "input[1]", "integer_below_min_value", ">= 0"},
+      {"/v1/embeddings", R"({"input": [[1], "a"]})", 400, "input[1]", "invalid_type", "array of token ids"},
+      {"/v1/embeddings", R"({"input": ["a", [1]]})", 400, "input[1]", "invalid_type", "a string"},
+      {"/v1/embeddings", R"({"input": [[1], []]})", 400, "input[1]", "invalid_value", "empty array"},
       {"/v1/embeddings", R"({"input": ""})", 400, "input", "invalid_value", "empty string"},
       {"/v1/embeddings", R"({"input": "a", "encoding_format": "hex"})", 400, "encoding_format", "invalid_value", "'base64'"},
   };

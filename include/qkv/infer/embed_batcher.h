@@ -47,6 +47,10 @@ class EmbedBatcher {
   // Blocks until the texts are embedded. ValueError naming the text ("text 2: ...") that is not
   // UTF-8; QueueFullError when max_queue calls already wait; ShutdownError after shutdown().
   EmbedResult embed(const std::vector<std::string>& texts);
+  // The same for texts given as token ids of the model's vocabulary (what tokenize().encode gives:
+  // no [CLS] / [SEP]), which are added and the row truncated as for a text. IndexError naming
+  // the input and the id outside the vocabulary.
+  EmbedResult embed_ids(const std::vector<std::vector<std::int64_t>>& ids);
 
   // Stops accepting calls, finishes the queued ones and stops the worker. Idempotent.
   void shutdown();
@@ -61,6 +65,7 @@ class EmbedBatcher {
     std::promise<Tensor> result;
   };
   void run();
+  EmbedResult submit(Job job, std::int64_t tokens);
 
   std::shared_ptr<const SentenceEmbedder> embedder_;
   EmbedBatcherOptions opt_;

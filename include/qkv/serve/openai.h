@@ -81,7 +81,11 @@ GenerationParams parse_generation_request(std::string_view body, ApiKind kind);
 
 struct EmbeddingParams {
   std::string model;               // "" when absent
-  std::vector<std::string> input;  // 1 .. kMaxEmbeddingInputs texts, none empty
+  std::vector<std::string> input;  // 1 .. kMaxEmbeddingInputs texts, none empty ...
+  // ... or as token ids of the model's vocabulary (input_is_ids): [1, 2] is one input, [[1, 2],
+  // [3]] two; none empty
+  std::vector<std::vector<std::int64_t>> input_ids;
+  bool input_is_ids = false;
   bool base64 = false;             // encoding_format "base64" (else "float")
 };
 
