@@ -2,6 +2,7 @@
 // (/v1/models, /health, /metrics). See server.h.
 #include "qkv/serve/server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -108,6 +109,25 @@ void answer_error(httplib::Response& res, const ApiError& e) {
   res.set_content(error_json(e), "application/json");
 }
 
+namespace {
+
+template <class M>
+bool named(const M& m, const std::string& id) {
+  return m.id == id || std::find(m.aliases.begin(), m.aliases.end(), id) != m.aliases.end();
+}
+
+}  // namespace
+
+// A name no model has is OpenAI's 404 model_not_found; a model of the other kind is a 400.
+[[noreturn]] void Server::Impl::no_such_model(const std::string& id, const char* kind) const {
+  const bool elsewhere = std::any_of(text.begin(), text.end(), [&](const TextModel& m) { return named(m, id); }) ||
+                         std::any_of(embed.begin(), embed.end(), [&](const EmbeddingModel& m) { return named(m, id); });
+  if (elsewhere)
+    throw ApiError(400, "The model '" + id + "' is not " + kind + " model (see /v1/models).", "model", "model_not_found");
+  throw ApiError(404, "The model '" + id + "' does not exist (see /v1/models; qkv serve --model-alias gives a model more names).",
+                 "model", "model_not_found");
+}
+
 const TextModel& Server::Impl::text_model(const std::string& id) const {
   if (id.empty()) {
     if (text.size() == 1) return text[0];
@@ -116,9 +136,8 @@ const TextModel& Server::Impl::text_model(const std::string& id) const {
                    "model", text.empty() ? "model_not_found" : "missing_required_parameter");
   }
   for (const auto& m : text)
-    if (m.id == id) return m;
-  throw ApiError(400, "The model '" + id + "' does not exist or is not a text generation model here (see /v1/models).",
-                 "model", "model_not_found");
+    if (named(m, id)) return m;
+  no_such_model(id, "a text generation");
 }
 
 const EmbeddingModel& Server::Impl::embedding_model(const std::string& id) const {
@@ -129,9 +148,8 @@ const EmbeddingModel& Server::Impl::embedding_model(const std::string& id) const
                    "model", embed.empty() ? "model_not_found" : "missing_required_parameter");
   }
   for (const auto& m : embed)
-    if (m.id == id) return m;
-  throw ApiError(400, "The model '" + id + "' does not exist or is not an embedding model here (see /v1/models).", "model",
-                 "model_not_found");
+    if (named(m, id)) return m;
+  no_such_model(id, "an embedding");
 }
 
 void Server::Impl::log_request(const httplib::Request& req, const httplib::Response& res) {
@@ -204,10 +222,15 @@ void Server::Impl::setup() {
   }));
   http->Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
     json data = json::array();
-    for (const auto& m : text)
-      data.push_back({{"id", m.id}, {"object", "model"}, {"created", created}, {"owned_by", "qkv"}});
-    for (const auto& m : embed)
-      data.push_back({{"id", m.id}, {"object", "model"}, {"created", created}, {"owned_by", "qkv"}});
+    // One entry per name (a client that picks from the list finds an alias too); "root" is the
+    // model an alias names, as vLLM reports it.
+    auto add = [&](const std::string& id, const std::vector<std::string>& aliases) {
+      data.push_back({{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "qkv"}, {"root", id}});
+      for (const auto& a : aliases)
+        data.push_back({{"id", a}, {"object", "model"}, {"created", created}, {"owned_by", "qkv"}, {"root", id}});
+    };
+    for (const auto& m : text) add(m.id, m.aliases);
+    for (const auto& m : embed) add(m.id, m.aliases);
     res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
   }));
   http->Get("/health", guarded([this](const httplib::Request&, httplib::Response& res) {
@@ -289,10 +312,14 @@ Server::Server(ServerOptions options, std::vector<TextModel> text_models, std::v
     if (!m.lm || !m.scheduler) throw ValueError("serve: text model '" + m.id + "' lacks its language model or scheduler");
     if (!m.lm->tokenizer) throw ValueError("serve: text model '" + m.id + "' has no tokenizer");
     if (!ids.insert(m.id).second) throw ValueError("serve: two models are named '" + m.id + "'");
+    for (const auto& a : m.aliases)
+      if (a.empty() || !ids.insert(a).second) throw ValueError("serve: two models are named '" + a + "'");
   }
   for (const auto& m : s.embed) {
     if (!m.batcher) throw ValueError("serve: embedding model '" + m.id + "' lacks a batcher");
     if (!ids.insert(m.id).second) throw ValueError("serve: two models are named '" + m.id + "'");
+    for (const auto& a : m.aliases)
+      if (a.empty() || !ids.insert(a).second) throw ValueError("serve: two models are named '" + a + "'");
   }
   if (s.opt.port < 0 || s.opt.port > 65535)
     throw ValueError("serve: port must be in [0, 65535], got " + std::to_string(s.opt.port));

@@ -49,6 +49,7 @@ struct Server::Impl {
   // The text model `id` names ("" picks the only one). ApiError 400 model_not_found.
   const TextModel& text_model(const std::string& id) const;
   const EmbeddingModel& embedding_model(const std::string& id) const;
+  [[noreturn]] void no_such_model(const std::string& id, const char* kind) const;
   void setup();
   void log_request(const httplib::Request& req, const httplib::Response& res);
 };

@@ -307,4 +307,51 @@ TEST(ServeCli, StartupErrorsAreNamed) {
   EXPECT_NE(e5.find("--parallel"), std::string::npos) << e5;
 }
 
+
+// A name no model has is OpenAI's 404; --model-alias gives a model more names (NAME with one
+// model, NAME=ID with several), listed by /v1/models; a bad alias is one line at startup.
+TEST(ServeCli, ModelAliasesAnswerAndOtherNamesAre404) {
+  ServeProcess p({"--model", gpt2_tiny_dir(), "--model", minilm_dir(), "--model-alias", "gpt-4o-mini=gpt2_tiny",
+                  "--model-alias", "text-embedding-3-small=all-MiniLM-L6-v2"});
+  ASSERT_GT(p.port(), 0) << p.first_output() << p.log();
+  httplib::Client c("127.0.0.1", p.port());
+  auto chat = [&](const std::string& model) {
+    return c.Post("/v1/completions", json{{"model", model}, {"prompt", "Hi"}, {"max_tokens", 2}}.dump(), "application/json");
+  };
+  auto a = chat("gpt-4o-mini");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->status, 200) << a->body;
+  EXPECT_EQ(json::parse(a->body)["model"], "gpt2_tiny");
+  auto e = c.Post("/v1/embeddings", json{{"model", "text-embedding-3-small"}, {"input", "x"}}.dump(), "application/json");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 200) << e->body;
+  auto missing = chat("gpt-5");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404) << missing->body;
+  EXPECT_EQ(json::parse(missing->body)["error"]["code"], "model_not_found");
+  auto wrong_kind = chat("text-embedding-3-small");  // an alias of the embedding model
+  ASSERT_TRUE(wrong_kind);
+  EXPECT_EQ(wrong_kind->status, 400) << wrong_kind->body;
+  auto m = c.Get("/v1/models");
+  ASSERT_TRUE(m);
+  std::vector<std::string> ids;
+  const json listed = json::parse(m->body);
+  for (const auto& d : listed["data"]) ids.push_back(d["id"]);
+  EXPECT_EQ(ids, (std::vector<std::string>{"gpt2_tiny", "gpt-4o-mini", "all-MiniLM-L6-v2", "text-embedding-3-small"}))
+      << m->body;
+  p.signal(SIGTERM);
+  EXPECT_EQ(p.wait(60s), 0) << p.log();
+
+  ServeProcess two({"--model", gpt2_tiny_dir(), "--model", minilm_dir(), "--model-alias", "x"});
+  EXPECT_EQ(two.port(), 0);
+  EXPECT_EQ(two.wait(60s), 1);
+  EXPECT_NE(two.log().find("--model-alias 'x': with several models give NAME=ID, ID one of gpt2_tiny, all-MiniLM-L6-v2"),
+            std::string::npos)
+      << two.log();
+  ServeProcess clash({"--model", gpt2_tiny_dir(), "--model-alias", "gpt2_tiny"});
+  EXPECT_EQ(clash.port(), 0);
+  EXPECT_EQ(clash.wait(60s), 1);
+  EXPECT_NE(clash.log().find("two models are named 'gpt2_tiny'"), std::string::npos) << clash.log();
+}
+
 }  // namespace

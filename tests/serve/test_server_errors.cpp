@@ -100,7 +100,7 @@ TEST(ServerErrors, BadRequestsAreNamedWith400) {
        "integer_above_max_value", "<= 20"},
       {"/v1/chat/completions", "{" + kMsgs + R"(, "seed": "x"})", 400, "seed", "invalid_type", "integer"},
       {"/v1/chat/completions", "{" + kMsgs + R"(, "stream_options": 1})", 400, "stream_options", "invalid_type", "object"},
-      {"/v1/chat/completions", "{" + kMsgs + R"(, "model": "gpt-4"})", 400, "model", "model_not_found", "'gpt-4'"},
+      {"/v1/chat/completions", "{" + kMsgs + R"(, "model": "gpt-4"})", 404, "model", "model_not_found", "'gpt-4' does not exist"},
       {"/v1/chat/completions", "{" + kMsgs + R"(, "model": 3})", 400, "model", "invalid_type", "string"},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": ")" + std::string(600, 'x') + R"("}]})", 400,
        "messages", "context_length_exceeded", "maximum context length"},

@@ -24,6 +24,7 @@ namespace {
 
 struct ServeOptions {
   std::vector<std::string> models;
+  std::vector<std::string> aliases;
   std::string host = "127.0.0.1";
   int port = 8080;
   std::int64_t parallel = 4;
@@ -62,7 +63,8 @@ int run_serve(const ServeOptions& o) {
                                                       .chat_template_file = o.chat_template,
                                                       .activations = o.activations == "q8" ? kernels::QActivations::Q8
                                                                                            : kernels::QActivations::F32,
-                                                      .kv_cache = infer::parse_kv_type(o.kv_cache, "--kv-cache")});
+                                                      .kv_cache = infer::parse_kv_type(o.kv_cache, "--kv-cache"),
+                                                      .aliases = o.aliases});
   serve::ServerOptions so;
   so.host = o.host;
   so.port = o.port;
@@ -121,6 +123,11 @@ QKV_TOOL_COMMAND(serve, {
           ->check(lm_model_path())
           ->type_name("PATH")
           ->required();
+      sub.add_option("--model-alias", opt->aliases,
+                     "Another name requests may give a model (OpenAI clients that ask for 'gpt-4o-mini', say): NAME "
+                     "with one model, NAME=ID (ID: a model's file or folder name) with several; repeatable. Other "
+                     "names are answered 404, as OpenAI answers them")
+          ->type_name("NAME[=ID]");
       sub.add_option("--host", opt->host, "Address to listen on")->capture_default_str();
       sub.add_option("--port", opt->port, "Port (0: any free one)")->check(int_range(0, 65535))->capture_default_str();
       sub.add_option("--parallel", opt->parallel, "KV-cache slots per text model (sequences decoded together)")

@@ -50,6 +50,31 @@ ServedModels load_served_models(const std::vector<std::string>& paths, const Ser
     }
     out.summary += (out.summary.empty() ? "" : ", ") + line;
   }
+  for (const std::string& a : o.aliases) {
+    std::vector<std::string>* to = nullptr;
+    std::string name = a;
+    auto find = [&](const std::string& id) -> std::vector<std::string>* {
+      for (auto& m : out.text)
+        if (m.id == id) return &m.aliases;
+      for (auto& m : out.embedding)
+        if (m.id == id) return &m.aliases;
+      return nullptr;
+    };
+    if (const auto eq = a.find('='); eq != std::string::npos && find(a.substr(eq + 1))) {
+      name = a.substr(0, eq);
+      to = find(a.substr(eq + 1));
+    } else if (out.text.size() + out.embedding.size() == 1) {
+      to = out.text.empty() ? &out.embedding[0].aliases : &out.text[0].aliases;
+    } else {
+      std::string ids;
+      for (const auto& m : out.text) ids += (ids.empty() ? "" : ", ") + m.id;
+      for (const auto& m : out.embedding) ids += (ids.empty() ? "" : ", ") + m.id;
+      throw ValueError("--model-alias '" + a + "': with several models give NAME=ID, ID one of " + ids);
+    }
+    if (name.empty()) throw ValueError("--model-alias '" + a + "': the name is empty");
+    to->push_back(name);
+    out.summary += ", alias " + name;
+  }
   return out;
 }
 

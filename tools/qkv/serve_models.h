@@ -19,6 +19,9 @@ struct ServeModelOptions {
   std::string chat_template_file;  // replaces the text models' own templates
   kernels::QActivations activations = kernels::QActivations::F32;  // Llama family with quantized weights
   infer::KVType kv_cache = infer::KVType::F32;
+  // --model-alias: NAME (another name of the only model served) or NAME=ID (of the model whose
+  // id is ID, its file or folder name).
+  std::vector<std::string> aliases;
 };
 
 // Positions per slot when --ctx is not given (a model's full context would give every slot a
@@ -33,7 +36,8 @@ struct ServedModels {
 
 // Text models through infer::load_language_model, BERT folders as sentence embedders. IOError /
 // FormatError naming the path for a missing or unsupported model; ValueError for a chat template
-// that does not parse or a model without a tokenizer.
+// that does not parse or a model without a tokenizer, or an alias that names no model (or
+// NAME alone with several models served).
 ServedModels load_served_models(const std::vector<std::string>& paths, const ServeModelOptions& o);
 
 }  // namespace qkv::tool

@@ -48,6 +48,7 @@ struct TextModel {
   std::string id;  // the model's name in the API (LanguageModel::name: its file or folder name)
   std::shared_ptr<const infer::LanguageModel> lm;  // with a tokenizer
   std::shared_ptr<infer::Scheduler> scheduler;     // over lm->model
+  std::vector<std::string> aliases;                // more names requests may give it (qkv serve --model-alias)
 };
 
 // `lm` with a scheduler of its network (its options as Scheduler's; ValueError for a model
@@ -57,6 +58,7 @@ TextModel make_text_model(std::shared_ptr<const infer::LanguageModel> lm, const 
 struct EmbeddingModel {
   std::string id;
   std::shared_ptr<infer::EmbedBatcher> batcher;
+  std::vector<std::string> aliases;  // more names requests may give it
 };
 
 struct ServerOptions {
