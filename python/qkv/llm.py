@@ -65,6 +65,24 @@ class _Stops:
         return str(self.streams[seq].text) if self.streams else ""
 
 
+@dataclass(frozen=True)
+class _Penalties:
+    """The sampler's logit adjustments and min_p (qkv's infer::SamplingOptions; see LLM.generate)."""
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+
+    @staticmethod
+    def of(min_p: float, repeat_penalty: float, repeat_last_n: int, frequency_penalty: float,
+           presence_penalty: float, logit_bias: Mapping[int, float] | None) -> "_Penalties":
+        bias = tuple((int(k), float(v)) for k, v in (logit_bias or {}).items())
+        return _Penalties(float(min_p), float(repeat_penalty), int(repeat_last_n), float(frequency_penalty),
+                          float(presence_penalty), bias)
+
+
 class LLM:
     """A causal language model, loaded once from a local path (nothing is downloaded).
 
@@ -158,7 +176,8 @@ class LLM:
     def _run(self, prompts: list[list[int]], text: bool, max_new_tokens: int, temperature: float,
              top_k: int | None, top_p: float, seed: int, stop: Sequence[str] | str | None,
              logprobs: int | None, ignore_eos: bool = False, on_text: Any = None,
-             cancel: threading.Event | None = None) -> tuple[list[Generation], list[str]]:
+             cancel: threading.Event | None = None,
+             penalties: _Penalties = _Penalties()) -> tuple[list[Generation], list[str]]:
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         if any(not s for s in stops):
             raise ValueError("generate: an empty stop string would stop at once")
@@ -174,8 +193,11 @@ class LLM:
                 on_text(seq, piece)
             return not state.stopped(seq) and not (cancel is not None and cancel.is_set())
 
+        pen = penalties
         results, tps = self._impl.generate(prompts, max_new_tokens, temperature, top_k or 0, top_p, seed,
-                                           -1 if logprobs is None else logprobs, ignore_eos, on_token)
+                                           -1 if logprobs is None else logprobs, ignore_eos, on_token, pen.min_p,
+                                           pen.repeat_penalty, pen.repeat_last_n, pen.frequency_penalty,
+                                           pen.presence_penalty, list(pen.logit_bias))
         out = []
         for b, (ids, reason, lps) in enumerate(results):
             rest = state.finish(b)
@@ -189,16 +211,23 @@ class LLM:
     @overload
     def generate(self, prompt: str, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float = 1.0, seed: int = 0, stop: Sequence[str] | str | None = None,
-                 logprobs: int | None = None, *, details: bool = False, ignore_eos: bool = False) -> Any: ...
+                 logprobs: int | None = None, *, details: bool = False, ignore_eos: bool = False,
+                 min_p: float = 0.0, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+                 logit_bias: Mapping[int, float] | None = None) -> Any: ...
     @overload
     def generate(self, prompt: Sequence[Prompt] | Sequence[int], max_new_tokens: int = 32, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float = 1.0, seed: int = 0,
                  stop: Sequence[str] | str | None = None, logprobs: int | None = None, *,
-                 details: bool = False, ignore_eos: bool = False) -> Any: ...
+                 details: bool = False, ignore_eos: bool = False, min_p: float = 0.0, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+                 logit_bias: Mapping[int, float] | None = None) -> Any: ...
     def generate(self, prompt: Prompt | Sequence[Prompt], max_new_tokens: int = 32, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float = 1.0, seed: int = 0,
                  stop: Sequence[str] | str | None = None, logprobs: int | None = None, *,
-                 details: bool = False, ignore_eos: bool = False) -> Any:
+                 details: bool = False, ignore_eos: bool = False, min_p: float = 0.0, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+                 logit_bias: Mapping[int, float] | None = None) -> Any:
         """Continues ``prompt``: a string, a list of token ids, or a list of either (one batch).
 
         Greedy by default; ``temperature > 0`` samples after ``top_k`` / ``top_p`` filtering
@@ -210,13 +239,19 @@ class LLM:
         end-of-sequence tokens end nothing (and show as text). ``logprobs=N`` records each new
         token's log-probability and the N most likely alternatives (N <= 20).
 
+        The logits may be adjusted first (greedy and sampled choice alike; the logprobs stay the
+        model's): ``logit_bias`` ({token id: bias}, -100 bans a token), ``repeat_penalty`` over
+        the last ``repeat_last_n`` tokens with the prompt (llama.cpp's; -1: all), OpenAI's
+        ``frequency_penalty`` / ``presence_penalty`` over the generated tokens; ``min_p`` drops
+        tokens less likely than that share of the most likely one (after top_k / top_p).
+
         Returns the continuation's text for a text prompt (a list for a list of prompts), its new
         token ids for an ids prompt, or :class:`Generation` objects with ``details=True``.
         Raises ValueError / IndexError (qkv's messages) for bad options or token ids, before any work.
         """
         prompts, single, text = self._prompts(prompt)
         gens, _ = self._run(prompts, text or bool(stop), max_new_tokens, temperature, top_k, top_p, seed, stop,
-                            logprobs, ignore_eos)
+                            logprobs, ignore_eos, penalties=_Penalties.of(min_p, repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty, logit_bias))
         if details:
             return gens[0] if single else gens
         values: list[Any] = [g.text if text else g.ids for g in gens]
@@ -224,7 +259,9 @@ class LLM:
 
     def stream(self, prompt: Prompt, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
                top_p: float = 1.0, seed: int = 0, stop: Sequence[str] | str | None = None, *,
-               ignore_eos: bool = False) -> Iterator[str]:
+               ignore_eos: bool = False, min_p: float = 0.0, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+                 logit_bias: Mapping[int, float] | None = None) -> Iterator[str]:
         """Yields the continuation's text as it is made (whole characters only; same options as generate).
 
         The generation runs in a background thread; closing the iterator early (``break``) stops it.
@@ -232,10 +269,12 @@ class LLM:
         prompts, single, _ = self._prompts(prompt)
         if not single:
             raise TypeError("stream: one prompt at a time (a str or a list of token ids)")
-        return self._stream(prompts[0], max_new_tokens, temperature, top_k, top_p, seed, stop, ignore_eos)
+        return self._stream(prompts[0], max_new_tokens, temperature, top_k, top_p, seed, stop, ignore_eos,
+                            _Penalties.of(min_p, repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty, logit_bias))
 
     def _stream(self, ids: list[int], max_new_tokens: int, temperature: float, top_k: int | None, top_p: float,
-                seed: int, stop: Sequence[str] | str | None, ignore_eos: bool) -> Iterator[str]:
+                seed: int, stop: Sequence[str] | str | None, ignore_eos: bool,
+                penalties: _Penalties = _Penalties()) -> Iterator[str]:
         pieces: queue.Queue[Any] = queue.Queue()
         cancel = threading.Event()
         done = object()
@@ -243,7 +282,7 @@ class LLM:
         def work() -> None:
             try:
                 self._run([ids], True, max_new_tokens, temperature, top_k, top_p, seed, stop, None, ignore_eos,
-                          on_text=lambda _seq, piece: pieces.put(piece), cancel=cancel)
+                          on_text=lambda _seq, piece: pieces.put(piece), cancel=cancel, penalties=penalties)
                 pieces.put(done)
             except BaseException as e:  # noqa: BLE001 (handed to the consumer)
                 pieces.put(e)
@@ -281,7 +320,9 @@ class LLM:
     def chat(self, messages: Sequence[Mapping[str, Any]], max_new_tokens: int = 256, temperature: float = 0.0,
              top_k: int | None = None, top_p: float = 1.0, seed: int = 0, stop: Sequence[str] | str | None = None,
              *, details: bool = False, ignore_eos: bool = False,
-             chat_template_kwargs: Mapping[str, Any] | None = None) -> Any:
+             chat_template_kwargs: Mapping[str, Any] | None = None, min_p: float = 0.0, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+                 logit_bias: Mapping[int, float] | None = None) -> Any:
         """The assistant's reply to ``messages`` ([{"role": ..., "content": ...}, ...]), through the chat template.
 
         The conversation is rendered by the model's chat template (or ``chat_template=``) as
@@ -294,16 +335,18 @@ class LLM:
         message without a string role or content, or a model without a chat template.
         """
         gens, _ = self._run([self._chat_ids(messages, chat_template_kwargs)], True, max_new_tokens, temperature, top_k, top_p, seed, stop,
-                            None, ignore_eos)
+                            None, ignore_eos, penalties=_Penalties.of(min_p, repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty, logit_bias))
         return gens[0] if details else gens[0].text
 
     def stream_chat(self, messages: Sequence[Mapping[str, Any]], max_new_tokens: int = 256, temperature: float = 0.0,
                     top_k: int | None = None, top_p: float = 1.0, seed: int = 0,
                     stop: Sequence[str] | str | None = None, *, ignore_eos: bool = False,
-                    chat_template_kwargs: Mapping[str, Any] | None = None) -> Iterator[str]:
+                    chat_template_kwargs: Mapping[str, Any] | None = None, min_p: float = 0.0, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+                 logit_bias: Mapping[int, float] | None = None) -> Iterator[str]:
         """Yields :meth:`chat`'s reply as it is made (whole characters only), as :meth:`stream` does."""
         ids = self._chat_ids(messages, chat_template_kwargs)  # errors here, not at the first next()
-        return self._stream(ids, max_new_tokens, temperature, top_k, top_p, seed, stop, ignore_eos)
+        return self._stream(ids, max_new_tokens, temperature, top_k, top_p, seed, stop, ignore_eos, _Penalties.of(min_p, repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty, logit_bias))
 
     def _chat_ids(self, messages: Sequence[Mapping[str, Any]],
                   chat_template_kwargs: Mapping[str, Any] | None = None) -> list[int]:

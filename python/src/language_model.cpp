@@ -113,9 +113,20 @@ void register_language_model(nb::module_& m) {
       .def("generate",
            [](const PyLanguageModel& p, const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t max_new_tokens,
               double temperature, std::int64_t top_k, double top_p, std::uint64_t seed, std::int64_t logprobs,
-              bool ignore_eos, nb::object on_token) {
+              bool ignore_eos, nb::object on_token, double min_p, double repeat_penalty, std::int64_t repeat_last_n,
+              double frequency_penalty, double presence_penalty,
+              const std::vector<std::pair<std::int64_t, double>>& logit_bias) {
              infer::GenerationOptions o{.max_new_tokens = max_new_tokens,
-                                        .sampling = {.temperature = temperature, .top_k = top_k, .top_p = top_p, .seed = seed},
+                                        .sampling = {.temperature = temperature,
+                                                     .top_k = top_k,
+                                                     .top_p = top_p,
+                                                     .seed = seed,
+                                                     .min_p = min_p,
+                                                     .logit_bias = logit_bias,
+                                                     .repeat_penalty = repeat_penalty,
+                                                     .repeat_last_n = repeat_last_n,
+                                                     .frequency_penalty = frequency_penalty,
+                                                     .presence_penalty = presence_penalty},
                                         .eos_id = ignore_eos ? std::nullopt : p.lm.eos_id(),
                                         .logprobs = logprobs};
              if (!ignore_eos && !p.lm.eos_ids.empty()) o.stop_ids.assign(p.lm.eos_ids.begin() + 1, p.lm.eos_ids.end());
@@ -142,7 +153,9 @@ void register_language_model(nb::module_& m) {
              return std::make_pair(out, static_cast<double>(stats.new_tokens) / std::max(seconds, 1e-9));
            },
            nb::arg("prompts"), nb::arg("max_new_tokens"), nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"),
-           nb::arg("seed"), nb::arg("logprobs"), nb::arg("ignore_eos"), nb::arg("on_token").none());
+           nb::arg("seed"), nb::arg("logprobs"), nb::arg("ignore_eos"), nb::arg("on_token").none(), nb::arg("min_p"),
+           nb::arg("repeat_penalty"), nb::arg("repeat_last_n"), nb::arg("frequency_penalty"), nb::arg("presence_penalty"),
+           nb::arg("logit_bias"));
 
   // A sequence's text, whole UTF-8 characters only, ended where a stop string ends: the CLI's
   // infer::TextStream (StopMode::Keep); the eos tokens show no text unless ignore_eos.

@@ -43,6 +43,29 @@ def test_generate_equals_the_cli(llm: qkv.LLM, qkv_cli: Path, options: list[str]
     assert llm.generate(PROMPT, max_new_tokens=24, **kw) == cli["text"]  # type: ignore[arg-type]
 
 
+def test_penalties_bias_and_min_p_equal_the_cli(llm: qkv.LLM, qkv_cli: Path) -> None:
+    greedy = llm.generate(PROMPT, max_new_tokens=12, details=True)
+    banned = greedy.ids[0]
+    kw = dict(repeat_penalty=1.6, repeat_last_n=8, frequency_penalty=0.7, presence_penalty=0.3,
+              logit_bias={banned: -100.0, 5: 1.5})
+    cli = cli_generate(qkv_cli, "--prompt", PROMPT, "--max-new", "12", "--repeat-penalty", "1.6", "--repeat-last-n", "8",
+                       "--frequency-penalty", "0.7", "--presence-penalty", "0.3", "--logit-bias", f"{banned}=-100",
+                       "--logit-bias", "5=1.5")[0]
+    g = llm.generate(PROMPT, max_new_tokens=12, details=True, **kw)  # type: ignore[arg-type]
+    assert g.ids == cli["new_ids"]
+    assert banned not in g.ids
+    assert g.ids != greedy.ids
+    sampled = llm.generate(PROMPT, max_new_tokens=12, temperature=0.9, seed=3, min_p=0.2, details=True)
+    cli_sampled = cli_generate(qkv_cli, "--prompt", PROMPT, "--max-new", "12", "--temperature", "0.9", "--seed", "3",
+                               "--min-p", "0.2")[0]
+    assert sampled.ids == cli_sampled["new_ids"]
+    assert "".join(llm.stream(PROMPT, max_new_tokens=12, **kw)) == g.text  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="repeat_penalty must be a finite number > 0"):
+        llm.generate(PROMPT, repeat_penalty=0)
+    with pytest.raises(IndexError, match="logit_bias names token"):
+        llm.generate(PROMPT, logit_bias={10**9: 1.0})
+
+
 def test_batches_stop_strings_and_ids_equal_the_cli(llm: qkv.LLM, qkv_cli: Path, tmp_path: Path) -> None:
     prompts = ["In the beginning", "And God said", "the"]
     (tmp_path / "p.txt").write_text("\n".join(prompts) + "\n")
