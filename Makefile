@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup models data configure build demo test test-python bench clean test-tsan test-asan fuzz-smoke
+.PHONY: all setup models data configure build tool install demo test test-python bench clean test-tsan test-asan fuzz-smoke
 
 all: build
 
@@ -18,14 +18,26 @@ models: setup
 data: setup
 	@bash scripts/fetch_data.sh
 
+# Compiled objects are reused through ccache when it is there (as .ci/run does).
+CCACHE := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache,)
+PREFIX ?= /usr/local
+
 configure: setup
-	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CCACHE) $(CMAKE_FLAGS) >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-demo: models data build
+# The tool and the libraries it links, nothing else (the tests are built by make test).
+tool: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target qkv_tool
+
+demo: models data tool
 	@$(BUILD)/tools/qkv/qkv demo
+
+# The qkv binary into $(PREFIX)/bin, the library, headers and CMake package beside it.
+install: tool
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 test: models data build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900

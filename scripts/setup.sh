@@ -16,9 +16,22 @@ done
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
-echo "setup: installing missing Debian packages: ${missing[*]}"
+# One line per step; apt's own output goes to a log, shown only when a step fails.
+log="${TMPDIR:-/tmp}/qkv-setup-$(id -u).log"
+: > "$log"
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+step() {
+  local what=$1; shift
+  echo "setup: $what"
+  if ! "$@" >> "$log" 2>&1; then
+    echo "setup: failed: $what; its output (from $log):" >&2
+    tail -n 40 "$log" >&2
+    exit 1
+  fi
+}
+step "updating the package lists (apt-get update)" $SUDO apt-get update -qq
+step "installing ${#missing[@]} Debian packages: ${missing[*]}" \
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup: done (apt's log: $log)"

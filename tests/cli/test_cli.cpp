@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -224,6 +226,29 @@ TEST(Cli, NoCommandPrintsHelpAndFails) {
   const Result r = run("");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("worked-example"), std::string::npos) << r.out;
+}
+
+// cmake --install (what make install runs) puts the tool in PREFIX/bin with the library, its
+// headers and its CMake package; the installed qkv runs.
+TEST(Cli, InstallPutsTheToolInBin) {
+  const fs::path build = fs::path(QKV_BIN).parent_path().parent_path().parent_path();  // build/tools/qkv/qkv
+  ASSERT_TRUE(fs::exists(build / "CMakeCache.txt")) << build;
+  const fs::path prefix = unique_temp("install");
+  const std::string log = (prefix.string() + ".log");
+  const int rc = std::system(("cmake --install '" + build.string() + "' --prefix '" + prefix.string() + "' >'" + log + "' 2>&1").c_str());
+  std::ifstream f(log);
+  const std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(fs::exists(prefix / "bin" / "qkv")) << out;
+  EXPECT_TRUE(fs::exists(prefix / "include" / "qkv" / "qkv.h")) << out;
+  bool config = false;
+  for (const char* lib : {"lib", "lib64", "lib/x86_64-linux-gnu"})
+    config = config || fs::exists(prefix / lib / "cmake" / "qkv" / "qkvConfig.cmake");
+  EXPECT_TRUE(config) << out;
+  const int help = std::system(("'" + (prefix / "bin" / "qkv").string() + "' --help >/dev/null 2>&1").c_str());
+  EXPECT_EQ(help, 0);
+  fs::remove_all(prefix);
+  fs::remove(log);
 }
 
 TEST(Cli, DemoRunsEverySection) {

@@ -48,6 +48,20 @@ TEST(CliLlama, ChatPromptThroughTheTemplateAnswers) {
       << j["prompt"];
   EXPECT_EQ(j["text"], "The capital of France is Paris.");
   EXPECT_EQ(j["stop_reason"], "eos");
+  // As text: the reply alone (the templated conversation with --verbose-prompt); a plain prompt
+  // is shown before its continuation unless --no-display-prompt.
+  const Result shown = run("generate --model '" + kSmol + "' --chat 'What is the capital of France?' --max-new 20");
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_EQ(shown.out, "The capital of France is Paris.\n");
+  const Result verbose = run("generate --model '" + kSmol + "' --chat 'What is the capital of France?' --max-new 20 --verbose-prompt");
+  ASSERT_EQ(verbose.code, 0) << verbose.err;
+  EXPECT_EQ(verbose.out, j["prompt"].get<std::string>() + "The capital of France is Paris.\n");
+  const Result plain = run("generate --model '" + kSmol + "' --max-new 3 'The capital of France'");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_EQ(plain.out.rfind("The capital of France", 0), 0u) << plain.out;
+  const Result bare = run("generate --model '" + kSmol + "' --max-new 3 --no-display-prompt 'The capital of France'");
+  ASSERT_EQ(bare.code, 0) << bare.err;
+  EXPECT_EQ(plain.out, "The capital of France" + bare.out) << bare.out;
   // qkv tokenize --chat shows that prompt and its ids; plain texts use the GGUF's vocabulary.
   const Result t = run("tokenize --model '" + kSmol + "' --chat 'What is the capital of France?' --json");
   ASSERT_EQ(t.code, 0) << t.err;

@@ -40,6 +40,7 @@ struct GenerateOptions {
   std::vector<std::string> positional;  // PROMPT given without --prompt
   i64 logprobs = -1;
   bool no_cache = false, json = false, chat = false, ignore_eos = false;
+  bool verbose_prompt = false, no_display_prompt = false;
 };
 
 
@@ -138,7 +139,10 @@ int run_generate(GenerateOptions o, std::ostream& out) {
       s.emplace(lm.tokenizer, infer::TextStreamOptions{.stops = o.stop,
                                                .skip = o.ignore_eos ? std::vector<i64>{} : lm.eos_ids,
                                                .mode = infer::StopMode::Keep});
-  if (stream) out << texts[0] << std::flush;
+  // The prompt is shown before its continuation, except a chat's templated conversation (the
+  // reply alone, as llama-cli shows it; --verbose-prompt shows it too) or with --no-display-prompt.
+  const bool show_prompt = o.chat ? o.verbose_prompt : !o.no_display_prompt;
+  if (stream && show_prompt) out << texts[0] << std::flush;
   auto on_token = [&](i64 b, i64 id) {
     auto& s = streams[static_cast<std::size_t>(b)];
     if (!s) return true;
@@ -192,7 +196,7 @@ int run_generate(GenerateOptions o, std::ostream& out) {
     }
     if (!stream) {
       if (tok) {
-        out << "[" << b << "] " << (have_text ? texts[b] : std::string()) << streams[b]->text() << "\n";
+        out << "[" << b << "] " << (have_text && show_prompt ? texts[b] : std::string()) << streams[b]->text() << "\n";
       } else {
         out << "[" << b << "]";
         for (i64 id : r.new_ids) out << " " << id;
@@ -250,6 +254,9 @@ QKV_TOOL_COMMAND(generate, {
           ->check(input_file("a text file, one prompt per line"))
           ->type_name("FILE");
       sub.add_flag("--chat", opt->chat, "Send the prompt as a user message through the model's chat template");
+      sub.add_flag("--verbose-prompt", opt->verbose_prompt,
+                   "With --chat: print the templated conversation before the reply (not shown by default)");
+      sub.add_flag("--no-display-prompt", opt->no_display_prompt, "Print the continuation without the prompt before it");
       sub.add_option("--system", opt->system, "With --chat: a system message before the prompt");
       sub.add_option("--messages", opt->messages_file, "A conversation as a JSON list of {role, content} (implies --chat)")
           ->check(input_file("a JSON file of messages"))
