@@ -205,9 +205,13 @@ TEST(CliMessages, ThePrintedGenerateCommandWorks) {
 TEST(CliMessages, TopLevelHelpNamesEveryCommandANewcomerLooksFor) {
   const Result r = run("--help");
   ASSERT_EQ(r.code, 0);
-  for (const char* want : {"train lm", "train classify", "train seq2seq", "generate --model", "heatmap --model",
-                           "embed --model", "search --index", "tokenize train", "lm (a GPT-2 on your text files)"})
+  // The commands grouped by what people come for, one example per group.
+  for (const char* want : {"Chat with and serve a model:\n  chat ", "Embed and search:\n  embed ", "Train:\n  train ",
+                           "The tutorials' experiments:\n  demo ", "Inspect, convert and measure:\n  inspect ",
+                           "qkv chat --model", "qkv serve --model", "embed --model", "search --index", "train lm --text",
+                           "qkv demo", "qkv inspect", "qkv convert", "lm (a GPT-2 on your text files)"})
     EXPECT_NE(r.out.find(want), std::string::npos) << want << " in\n" << r.out;
+  EXPECT_EQ(r.out.find("Each subcommand runs one of the tutorials' experiments"), std::string::npos) << r.out;
 }
 
 TEST(CliMessages, SharedFlagsLookAlikeAndDefaultsAreShownWithinTheirRange) {
@@ -265,7 +269,7 @@ TEST(CliMessages, OptionsWithoutEffectAreWarnedOrRefused) {
 }
 
 TEST(CliMessages, AWordBeforeTheCommandIsAnUnknownCommand) {
-  expect_error("foo generate --model x", 2, "unknown command 'foo' (commands: demo, trace");
+  expect_error("foo generate --model x", 2, "unknown command 'foo' (commands: chat, generate, serve");
   expect_error("--threads 2 foo trace", 2, "unknown command 'foo'");
   const Result ok = run("--threads 1 worked-example --json");
   EXPECT_EQ(ok.code, 0) << ok.err;

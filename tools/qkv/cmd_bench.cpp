@@ -303,7 +303,8 @@ int run_encoder_step(const EncoderStepOptions& o, const CommonOptions& c) {
 QKV_TOOL_COMMAND(bench, {
     .name = "bench",
     .summary = "Time the engine's attention, GEMM, multi-head attention, an encoder training step or sentence embeddings",
-    .order = 80,
+    .order = 53,
+    .group = "Inspect, convert and measure",
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "qkv bench attention --batch B --heads H --len L --dim D [--causal] [--backward]\n"

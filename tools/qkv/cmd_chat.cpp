@@ -158,7 +158,8 @@ int run_chat(const ChatOptions& o) {
 QKV_TOOL_COMMAND(chat, {
     .name = "chat",
     .summary = "Chat with a model in the terminal (its chat template, replies streamed, KV cache kept)",
-    .order = 59,
+    .order = 10,
+    .group = "Chat with and serve a model",
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "Talks with a chat model (a GGUF file or a Hugging Face folder with a chat template) turn by turn: each "

@@ -120,7 +120,8 @@ std::string folder_families() {
 QKV_TOOL_COMMAND(convert, {
     .name = "convert",
     .summary = "Rewrite a model: any text model as a GGUF file, or a folder again as transformers writes it",
-    .order = 62,
+    .order = 51,
+    .group = "Inspect, convert and measure",
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "OUT ending in .gguf: writes " + role_needs(models::ModelRole::CausalLM) + " as GGUF v3 with the "

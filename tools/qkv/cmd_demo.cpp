@@ -359,7 +359,8 @@ int run_demo(const DemoOptions& opt, std::ostream& out) {
 QKV_TOOL_COMMAND(demo, {
     .name = "demo",
     .summary = "Run the tutorials' experiments in one go: shapes, worked numbers, training, heatmaps, generation",
-    .order = 1,
+    .order = 40,
+    .group = "The tutorials' experiments",
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "Runs, clearly sectioned and in a few seconds: the shape walkthrough (trace with d_model 64, 4 heads, "

@@ -124,7 +124,8 @@ int run_embed(const EmbedCmdOptions& o, std::ostream& out) {
 QKV_TOOL_COMMAND(embed, {
     .name = "embed",
     .summary = "Sentence embeddings of a BERT sentence-transformers model (all-MiniLM-L6-v2), similarity, search index",
-    .order = 70,
+    .order = 20,
+    .group = "Embed and search",
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "Embeds each TEXT (or each line of --file, empty lines included; an index (--out) skips blank lines and "

@@ -223,7 +223,8 @@ int run_generate(GenerateOptions o, std::ostream& out) {
 QKV_TOOL_COMMAND(generate, {
     .name = "generate",
     .summary = "Generate text with a language model (a GGUF file or a Hugging Face folder) through the KV cache",
-    .order = 60,
+    .order = 11,
+    .group = "Chat with and serve a model",
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "Reads " + role_needs(models::ModelRole::CausalLM) +

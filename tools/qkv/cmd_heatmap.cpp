@@ -188,7 +188,8 @@ int run_heatmap(const HeatmapOptions& opt, std::ostream& out, std::vector<std::s
 QKV_TOOL_COMMAND(heatmap, {
     .name = "heatmap",
     .summary = "Attention heatmaps (PNG per layer and head) and an HTML explorer: a pretrained model, or a trained checkpoint",
-    .order = 60,
+    .order = 44,
+    .group = "The tutorials' experiments",
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "Runs a model once and writes, into --out, one PNG per attention map and head named "

@@ -63,7 +63,8 @@ int run_inspect(const InspectOptions& opt, std::ostream& out) {
 QKV_TOOL_COMMAND(inspect, {
     .name = "inspect",
     .summary = "List the tensors (name, type, shape, bytes) and metadata of a .safetensors or .gguf file",
-    .order = 40,
+    .order = 50,
+    .group = "Inspect, convert and measure",
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "Reads the header of FILE with qkv's strict readers -- safetensors, or GGUF when the file starts with "

@@ -61,7 +61,8 @@ int run_search(const SearchOptions& o, std::ostream& out) {
 QKV_TOOL_COMMAND(search, {
     .name = "search",
     .summary = "Semantic search: the lines of an embedding index closest to each query",
-    .order = 71,
+    .order = 21,
+    .group = "Embed and search",
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "Embeds each QUERY with --model (the model the index was built with) and prints the --top-k lines of "

@@ -97,7 +97,8 @@ int run_serve(const ServeOptions& o) {
 QKV_TOOL_COMMAND(serve, {
     .name = "serve",
     .summary = "Serve models over an OpenAI-compatible HTTP API (continuous batching)",
-    .order = 62,
+    .order = 12,
+    .group = "Chat with and serve a model",
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "Serves POST /v1/chat/completions (through the model's chat template, or --chat-template's), "

@@ -90,7 +90,8 @@ int run_tokenize(const TokenizeOptions& o, std::ostream& out) {
 QKV_TOOL_COMMAND(tokenize, {
     .name = "tokenize",
     .summary = "Token ids of texts with a model's tokenizer (or texts of ids with --decode; chat prompts)",
-    .order = 61,
+    .order = 52,
+    .group = "Inspect, convert and measure",
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "One line per TEXT: its ids separated by spaces, or with --json {\"text\": ..., \"ids\": [...]}. With "

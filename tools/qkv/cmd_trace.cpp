@@ -233,7 +233,8 @@ int run_trace(const TraceOptions& opt, std::ostream& out) {
 QKV_TOOL_COMMAND(trace, {
     .name = "trace",
     .summary = "Walk one encoder forward pass step by step, printing every tensor shape",
-    .order = 10,
+    .order = 42,
+    .group = "The tutorials' experiments",
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "Follows the second tutorial's walkthrough with a real encoder block (random weights, seeded): tokens "

@@ -92,7 +92,8 @@ int run_task(const CLI::App& train_app, const CLI::App& task, const Action& acti
 QKV_TOOL_COMMAND(train, {
     .name = "train",
     .summary = "Train a model: classify and seq2seq (the tutorials' toy tasks), lm (a GPT-2 on your text files)",
-    .order = 40,
+    .order = 30,
+    .group = "Train",
     .setup = [](CLI::App& sub) -> Action {
       auto tasks = std::make_shared<std::vector<MountedCommand>>(mount_commands(
           sub, train_tasks(),

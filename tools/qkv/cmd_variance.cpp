@@ -147,7 +147,8 @@ int run_variance(const VarianceOptions& opt, std::ostream& out) {
 QKV_TOOL_COMMAND(variance, {
     .name = "variance",
     .summary = "Measure Var(q·k) per d_k with and without 1/sqrt(d_k) scaling, and softmax saturation",
-    .order = 30,
+    .order = 43,
+    .group = "The tutorials' experiments",
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "For random q, k with independent unit-variance components, measures Var(q·k) per d_k unscaled and "

@@ -138,7 +138,8 @@ int run_worked_example(const WorkedExampleOptions& opt, std::ostream& out) {
 QKV_TOOL_COMMAND(worked_example, {
     .name = "worked-example",
     .summary = "The second tutorial's d_k = 2 example: Q K^T, scaled scores, softmax weights",
-    .order = 20,
+    .order = 41,
+    .group = "The tutorials' experiments",
     .setup = [](CLI::App& sub) -> Action {
       sub.footer(
           "Recomputes the second tutorial's d_k = 2 example with the library: Q = [[0.1,0.2],[0.5,0.6],[0.9,1.0]], "

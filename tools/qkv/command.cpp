@@ -172,6 +172,7 @@ std::vector<MountedCommand> mount_commands(CLI::App& parent, const CommandRegist
   std::vector<MountedCommand> mounted;
   for (const Command& cmd : registry.sorted()) {
     CLI::App* sub = parent.add_subcommand(cmd.name, cmd.summary);
+    if (!cmd.group.empty()) sub->group(cmd.group);
     mounted.push_back({sub, cmd.setup(*sub)});
     const std::string long_help = sub->get_footer();
     sub->footer((long_help.empty() ? "" : long_help + "\n\n") + footer_note);

@@ -33,6 +33,7 @@ struct Command {
   std::string name;
   std::string summary;  // one line, shown in `qkv --help`
   int order = 100;      // position in `qkv --help`
+  std::string group;    // the heading it is listed under in `qkv --help` (empty: "Subcommands")
   // Declares the subcommand's options on `sub` (flags, a longer help text
   // in sub.footer()) and
   // returns what to run once parsing succeeded.

@@ -104,8 +104,9 @@ std::string filesystem_message(const std::filesystem::filesystem_error& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"qkv: a C++ Transformer attention engine. Each subcommand runs one of the tutorials' "
-               "experiments and prints every shape and number it computes.",
+  CLI::App app{"qkv: a C++ Transformer engine for the CPU. Chat with and serve the open models people download "
+               "(GGUF files and Hugging Face folders), embed and search text, train small models, and see every "
+               "shape and number of attention in the tutorials' experiments.",
                "qkv"};
   app.set_version_flag("--version", "qkv 0.1.0");
   app.fallthrough();  // global options may also follow the subcommand
@@ -120,20 +121,16 @@ int main(int argc, char** argv) {
       "Global option (before or after the command): --threads N, worker threads (default: all cores).");
   app.require_subcommand(0, 1);
   // Set after the subcommands exist so they do not inherit it.
-  app.footer("Run 'qkv CMD --help' for a command's options. Examples:\n"
-             "  qkv demo                                             # everything below, in one run\n"
-             "  qkv worked-example\n"
-             "  qkv trace --sentence \"I love NLP\" --values 4\n"
-             "  qkv variance --trials 10 --dims 2,8,32,64,128,512\n"
-             "  qkv train classify --balanced --epochs 300 --lr 3e-3 --save clf.safetensors\n"
-             "  qkv train seq2seq --task reverse --save reverse.safetensors\n"
-             "  qkv train lm --text data/kjv.txt --vocab-size 4096 --steps 600 --out runs/kjv\n"
-             "  qkv generate --model runs/kjv \"And God said\"\n"
-             "  qkv heatmap --model models/all-MiniLM-L6-v2 --text \"I love NLP\" --out minilm_heads\n"
+  app.footer("Run 'qkv CMD --help' for a command's options. One example of each group:\n"
+             "  qkv chat --model models/SmolLM2-135M-Instruct.Q4_1.gguf        # a terminal chat\n"
+             "  qkv serve --model models/SmolLM2-135M-Instruct.Q4_1.gguf       # an OpenAI-style server\n"
              "  qkv embed --model models/all-MiniLM-L6-v2 --file corpus.txt --out index.safetensors\n"
              "  qkv search --index index.safetensors --model models/all-MiniLM-L6-v2 \"Who is eating?\"\n"
-             "  qkv tokenize train --text data/kjv.txt --vocab-size 4096 --out runs/kjv-bpe\n"
-             "  qkv inspect tests/fixtures/linear.safetensors");
+             "  qkv train lm --text data/kjv.txt --vocab-size 4096 --steps 600 --out runs/kjv\n"
+             "  qkv demo                                                       # every tutorial experiment\n"
+             "  qkv trace --sentence \"I love NLP\" --values 4\n"
+             "  qkv inspect models/SmolLM2-135M-Instruct.Q4_1.gguf\n"
+             "  qkv convert --model runs/kjv --out kjv.gguf");
 
   std::string names;
   if (const std::string word = unknown_command(argc, argv, commands, &names); !word.empty())
