@@ -29,9 +29,15 @@ void check_generation(const serve::GenerationParams& p, ApiKind kind) {
   QKV_FUZZ_CHECK(p.kind == kind);
   if (kind == ApiKind::Chat) QKV_FUZZ_CHECK(!p.messages.empty());
   if (p.max_tokens) QKV_FUZZ_CHECK(*p.max_tokens >= 1);
-  QKV_FUZZ_CHECK(std::isfinite(p.temperature) && p.temperature >= 0 && p.temperature <= 2);
-  QKV_FUZZ_CHECK(std::isfinite(p.top_p) && p.top_p >= 0 && p.top_p <= 1);
-  QKV_FUZZ_CHECK(p.top_k >= 0);
+  if (p.temperature) QKV_FUZZ_CHECK(std::isfinite(*p.temperature) && *p.temperature >= 0 && *p.temperature <= 2);
+  if (p.top_p) QKV_FUZZ_CHECK(std::isfinite(*p.top_p) && *p.top_p >= 0 && *p.top_p <= 1);
+  if (p.top_k) QKV_FUZZ_CHECK(*p.top_k >= 0);
+  if (p.min_p) QKV_FUZZ_CHECK(*p.min_p >= 0 && *p.min_p <= 1);
+  if (p.repeat_penalty) QKV_FUZZ_CHECK(std::isfinite(*p.repeat_penalty) && *p.repeat_penalty > 0);
+  if (p.repeat_last_n) QKV_FUZZ_CHECK(*p.repeat_last_n >= -1);
+  QKV_FUZZ_CHECK(p.frequency_penalty >= -2 && p.frequency_penalty <= 2);
+  QKV_FUZZ_CHECK(p.presence_penalty >= -2 && p.presence_penalty <= 2);
+  for (const auto& [id, b] : p.logit_bias) QKV_FUZZ_CHECK(id >= 0 && b >= -100 && b <= 100);
   QKV_FUZZ_CHECK(p.stop.size() <= serve::kMaxStopStrings);
   for (const std::string& s : p.stop) QKV_FUZZ_CHECK(!s.empty());
   QKV_FUZZ_CHECK(p.top_logprobs >= 0 && p.top_logprobs <= serve::kMaxApiTopLogprobs);

@@ -64,6 +64,84 @@ std::optional<ChatTemplateSource> folder_chat_template_source(const std::string&
 
 std::string model_kind(const std::string& path) { return models::model_kind(path).declared; }
 
+SamplingOptions llama_cpp_default_sampling() { return {.temperature = 0.8, .top_k = 40, .top_p = 0.95, .min_p = 0.05}; }
+
+namespace {
+
+// The model's sampling advice over llama.cpp's defaults: a folder's generation_config.json, a
+// GGUF's general.sampling.* (what llama.cpp's converter writes from it). FormatError naming the
+// file and the field for a value qkv's sampler refuses.
+void read_default_sampling(const std::string& path, bool file, LanguageModel& lm) {
+  SamplingOptions s = llama_cpp_default_sampling();
+  std::string from;
+  auto checked = [&](const std::string& where) {
+    try {
+      check_sampling(s);
+    } catch (const ValueError& e) {
+      throw FormatError(where + ": " + e.what());
+    }
+  };
+  if (file) {
+    auto f = io::GGUFFile::open_header(path);
+    bool any = false;
+    auto num = [&](const char* key) -> std::optional<double> {
+      if (!f.find_value(key)) return std::nullopt;
+      any = true;
+      try {
+        return f.find_float(key);  // f32 / f64 (llama.cpp writes them so)
+      } catch (const FormatError&) {
+        return static_cast<double>(*f.find_int(key));  // an integer type (top_k, penalty_last_n); else its error
+      }
+    };
+    if (auto v = num("general.sampling.temp")) s.temperature = *v;
+    if (auto v = num("general.sampling.top_k")) s.top_k = static_cast<i64>(*v);
+    if (auto v = num("general.sampling.top_p")) s.top_p = *v;
+    if (auto v = num("general.sampling.min_p")) s.min_p = *v;
+    if (auto v = num("general.sampling.penalty_repeat")) s.repeat_penalty = *v;
+    if (auto v = num("general.sampling.penalty_last_n")) s.repeat_last_n = static_cast<i64>(*v);
+    if (any) {
+      from = "the file's general.sampling";
+      checked(path + " general.sampling");
+    }
+  } else {
+    const fs::path gc = fs::path(path) / "generation_config.json";
+    std::error_code ec;
+    if (fs::is_regular_file(gc, ec)) {
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(io::read_file(gc.string(), "load_language_model"));
+      } catch (const nlohmann::json::exception& e) {
+        throw FormatError(gc.string() + ": not valid JSON (" + e.what() + ")");
+      }
+      bool any = false;
+      auto num = [&](const char* key) -> std::optional<double> {
+        const auto it = j.is_object() ? j.find(key) : j.end();
+        if (!j.is_object() || it == j.end() || it->is_null()) return std::nullopt;
+        if (!it->is_number()) throw FormatError(gc.string() + ": " + key + " is not a number");
+        any = true;
+        return it->get<double>();
+      };
+      if (auto v = num("temperature")) s.temperature = *v;
+      if (auto v = num("top_k")) s.top_k = static_cast<i64>(*v);
+      if (auto v = num("top_p")) s.top_p = *v;
+      if (auto v = num("min_p")) s.min_p = *v;
+      if (auto v = num("repetition_penalty")) s.repeat_penalty = *v;
+      if (j.is_object() && j.contains("do_sample") && j["do_sample"].is_boolean()) {
+        any = true;
+        if (!j["do_sample"].get<bool>()) s.temperature = 0;  // the model asks for greedy decoding
+      }
+      if (any) {
+        from = "generation_config.json";
+        checked(gc.string());
+      }
+    }
+  }
+  lm.default_sampling = s;
+  lm.default_sampling_source = from.empty() ? "llama.cpp's defaults" : from + " over llama.cpp's defaults";
+}
+
+}  // namespace
+
 LanguageModel load_language_model(const std::string& path, const LanguageModelOptions& o) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw IOError("'" + path + "' does not exist");
@@ -80,6 +158,7 @@ LanguageModel load_language_model(const std::string& path, const LanguageModelOp
   for (i64 e : loaded.eos_ids) add_eos(lm.eos_ids, e);
   lm.bos_id = loaded.bos_id;
   lm.tokenizer = tokenize::find_tokenizer(path);
+  read_default_sampling(path, file, lm);
   if (file) {
     auto f = io::GGUFFile::open_header(path);
     if (f.find_value("tokenizer.ggml.model")) {

@@ -81,19 +81,21 @@ Prepared prepare(Server::Impl& s, const httplib::Request& req, ApiKind kind) {
   infer::SequenceRequest& r = p.request;
   r.prompt = std::move(prompt);
   r.max_new_tokens = g.max_tokens.value_or(ctx - P);
-  r.sampling.temperature = g.temperature;
-  r.sampling.top_k = g.top_k;
-  r.sampling.top_p = g.top_p;
-  if (g.top_p == 0) {  // OpenAI accepts 0: only the most likely token
+  // The request's sampling fields over the model's advice (over llama.cpp's defaults).
+  r.sampling = m.lm->default_sampling;
+  if (g.temperature) r.sampling.temperature = *g.temperature;
+  if (g.top_k) r.sampling.top_k = *g.top_k;
+  if (g.top_p) r.sampling.top_p = *g.top_p;
+  if (g.min_p) r.sampling.min_p = *g.min_p;
+  if (g.repeat_penalty) r.sampling.repeat_penalty = *g.repeat_penalty;
+  if (g.repeat_last_n) r.sampling.repeat_last_n = *g.repeat_last_n;
+  if (g.top_p && *g.top_p == 0) {  // OpenAI accepts 0: only the most likely token
     r.sampling.temperature = 0;
     r.sampling.top_p = 1;
   }
   r.sampling.seed = g.seed ? *g.seed : new_seed();
-  r.sampling.min_p = g.min_p;
   r.sampling.frequency_penalty = g.frequency_penalty;
   r.sampling.presence_penalty = g.presence_penalty;
-  r.sampling.repeat_penalty = g.repeat_penalty;
-  r.sampling.repeat_last_n = g.repeat_last_n;
   const i64 V = m.scheduler->model().vocab_size();
   for (const auto& [id, bias] : g.logit_bias)
     if (id >= V)

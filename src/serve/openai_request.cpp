@@ -385,7 +385,7 @@ GenerationParams parse_generation_request(std::string_view body, ApiKind kind) {
   if (const json* f = field(o, "presence_penalty")) p.presence_penalty = get_number(*f, "presence_penalty", -2.0, 2.0);
   if (const json* r = field(o, "repeat_penalty")) {
     p.repeat_penalty = get_number(*r, "repeat_penalty", 0.0, 1e6);
-    if (p.repeat_penalty == 0) bad_value("repeat_penalty", "expected a value > 0 (1 = off), got 0.");
+    if (*p.repeat_penalty == 0) bad_value("repeat_penalty", "expected a value > 0 (1 = off), got 0.");
   }
   if (const json* r = field(o, "repeat_last_n")) p.repeat_last_n = get_int(*r, "repeat_last_n", -1, std::numeric_limits<i64>::max());
   if (const json* b = field(o, "logit_bias")) {

@@ -131,7 +131,7 @@ TEST_P(CliArch, ChatAnswersAsGenerateChatDoes) {
   const json g = one(run("generate --model " + quote(model) + " --chat 'Who divided the light from the darkness?' --json" + kw),
                      arch);
   const std::string in = s.write("in.txt", "Who divided the light from the darkness?\n");
-  const Result c = run("chat --model " + quote(model) + kw + " < " + quote(in));
+  const Result c = run("chat --model " + quote(model) + " --temperature 0" + kw + " < " + quote(in));
   ASSERT_EQ(c.code, 0) << c.err;
   EXPECT_EQ(c.out, g["text"].get<std::string>() + "\n") << arch;
 }

@@ -4,14 +4,18 @@
 // `qkv bench generate` on a GGUF file; each bad input a clear one-line error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "cli_test_util.h"
+#include "testing/sanitizers.h"
 
 namespace {
 
@@ -107,13 +111,42 @@ TEST(CliLlama, ChatKeepsTheConversation) {
   need_smol();
   Scratch s;
   const std::string in = s.write("in.txt", "What is the capital of France?\n/reset\nWhat is the capital of France?\n");
-  const Result r = run("chat --model '" + kSmol + "' --max-new 20 < '" + in + "'");
+  const Result r = run("chat --model '" + kSmol + "' --temperature 0 --max-new 20 < '" + in + "'");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "The capital of France is Paris.\nThe capital of France is Paris.\n");
 }
 
 // --kv-cache f16: keys and values kept as IEEE halves (llama.cpp's default cache). The reply to
 // the chat prompt is unchanged, and bench generate counts the cache at half the bytes.
+// qkv chat samples as the model advises, else as llama.cpp does (temperature 0.8, top-k 40, top-p
+// 0.95, min-p 0.05): greedy decoding looped on SmolLM2 ("She was a great beauty, and she was a
+// great beauty, ..."); with the defaults no reply repeats a 6-gram more than twice (fixed seeds).
+TEST(CliLlama, ChatDefaultSamplingDoesNotLoop) {
+  need_smol();
+  Scratch s;
+  const std::string in = s.write("q.txt", "What is the capital of France?\nGive me one tip to sleep better.\n"
+                                          "Write a story about a beautiful princess.\n");
+  for (const int seed : {1, 2}) {
+    const Result r = run("chat --model '" + kSmol + "' --max-new " + std::to_string(qkv::testing::full_or_reduced(160, 60)) +
+                         " --seed " + std::to_string(seed) + " < '" + in + "'");
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::istringstream words(r.out);
+    std::vector<std::string> w;
+    for (std::string x; words >> x;) w.push_back(x);
+    EXPECT_GT(w.size(), 30u) << r.out;
+    std::map<std::vector<std::string>, int> count;
+    int worst = 0;
+    for (std::size_t i = 0; i + 6 <= w.size(); ++i)
+      worst = std::max(worst, ++count[std::vector<std::string>(w.begin() + static_cast<std::ptrdiff_t>(i),
+                                                                w.begin() + static_cast<std::ptrdiff_t>(i + 6))]);
+    EXPECT_LE(worst, 2) << "seed " << seed << ":\n" << r.out;
+  }
+  // Greedy on request, the same reply as generate --chat.
+  const Result g = run("chat --model '" + kSmol + "' --temperature 0 --max-new 20 < '" + in + "'");
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_EQ(g.out.rfind("The capital of France is Paris.\n", 0), 0u) << g.out;
+}
+
 TEST(CliLlama, HalfPrecisionCacheGivesTheSameReply) {
   need_smol();
   const std::string chat = " --chat 'What is the capital of France?' --max-new 20 --json";
@@ -124,7 +157,7 @@ TEST(CliLlama, HalfPrecisionCacheGivesTheSameReply) {
   EXPECT_EQ(json_lines(f16.out).at(0)["new_ids"], json_lines(f32.out).at(0)["new_ids"]);
   Scratch s;
   const std::string in = s.write("in.txt", "What is the capital of France?\n");
-  const Result c = run("chat --model '" + kSmol + "' --kv-cache f16 --max-new 20 < '" + in + "'");
+  const Result c = run("chat --model '" + kSmol + "' --temperature 0 --kv-cache f16 --max-new 20 < '" + in + "'");
   ASSERT_EQ(c.code, 0) << c.err;
   EXPECT_EQ(c.out, json_lines(f16.out).at(0)["text"].get<std::string>() + "\n");
   const std::string bench = "bench generate --model '" + kSmol + "' --prompt-len 8 --new 2 --repeat 1 --bandwidth-mb 64 --json";

@@ -207,4 +207,48 @@ TEST(ArchErrors, ContradictoryGgufMetadataIsOneMessage) {
   }
 }
 
+
+// How chat and serve sample when the user says nothing: the model's advice over llama.cpp's
+// defaults (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05), from a folder's
+// generation_config.json or a GGUF's general.sampling.* keys; do_sample false is greedy; a value
+// the sampler refuses names the file.
+TEST(ArchDefaults, SamplingAdviceFromGenerationConfigAndGguf) {
+  TempDir d;
+  const auto none = qkv::infer::load_language_model(arch_path("qwen3"));
+  EXPECT_EQ(none.default_sampling.temperature, 0.8);
+  EXPECT_EQ(none.default_sampling.top_k, 40);
+  EXPECT_EQ(none.default_sampling.top_p, 0.95);
+  EXPECT_EQ(none.default_sampling.min_p, 0.05);
+  EXPECT_EQ(none.default_sampling.repeat_penalty, 1.0);
+  EXPECT_EQ(none.default_sampling_source, "llama.cpp's defaults");
+  const std::string dir = edited_folder(d, "qwen3", [](json&) {});
+  std::ofstream(dir + "/generation_config.json")
+      << R"({"do_sample": true, "temperature": 0.6, "top_k": 20, "top_p": 0.95, "repetition_penalty": 1.1, "bos_token_id": 1})";
+  const auto qwen = qkv::infer::load_language_model(dir);
+  EXPECT_EQ(qwen.default_sampling.temperature, 0.6);
+  EXPECT_EQ(qwen.default_sampling.top_k, 20);
+  EXPECT_EQ(qwen.default_sampling.min_p, 0.05);  // not said: llama.cpp's
+  EXPECT_EQ(qwen.default_sampling.repeat_penalty, 1.1);
+  EXPECT_EQ(qwen.default_sampling_source, "generation_config.json over llama.cpp's defaults");
+  std::ofstream(dir + "/generation_config.json") << R"({"do_sample": false, "temperature": 0.6})";
+  EXPECT_EQ(qkv::infer::load_language_model(dir).default_sampling.temperature, 0.0);
+  std::ofstream(dir + "/generation_config.json") << R"({"top_p": 2})";
+  const std::string bad = message_of([&] { qkv::infer::load_language_model(dir); });
+  EXPECT_NE(bad.find("generation_config.json: sampling: top_p must be in (0, 1], got 2"), std::string::npos) << bad;
+  std::ofstream(dir + "/generation_config.json") << R"({"temperature": "hot"})";
+  EXPECT_NE(message_of([&] { qkv::infer::load_language_model(dir); }).find("temperature is not a number"), std::string::npos);
+  // GGUF: general.sampling.*, as llama.cpp's converter writes them.
+  const std::string g = edited_gguf(d, "qwen3", [](GGUFMetadata& m, auto&) {
+    m.emplace_back("general.sampling.temp", GGUFMeta::f32(0.7f));
+    m.emplace_back("general.sampling.top_k", GGUFMeta::i32(20));
+    m.emplace_back("general.sampling.min_p", GGUFMeta::f32(0.0f));
+  });
+  const auto gg = qkv::infer::load_language_model(g);
+  EXPECT_FLOAT_EQ(static_cast<float>(gg.default_sampling.temperature), 0.7f);
+  EXPECT_EQ(gg.default_sampling.top_k, 20);
+  EXPECT_EQ(gg.default_sampling.min_p, 0.0);
+  EXPECT_EQ(gg.default_sampling.top_p, 0.95);
+  EXPECT_EQ(gg.default_sampling_source, "the file's general.sampling over llama.cpp's defaults");
+}
+
 }  // namespace

@@ -21,9 +21,8 @@ TEST(ServeParse, ChatFieldsAndDefaults) {
   EXPECT_EQ(d.messages[0].role, "user");
   EXPECT_EQ(d.messages[0].content, "Hi");
   EXPECT_FALSE(d.max_tokens);
-  EXPECT_EQ(d.temperature, 1.0);  // OpenAI's default
-  EXPECT_EQ(d.top_p, 1.0);
-  EXPECT_EQ(d.top_k, 0);
+  // Not given: the model's advice applies (generation.cpp), not OpenAI's temperature 1.
+  EXPECT_FALSE(d.temperature || d.top_p || d.top_k || d.min_p || d.repeat_penalty || d.repeat_last_n);
   EXPECT_FALSE(d.seed);
   EXPECT_FALSE(d.stream);
   EXPECT_FALSE(d.ignore_eos);
@@ -42,9 +41,9 @@ TEST(ServeParse, ChatFieldsAndDefaults) {
   EXPECT_EQ(p.messages[1].content, "ab");
   EXPECT_EQ(p.messages[2].content, "");
   EXPECT_EQ(*p.max_tokens, 5);  // max_completion_tokens wins
-  EXPECT_EQ(p.temperature, 0.5);
-  EXPECT_EQ(p.top_p, 0.9);
-  EXPECT_EQ(p.top_k, 40);
+  EXPECT_EQ(*p.temperature, 0.5);
+  EXPECT_EQ(*p.top_p, 0.9);
+  EXPECT_EQ(*p.top_k, 40);
   EXPECT_EQ(*p.seed, ~std::uint64_t{0});
   EXPECT_EQ(p.stop, std::vector<std::string>{"x"});
   EXPECT_TRUE(p.stream && p.include_usage && p.logprobs && p.ignore_eos);
@@ -54,7 +53,7 @@ TEST(ServeParse, ChatFieldsAndDefaults) {
       R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": null, "temperature": null, "stop": null})",
       ApiKind::Chat);
   EXPECT_FALSE(n.max_tokens);
-  EXPECT_EQ(n.temperature, 1.0);
+  EXPECT_FALSE(n.temperature);
   EXPECT_TRUE(n.stop.empty());
 }
 
@@ -121,9 +120,9 @@ TEST(ServeParse, FieldsTheServerDoesNotImplementAreRefusedByName) {
         k);
     EXPECT_EQ(g.frequency_penalty, 0.5);
     EXPECT_EQ(g.presence_penalty, -1);
-    EXPECT_EQ(g.min_p, 0.05);
-    EXPECT_EQ(g.repeat_penalty, 1.1);
-    EXPECT_EQ(g.repeat_last_n, -1);
+    EXPECT_EQ(*g.min_p, 0.05);
+    EXPECT_EQ(*g.repeat_penalty, 1.1);
+    EXPECT_EQ(*g.repeat_last_n, -1);
     EXPECT_EQ(g.logit_bias, (std::vector<std::pair<i64, double>>{{12, -7.5}, {5, 100}}));  // the keys in string order
     EXPECT_EQ(code_of(head + R"("frequency_penalty": 2.5})", k), P("frequency_penalty", "decimal_above_max_value"));
     EXPECT_EQ(code_of(head + R"("presence_penalty": "x"})", k), P("presence_penalty", "invalid_type"));

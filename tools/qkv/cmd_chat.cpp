@@ -10,6 +10,7 @@
 #include <csignal>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,6 @@ class SigintFlag {
 
 int run_chat(const ChatOptions& o) {
   require_model_role(o.model, models::ModelRole::CausalLM, "chat");
-  const infer::SamplingOptions sampling = o.sampling.options();
   if (o.activations != "f32" && o.activations != "q8")
     throw ValueError("--activations must be f32 or q8, got '" + o.activations + "'");
   const infer::LanguageModel lm = infer::load_language_model(
@@ -64,6 +64,9 @@ int run_chat(const ChatOptions& o) {
   const std::map<std::string, std::string> vars =
       o.chat_kwargs.empty() ? std::map<std::string, std::string>{}
                             : tokenize::parse_chat_template_kwargs(o.chat_kwargs, "--chat-template-kwargs");
+  // The model's sampling advice (generation_config.json, a GGUF's general.sampling) over
+  // llama.cpp's defaults, with the flags given on the command line over both.
+  const infer::SamplingOptions sampling = o.sampling.options(&lm.default_sampling);
   lm.tok();  // a chat needs the tokenizer: a clear error now rather than at the first message
   if (!lm.chat_template) lm.render_chat({});  // throws the reason there is no usable template
   const i64 ctx = o.ctx ? o.ctx : std::min<i64>(lm.model->max_positions(), 8192);
@@ -79,9 +82,22 @@ int run_chat(const ChatOptions& o) {
     session.reset();
   };
   start();
-  if (tty)
+  if (tty) {
     std::cerr << "qkv chat with " << lm.name << " (" << lm.architecture << ", context " << ctx
               << "). Ctrl-C stops a reply, Ctrl-D ends, /reset starts over.\n";
+    std::ostringstream how;
+    if (sampling.temperature == 0) {
+      how << "greedy";
+    } else {
+      how << "temperature " << sampling.temperature;
+      if (sampling.top_k > 0) how << ", top-k " << sampling.top_k;
+      if (sampling.top_p < 1) how << ", top-p " << sampling.top_p;
+      if (sampling.min_p > 0) how << ", min-p " << sampling.min_p;
+    }
+    if (sampling.repeat_penalty != 1) how << ", repeat penalty " << sampling.repeat_penalty;
+    std::cerr << "Sampling: " << how.str() << " (" << lm.default_sampling_source
+              << " where no flag says otherwise; --temperature 0 for greedy).\n";
+  }
   SigintFlag sigint;
   const i64 V = lm.model->vocab_size();
   for (std::uint64_t turn = 0;; ++turn) {

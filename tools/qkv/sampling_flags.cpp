@@ -10,15 +10,11 @@
 
 namespace qkv::tool {
 
-infer::SamplingOptions SamplingFlags::options() const {
+infer::SamplingOptions SamplingFlags::options(const infer::SamplingOptions* defaults) const {
   if (!std::isfinite(temperature) || temperature < 0)
     throw ValueError("--temperature must be a finite number >= 0, got " + std::to_string(temperature));
   if (top_k && *top_k <= 0) throw ValueError("--top-k must be >= 1, got " + std::to_string(*top_k));
-  if (temperature == 0)  // greedy: the sampling options change nothing
-    for (const auto& [opt, flag] :
-         {std::pair{top_k_opt, "--top-k"}, {top_p_opt, "--top-p"}, {min_p_opt, "--min-p"}, {seed_opt, "--seed"}})
-      if (opt && opt->count() > 0)
-        warn(std::string(flag) + " has no effect with greedy decoding (--temperature 0); add --temperature T > 0 to sample");
+  auto given = [](const CLI::Option* opt) { return opt && opt->count() > 0; };
   infer::SamplingOptions o{.temperature = temperature,
                            .top_k = top_k.value_or(0),
                            .top_p = top_p,
@@ -28,6 +24,19 @@ infer::SamplingOptions SamplingFlags::options() const {
                            .repeat_last_n = repeat_last_n,
                            .frequency_penalty = frequency_penalty,
                            .presence_penalty = presence_penalty};
+  if (defaults) {  // the model's advice where the command line says nothing
+    if (!given(temperature_opt)) o.temperature = defaults->temperature;
+    if (!given(top_k_opt)) o.top_k = defaults->top_k;
+    if (!given(top_p_opt)) o.top_p = defaults->top_p;
+    if (!given(min_p_opt)) o.min_p = defaults->min_p;
+    if (!given(repeat_penalty_opt)) o.repeat_penalty = defaults->repeat_penalty;
+    if (!given(repeat_last_n_opt)) o.repeat_last_n = defaults->repeat_last_n;
+  }
+  if (o.temperature == 0)  // greedy: the sampling options change nothing
+    for (const auto& [opt, flag] :
+         {std::pair{top_k_opt, "--top-k"}, {top_p_opt, "--top-p"}, {min_p_opt, "--min-p"}, {seed_opt, "--seed"}})
+      if (given(opt))
+        warn(std::string(flag) + " has no effect with greedy decoding (--temperature 0); add --temperature T > 0 to sample");
   for (const std::string& b : logit_bias) {
     // ID=BIAS, or llama.cpp's ID+BIAS / ID-BIAS.
     const auto at = b.find_first_of("=+-", 1);
@@ -60,7 +69,8 @@ infer::SamplingOptions SamplingFlags::options() const {
 }
 
 void add_sampling_flags(CLI::App& sub, SamplingFlags& f) {
-  sub.add_option("--temperature", f.temperature, "0 = greedy; > 0 samples")->check(real_at_least(0))->capture_default_str();
+  f.temperature_opt =
+      sub.add_option("--temperature", f.temperature, "0 = greedy; > 0 samples")->check(real_at_least(0))->capture_default_str();
   f.top_k_opt = sub.add_option("--top-k", f.top_k, "Sample among the K most likely tokens (K >= 1)");
   f.top_p_opt = sub.add_option("--top-p", f.top_p, "Sample from the smallest set of tokens with probability >= P, in (0, 1]")
                     ->check(real_range(0, 1))
@@ -68,10 +78,10 @@ void add_sampling_flags(CLI::App& sub, SamplingFlags& f) {
   f.min_p_opt = sub.add_option("--min-p", f.min_p, "Drop tokens less likely than P x the most likely one, in [0, 1] (0 = off)")
                     ->check(real_range(0, 1));
   f.seed_opt = add_seed_option(sub, f.seed, "Seed of the sampling stream (same seed, same text)");
-  sub.add_option("--repeat-penalty", f.repeat_penalty,
+  f.repeat_penalty_opt = sub.add_option("--repeat-penalty", f.repeat_penalty,
                  "Divide (multiply if negative) the logits of the last --repeat-last-n tokens by R > 0 (1 = off; "
                  "llama.cpp's repeat_penalty)");
-  sub.add_option("--repeat-last-n", f.repeat_last_n, "Tokens --repeat-penalty looks back over, prompt included (-1 = all)")
+  f.repeat_last_n_opt = sub.add_option("--repeat-last-n", f.repeat_last_n, "Tokens --repeat-penalty looks back over, prompt included (-1 = all)")
       ->capture_default_str();
   sub.add_option("--frequency-penalty", f.frequency_penalty,
                  "Subtract F x (times generated) from each generated token's logit, in [-2, 2] (OpenAI's)");

@@ -23,15 +23,19 @@ struct SamplingFlags {
   double frequency_penalty = 0.0;
   double presence_penalty = 0.0;
   std::vector<std::string> logit_bias;  // "ID=BIAS" (or "ID+BIAS" / "ID-BIAS", llama.cpp's spelling)
+  CLI::Option* temperature_opt = nullptr;
   CLI::Option* top_k_opt = nullptr;
   CLI::Option* min_p_opt = nullptr;
   CLI::Option* top_p_opt = nullptr;
   CLI::Option* seed_opt = nullptr;
+  CLI::Option* repeat_penalty_opt = nullptr;
+  CLI::Option* repeat_last_n_opt = nullptr;
   // The options, checked (ValueError naming the flag: --top-k >= 1, --temperature >= 0 and
   // finite, --top-p in (0, 1], the library's checks of the others). --top-k / --top-p / --min-p /
-  // --seed given with greedy decoding
-  // (--temperature 0) have no effect: a warning each on stderr.
-  infer::SamplingOptions options() const;
+  // --seed given with greedy decoding (--temperature 0) have no effect: a warning each on stderr.
+  // With `defaults` (a model's advice: qkv chat), the flags given on the command line replace
+  // those of `defaults` and the others keep theirs; without, the flags' own defaults (greedy).
+  infer::SamplingOptions options(const infer::SamplingOptions* defaults = nullptr) const;
 };
 
 // Adds --temperature, --top-k, --top-p, --min-p, --seed, --repeat-penalty, --repeat-last-n,

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "qkv/infer/causal_lm.h"
+#include "qkv/infer/sampling.h"
 #include "qkv/kernels/qgemm.h"
 #include "qkv/tokenize/tokenizer.h"
 #include "qkv/tokenize/chat_template.h"
@@ -52,6 +53,12 @@ struct LanguageModel {
   std::vector<std::int64_t> eos_ids;  // tokens that end a reply (the config's and the tokenizer's)
   std::optional<std::int64_t> bos_id;
   bool add_bos = false;                 // a plain prompt starts with bos_id
+  // How to sample when the user says nothing (qkv chat, qkv serve): the model's own advice
+  // (generation_config.json of a folder: do_sample, temperature, top_k, top_p, min_p,
+  // repetition_penalty; a GGUF's general.sampling.* keys) over llama.cpp's defaults (temperature
+  // 0.8, top-k 40, top-p 0.95, min-p 0.05); default_sampling_source says which.
+  SamplingOptions default_sampling;
+  std::string default_sampling_source;
   std::int64_t weight_bytes = 0;        // bytes of weights the products read per generated token
   bool q8_activations = false;          // LanguageModelOptions::activations applies (quantized products)
 
@@ -82,6 +89,10 @@ struct LanguageModel {
 // kind ("... is a BERT folder; generation needs a causal language model: a GGUF file (gemma2,
 // ...) or a folder of model_type ...", the lists from the registry). Nothing is initialised at random; weights are mapped, not copied, where they can be.
 LanguageModel load_language_model(const std::string& path, const LanguageModelOptions& options = {});
+
+// llama.cpp's sampling defaults (common_params_sampling): temperature 0.8, top-k 40, top-p 0.95,
+// min-p 0.05, no penalties.
+SamplingOptions llama_cpp_default_sampling();
 
 // A folder's chat template text: tokenizer_config.json's chat_template (a string, or the "default"
 // entry of a list of named templates), else chat_template.jinja; nullopt when it has none.

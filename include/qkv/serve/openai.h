@@ -58,9 +58,11 @@ struct GenerationParams {
   std::vector<std::int64_t> prompt_ids;  // ... or as token ids (prompt_is_ids)
   bool prompt_is_ids = false;
   std::optional<std::int64_t> max_tokens;  // >= 1 (max_completion_tokens wins over max_tokens)
-  double temperature = 1.0;                // [0, 2]
-  double top_p = 1.0;                      // [0, 1] (0: greedy)
-  std::int64_t top_k = 0;                  // >= 0 (0: off)
+  // The sampling fields a request may leave out: then the model's advice (its
+  // generation_config.json, a GGUF's general.sampling) over llama.cpp's defaults, as llama-server.
+  std::optional<double> temperature;       // [0, 2]
+  std::optional<double> top_p;             // [0, 1] (0: greedy)
+  std::optional<std::int64_t> top_k;       // >= 0 (0: off)
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;           // up to kMaxStopStrings, none empty
   bool stream = false;
@@ -68,11 +70,11 @@ struct GenerationParams {
   bool include_usage = false;              // stream_options.include_usage
   bool logprobs = false;
   std::int64_t top_logprobs = 0;           // [0, 20]
-  double min_p = 0.0;                      // [0, 1] (0: off)
+  std::optional<double> min_p;             // [0, 1] (0: off)
   double frequency_penalty = 0.0;          // [-2, 2]
   double presence_penalty = 0.0;           // [-2, 2]
-  double repeat_penalty = 1.0;             // > 0 (1: off; llama-server's)
-  std::int64_t repeat_last_n = 64;         // >= -1 (llama-server's)
+  std::optional<double> repeat_penalty;    // > 0 (1: off; llama-server's)
+  std::optional<std::int64_t> repeat_last_n;  // >= -1 (llama-server's)
   std::vector<std::pair<std::int64_t, double>> logit_bias;  // token id -> bias in [-100, 100]
 };
 
