@@ -200,6 +200,34 @@ std::optional<i64> LanguageModel::eos_id() const {
   return eos_ids.front();
 }
 
+std::vector<i64> LanguageModel::chat_prompt_within(std::vector<tokenize::ChatMessage>& messages, i64 context, i64 room,
+                                                   std::size_t* dropped, const std::map<std::string, std::string>& vars) const {
+  if (context < 1 || room < 0) throw ValueError("chat_prompt_within: context must be >= 1 and room >= 0");
+  const std::size_t first =
+      !messages.empty() && (messages[0].role == "system" || messages[0].role == "developer") ? 1 : 0;
+  std::size_t gone = 0;
+  for (;;) {
+    std::vector<i64> ids = chat_prompt(messages, true, vars);
+    if (static_cast<i64>(ids.size()) + room <= context) {
+      if (dropped) *dropped = gone;
+      return ids;
+    }
+    if (messages.size() - first <= 1) {
+      if (dropped) *dropped = gone;
+      throw ValueError("the message has " + std::to_string(ids.size()) + " tokens with the conversation's template" +
+                       (first ? " and system message" : "") + ", more than the context of " + std::to_string(context) +
+                       " leaves (" + std::to_string(room) + " kept for the reply)");
+    }
+    // The oldest turn: its first message and what follows it up to the next user message.
+    messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first));
+    ++gone;
+    while (messages.size() - first > 1 && messages[first].role != "user") {
+      messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first));
+      ++gone;
+    }
+  }
+}
+
 bool LanguageModel::is_eos(i64 id) const { return std::find(eos_ids.begin(), eos_ids.end(), id) != eos_ids.end(); }
 
 const tokenize::Tokenizer& LanguageModel::tok() const {

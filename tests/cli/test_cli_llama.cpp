@@ -147,6 +147,50 @@ TEST(CliLlama, ChatDefaultSamplingDoesNotLoop) {
   EXPECT_EQ(g.out.rfind("The capital of France is Paris.\n", 0), 0u) << g.out;
 }
 
+// The chat's commands, multi-line messages and context shifting, with stdin a file (one message
+// per line): commands are never sent to the model; /save then /load continues the same
+// conversation (the next reply is the one the whole conversation gets from generate --messages).
+TEST(CliLlama, ChatCommandsMultiLineMessagesAndContextShift) {
+  need_smol();
+  Scratch s;
+  const std::string saved = (s.dir / "conv.json").string();
+  const std::string in = s.write("in.txt", "/help\n/set temperature 0\nWhat is the capital of France?\n/tokens\n"
+                                           "\"\"\"\nfirst line\nsecond line\n\"\"\"\nthird \\\nfourth\n/save " + saved +
+                                           "\n/bogus\n/set colour 3\n");
+  const Result r = run("chat --model '" + kSmol + "' --max-new 12 < '" + in + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("The capital of France is Paris.\n", 0), 0u) << r.out;
+  for (const char* want : {"/save FILE", "(temperature = 0)", "context tokens used by 2 messages", "(saved 6 messages to ",
+                           "no command /bogus; /help lists them", "/set: no setting 'colour'"})
+    EXPECT_NE(r.err.find(want), std::string::npos) << want << " in\n" << r.err;
+  std::ifstream f(saved);
+  const auto conv = nlohmann::json::parse(f);
+  ASSERT_EQ(conv.size(), 6u) << conv;
+  EXPECT_EQ(conv[2]["content"], "first line\nsecond line");
+  EXPECT_EQ(conv[4]["content"], "third \nfourth");
+  // /load, then one more message: the reply generate --messages gives the whole conversation.
+  const std::string more = s.write("more.txt", "/load " + saved + "\nAnd of Italy?\n");
+  const Result l = run("chat --model '" + kSmol + "' --temperature 0 --max-new 12 < '" + more + "'");
+  ASSERT_EQ(l.code, 0) << l.err;
+  nlohmann::json whole = conv;
+  whole.push_back({{"role", "user"}, {"content", "And of Italy?"}});
+  const std::string msgs = s.write("whole.json", whole.dump());
+  const Result g = run("generate --model '" + kSmol + "' --messages '" + msgs + "' --max-new 12 --json");
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_EQ(l.out, json_lines(g.out).at(0)["text"].get<std::string>() + "\n") << l.err;
+  // A small context: old turns go (the conversation goes on); --no-context-shift refuses.
+  std::string turns;
+  for (int i = 0; i < 6; ++i) turns += "Tell me about the number " + std::to_string(i) + ".\n";
+  const std::string many = s.write("many.txt", turns);
+  const Result c = run("chat --model '" + kSmol + "' --temperature 0 --ctx 120 --max-new 16 --system 'Be brief.' < '" + many + "'");
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NE(c.err.find("messages were dropped)"), std::string::npos) << c.err;
+  EXPECT_EQ(c.err.find("\x1b["), std::string::npos) << "no escape codes off a terminal: " << c.err;
+  const Result n = run("chat --model '" + kSmol + "' --temperature 0 --ctx 120 --max-new 16 --no-context-shift < '" + many + "'");
+  EXPECT_EQ(n.code, 1) << n.err;
+  EXPECT_NE(n.err.find("/reset to start over"), std::string::npos) << n.err;
+}
+
 TEST(CliLlama, HalfPrecisionCacheGivesTheSameReply) {
   need_smol();
   const std::string chat = " --chat 'What is the capital of France?' --max-new 20 --json";

@@ -124,9 +124,10 @@ TEST(ArchErrors, UnsupportedKindsAreNamedWithTheRegistrysList) {
   const std::string m = message_of([&] { qkv::infer::load_language_model(dir); });
   EXPECT_NE(m.find("falcon"), std::string::npos) << m;
   // Every causal family of the registry is listed, whatever it holds.
-  for (const qkv::models::ModelFamily* f : qkv::models::model_families())
-    if (f->role == qkv::models::ModelRole::CausalLM)
-      for (const std::string& t : f->model_types) EXPECT_NE(m.find(t), std::string::npos) << t << ": " << m;
+  for (const qkv::models::ModelFamily* f : qkv::models::model_families()) {
+    if (f->role != qkv::models::ModelRole::CausalLM) continue;
+    for (const std::string& t : f->model_types) EXPECT_NE(m.find(t), std::string::npos) << t << ": " << m;
+  }
   // A GGUF architecture qkv does not run.
   qkv::io::write_gguf(d.str("f.gguf"), {{"general.architecture", GGUFMeta::string("rwkv7")}}, {});
   const std::string g = message_of([&] { qkv::infer::load_language_model(d.str("f.gguf")); });

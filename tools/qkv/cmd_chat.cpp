@@ -14,12 +14,15 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "command.h"
 #include "model_dir.h"
 #include "qkv/core/error.h"
 #include "qkv/infer/language_model.h"
 #include "qkv/infer/sampling.h"
 #include "qkv/infer/session.h"
+#include "qkv/io/files.h"
 #include "sampling_flags.h"
 
 namespace qkv::tool {
@@ -31,8 +34,53 @@ struct ChatOptions {
   std::string model, system, chat_template, chat_kwargs, activations = "f32", kv_cache = "f32";
   i64 max_new = 512;
   i64 ctx = 0;
+  bool no_context_shift = false;
   SamplingFlags sampling;
 };
+
+const char* const kChatHelp =
+    "Commands (a line starting with / ; //text sends /text):\n"
+    "  /help               this list\n"
+    "  /reset              a new conversation (the system message kept)\n"
+    "  /system TEXT        a new conversation with TEXT as the system message\n"
+    "  /save FILE          the conversation as OpenAI-style JSON ([{\"role\", \"content\"}, ...])\n"
+    "  /load FILE          continue a conversation saved by /save (or any such JSON list)\n"
+    "  /set NAME VALUE     temperature, top_k, top_p, min_p, repeat_penalty, seed, max_new\n"
+    "  /tokens             how much of the context the conversation uses\n"
+    "  /exit, /quit        end (as Ctrl-D)\n"
+    "A line ending in \\ continues on the next line; a line holding \"\"\" alone starts and ends a\n"
+    "block of several lines. Ctrl-C stops a reply (the conversation keeps what was written).\n";
+
+// One message from the input: a line, lines joined while they end in a backslash, or the lines
+// between two lines holding """ alone. False at the end of the input.
+bool read_message(std::istream& in, bool tty, std::string& out) {
+  out.clear();
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  if (line == "\"\"\"") {
+    bool first = true;
+    while (std::getline(in, line) && line != "\"\"\"") {
+      out += (first ? "" : "\n") + line;
+      first = false;
+      if (tty) std::cerr << ". " << std::flush;
+    }
+    return true;
+  }
+  while (!line.empty() && line.back() == '\\') {
+    line.pop_back();
+    out += line + "\n";
+    if (tty) std::cerr << ". " << std::flush;
+    if (!std::getline(in, line)) return true;
+  }
+  out += line;
+  return true;
+}
+
+std::string json_of(const std::vector<tokenize::ChatMessage>& messages) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  for (const auto& m : messages) j.push_back({{"role", m.role}, {"content", m.content}});
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
 
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) { g_interrupted.store(true); }
@@ -100,30 +148,109 @@ int run_chat(const ChatOptions& o) {
   }
   SigintFlag sigint;
   const i64 V = lm.model->vocab_size();
+  infer::SamplingOptions sampling_now = sampling;
+  i64 max_new = o.max_new;
+  // A command's answer or complaint: on stderr, one line.
+  auto say = [&](const std::string& text) { std::cerr << text << "\n"; };
   for (std::uint64_t turn = 0;; ++turn) {
     if (tty) std::cerr << "> " << std::flush;
     g_interrupted.store(false);
     std::string line;
-    if (!std::getline(std::cin, line)) {
+    if (!read_message(std::cin, tty, line)) {
       if (tty) std::cerr << "\n";
       return 0;  // Ctrl-D, end of input, or Ctrl-C at the prompt
     }
     if (line.empty()) continue;
-    if (line == "/reset") {
-      start();
-      if (tty) std::cerr << "(a new conversation)\n";
+    if (line[0] == '/' && line.size() > 1 && line[1] == '/') {
+      line.erase(0, 1);  // "//text": the text "/text"
+    } else if (line[0] == '/') {
+      const auto space = line.find(' ');
+      const std::string cmd = line.substr(0, space), arg = space == std::string::npos ? "" : line.substr(space + 1);
+      try {
+        if (cmd == "/exit" || cmd == "/quit") return 0;
+        if (cmd == "/help") {
+          std::cerr << kChatHelp;
+        } else if (cmd == "/reset") {
+          start();
+          say("(a new conversation)");
+        } else if (cmd == "/system") {
+          if (arg.empty()) throw ValueError("/system needs the text of the system message");
+          messages.clear();
+          messages.push_back({.role = "system", .content = arg});
+          session.reset();
+          say("(a new conversation with that system message)");
+        } else if (cmd == "/save") {
+          if (arg.empty()) throw ValueError("/save needs a file name");
+          io::write_file_atomic(arg, json_of(messages), "/save");
+          say("(saved " + std::to_string(messages.size()) + " messages to " + arg + ")");
+        } else if (cmd == "/load") {
+          if (arg.empty()) throw ValueError("/load needs a file name");
+          std::vector<tokenize::ChatMessage> loaded = tokenize::parse_chat_messages_json(io::read_file(arg, "/load"), arg);
+          lm.chat_prompt(loaded, true, vars);  // the template takes it
+          messages = std::move(loaded);
+          say("(loaded " + std::to_string(messages.size()) + " messages from " + arg + ")");
+        } else if (cmd == "/set") {
+          const auto sp = arg.find(' ');
+          if (sp == std::string::npos) throw ValueError("/set needs a name and a value, e.g. /set temperature 0.7");
+          const std::string name = arg.substr(0, sp), value = arg.substr(sp + 1);
+          std::size_t used = 0;
+          double v = 0;
+          try {
+            v = std::stod(value, &used);
+          } catch (const std::exception&) {
+            used = 0;
+          }
+          if (used == 0 || used != value.size()) throw ValueError("/set " + name + ": '" + value + "' is not a number");
+          infer::SamplingOptions next = sampling_now;
+          if (name == "temperature") next.temperature = v;
+          else if (name == "top_k" || name == "top-k") next.top_k = static_cast<i64>(v);
+          else if (name == "top_p" || name == "top-p") next.top_p = v;
+          else if (name == "min_p" || name == "min-p") next.min_p = v;
+          else if (name == "repeat_penalty" || name == "repeat-penalty") next.repeat_penalty = v;
+          else if (name == "seed") next.seed = static_cast<std::uint64_t>(v);
+          else if (name == "max_new" || name == "max-new") {
+            if (v < 1) throw ValueError("/set max_new must be >= 1");
+            max_new = static_cast<i64>(v);
+          } else {
+            throw ValueError("/set: no setting '" + name + "' (temperature, top_k, top_p, min_p, repeat_penalty, seed, max_new)");
+          }
+          infer::check_sampling(next);
+          sampling_now = next;
+          say("(" + name + " = " + value + ")");
+        } else if (cmd == "/tokens") {
+          const i64 used = messages.empty() ? 0 : static_cast<i64>(lm.chat_prompt(messages, false, vars).size());
+          say("(" + std::to_string(used) + " of " + std::to_string(ctx) + " context tokens used by " +
+              std::to_string(messages.size()) + " messages)");
+        } else {
+          throw ValueError("no command " + cmd + "; /help lists them (//text sends a message starting with /)");
+        }
+      } catch (const Error& e) {
+        say("qkv: " + std::string(e.what()));
+      }
       continue;
     }
-    if (line == "/exit" || line == "/quit") return 0;
     messages.push_back({.role = "user", .content = line});
     std::vector<i64> ids;
     try {
-      ids = lm.chat_prompt(messages, true, vars);
-      if (static_cast<i64>(ids.size()) + 1 > ctx)
-        throw ValueError("the conversation has " + std::to_string(ids.size()) + " tokens, the context " +
-                         std::to_string(ctx) + "; /reset to start over (or a larger --ctx)");
+      if (o.no_context_shift) {
+        ids = lm.chat_prompt(messages, true, vars);
+        if (static_cast<i64>(ids.size()) + 1 > ctx)
+          throw ValueError("the conversation has " + std::to_string(ids.size()) + " tokens, the context " +
+                           std::to_string(ctx) + "; /reset to start over (or a larger --ctx)");
+      } else {
+        // Context shifting: the oldest turns go (the system message stays) so that the prompt
+        // and a reply's room fit.
+        std::size_t dropped = 0;
+        const i64 room = std::max<i64>(1, std::min<i64>(max_new, ctx / 4));
+        ids = lm.chat_prompt_within(messages, ctx, room, &dropped, vars);
+        if (dropped > 0) {
+          const bool dim = ::isatty(STDERR_FILENO);  // no escape codes where stderr is not a terminal
+          say(std::string(dim ? "\x1b[2m" : "") + "(the context is full: the oldest " + std::to_string(dropped) +
+              " messages were dropped)" + (dim ? "\x1b[0m" : ""));
+        }
+      }
     } catch (const Error& e) {
-      messages.pop_back();
+      if (!messages.empty() && messages.back().role == "user" && messages.back().content == line) messages.pop_back();
       std::cerr << "qkv: error: " << e.what() << "\n";
       if (!tty) return 1;
       continue;
@@ -131,15 +258,15 @@ int run_chat(const ChatOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     const i64 computed = session.sync(ids);
     const auto t1 = std::chrono::steady_clock::now();
-    infer::SamplingOptions so = sampling;
-    so.seed = sampling.seed + turn;  // each turn its own stream, the same for the same seed
+    infer::SamplingOptions so = sampling_now;
+    so.seed = sampling_now.seed + turn;  // each turn its own stream, the same for the same seed
     infer::Sampler sampler(so);
     sampler.add_prompt(ids.data(), static_cast<i64>(ids.size()));  // the conversation so far, for --repeat-penalty
     tokenize::StreamDecoder dec(lm.tokenizer);
     std::string reply;
     i64 n = 0;
     const char* why = "length";
-    while (n < o.max_new) {
+    while (n < max_new) {
       const i64 id = sampler.next(session.logits().data(), V);
       if (lm.is_eos(id)) {
         why = "eos";
@@ -181,9 +308,12 @@ QKV_TOOL_COMMAND(chat, {
           "Talks with a chat model (a GGUF file or a Hugging Face folder with a chat template) turn by turn: each "
           "message is rendered with the conversation through the model's chat template, the reply streams as it is "
           "generated, and the conversation's KV cache is kept between turns (a turn computes only its new tokens). "
-          "Ctrl-C stops the reply being written (the conversation keeps it), Ctrl-D ends, /reset starts a new "
-          "conversation. With stdin not a terminal, every line is one user message and every reply one line of "
-          "output.\n\n"
+          "Ctrl-C stops the reply being written (the conversation keeps it), Ctrl-D ends; /help lists the commands "
+          "(/reset, /system, /save, /load, /set, /tokens). A line ending in \\ continues on the next, and lines "
+          "between two lines of \"\"\" are one message. When the context is full, the oldest turns are dropped (the "
+          "system message stays; --no-context-shift refuses instead). It samples as the model advises, else as "
+          "llama.cpp does (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05); --temperature 0 is greedy. With "
+          "stdin not a terminal, every line is one user message and every reply one line of output.\n\n"
           "Examples:\n"
           "  qkv chat --model models/SmolLM2-135M-Instruct.Q4_1.gguf\n"
           "  echo \"What is the capital of France?\" | qkv chat --model models/SmolLM2-135M-Instruct.Q4_1.gguf");
@@ -193,6 +323,8 @@ QKV_TOOL_COMMAND(chat, {
       sub.add_option("--max-new", opt->max_new, "Most tokens of one reply")->check(int_range(1, 1 << 20))->capture_default_str();
       sub.add_option("--ctx", opt->ctx, "Context: most tokens of the conversation (default: the model's, at most 8192)")
           ->check(int_range(1, 1 << 24));
+      sub.add_flag("--no-context-shift", opt->no_context_shift,
+                   "When the context is full, refuse the message instead of dropping the oldest turns");
       sub.add_option("--chat-template", opt->chat_template, "A Jinja chat template file instead of the model's")
           ->check(input_file("a Jinja template file"))
           ->type_name("FILE");

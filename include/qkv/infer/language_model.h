@@ -80,6 +80,15 @@ struct LanguageModel {
   std::vector<std::int64_t> chat_prompt(const std::vector<tokenize::ChatMessage>& messages,
                                         bool add_generation_prompt = true,
                                         const std::map<std::string, std::string>& vars = {}) const;
+  // chat_prompt of the conversation made to fit a context of `context` positions with `room` of
+  // them left for the reply: the oldest turns after a leading system (or developer) message are
+  // dropped from `messages` (a user message and what answered it, together) until it fits
+  // (context shifting, as llama-cli's conversation mode does). Returns the ids; *dropped gets
+  // how many messages went. ValueError when the last message alone (with the system message)
+  // does not fit; `messages` is then left with that message alone after the system message.
+  std::vector<std::int64_t> chat_prompt_within(std::vector<tokenize::ChatMessage>& messages, std::int64_t context,
+                                               std::int64_t room, std::size_t* dropped = nullptr,
+                                               const std::map<std::string, std::string>& vars = {}) const;
   // True if id ends a reply.
   bool is_eos(std::int64_t id) const;
 };
