@@ -6,6 +6,7 @@ pkgs=(build-essential cmake ninja-build pkg-config
       libgtest-dev libgmock-dev libbenchmark-dev
       nlohmann-json3-dev libcli11-dev libfmt-dev libpng-dev libomp-dev
       libopenblas-dev libsimde-dev libpcre2-dev libutf8proc-dev python3-pip chromium bible-kjv
+      libedit-dev tmux  # qkv chat: line editing and history; its terminal test drives it through tmux
       libcpp-httplib-dev haproxy  # qkv serve (HTTP), and the balancer of its replica test (docs/serving.md)
       libopenmpi-dev openmpi-bin  # data-parallel training: mpirun -np N qkv train ... (docs/distributed.md)
       ccache clang-14 libclang-rt-14-dev llvm-14)  # ccache: make test + test-python share objects; make test-asan / fuzz-smoke: clang, ASan/UBSan/libFuzzer, llvm-symbolizer

@@ -3,8 +3,13 @@
 // `make models` fetches), `qkv convert` to GGUF and back on the committed tiny Llama folder, and
 // `qkv bench generate` on a GGUF file; each bad input a clear one-line error.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <thread>
+#include <iterator>
+#include <cstdlib>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -189,6 +194,91 @@ TEST(CliLlama, ChatCommandsMultiLineMessagesAndContextShift) {
   const Result n = run("chat --model '" + kSmol + "' --temperature 0 --ctx 120 --max-new 16 --no-context-shift < '" + many + "'");
   EXPECT_EQ(n.code, 1) << n.err;
   EXPECT_NE(n.err.find("/reset to start over"), std::string::npos) << n.err;
+}
+
+// qkv chat on a terminal, driven through tmux as a person types: the arrow keys edit the line
+// (libedit), Up recalls the last message, Ctrl-C stops a reply and the chat goes on, Ctrl-D ends,
+// and the history is kept in $XDG_STATE_HOME/qkv/chat_history for the next session.
+class Tmux {
+ public:
+  Tmux(const std::string& socket, const std::string& command) : socket_(socket) {
+    sh("new-session -d -s chat -x 160 -y 50 " + quote(command));
+  }
+  ~Tmux() { sh("kill-server"); }
+  void keys(const std::string& k) { sh("send-keys -t chat " + k); }
+  void type(const std::string& text) { sh("send-keys -t chat -l " + quote(text)); }
+  std::string screen() {
+    const std::string out = qkv::cli_test::unique_temp("tmux").string();
+    sh("capture-pane -p -t chat -S -200 > " + quote(out));
+    std::ifstream f(out);
+    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    fs::remove(out);
+    return s;
+  }
+  // Waits (up to 60 s) until the screen shows `text` `times` times.
+  bool wait_for(const std::string& text, int times = 1) {
+    for (int i = 0; i < 600; ++i) {
+      const std::string s = screen();
+      int n = 0;
+      for (std::size_t at = s.find(text); at != std::string::npos; at = s.find(text, at + 1)) ++n;
+      if (n >= times) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+  bool alive() { return std::system(("tmux -L " + socket_ + " has-session -t chat 2>/dev/null").c_str()) == 0; }
+
+ private:
+  static std::string quote(const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  }
+  int sh(const std::string& args) { return std::system(("tmux -L " + socket_ + " " + args + " 2>/dev/null").c_str()); }
+  std::string socket_;
+};
+
+TEST(CliLlama, ChatOnATerminalEditsRecallsAndKeepsHistory) {
+  need_smol();
+  ASSERT_EQ(std::system("command -v tmux >/dev/null"), 0) << "tmux is missing: run `make setup`";
+  Scratch s;
+  const std::string state = (s.dir / "state").string();
+  const std::string socket = "qkvtest" + std::to_string(::getpid());
+  const std::string cmd = "env XDG_STATE_HOME=" + state + " TERM=xterm '" + std::string(QKV_BIN) + "' chat --model '" +
+                          kSmol + "' --temperature 0 --max-new " + std::to_string(qkv::testing::full_or_reduced(300, 300));
+  Tmux t(socket, cmd);
+  ASSERT_TRUE(t.wait_for("Ctrl-D ends")) << t.screen();
+  // A typo mended with the arrow keys: "Frnce" -> "France".
+  t.type("What is the capital of Frnce?");
+  t.keys("Left Left Left Left");
+  t.type("a");
+  t.keys("Enter");
+  ASSERT_TRUE(t.wait_for("The capital of France is Paris.")) << t.screen();
+  ASSERT_TRUE(t.wait_for("tokens/s")) << t.screen();
+  // Up recalls it; Ctrl-U clears the line again.
+  t.keys("Up");
+  ASSERT_TRUE(t.wait_for("> What is the capital of France?", 2)) << t.screen();
+  t.keys("C-u");
+  t.type("/tokens");
+  t.keys("Enter");
+  ASSERT_TRUE(t.wait_for("context tokens used by 2 messages")) << t.screen();
+  // Ctrl-C stops a long reply; the chat goes on.
+  t.type("Write a very long story about a dragon and a knight.");
+  t.keys("Enter");
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  t.keys("C-c");
+  ASSERT_TRUE(t.wait_for("interrupted]")) << t.screen();
+  t.type("/help");
+  t.keys("Enter");
+  ASSERT_TRUE(t.wait_for("/save FILE")) << t.screen();
+  // Ctrl-D ends it; the history file holds the messages.
+  t.keys("C-d");
+  for (int i = 0; i < 100 && t.alive(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(t.alive());
+  std::ifstream h(state + "/qkv/chat_history");
+  const std::string hist((std::istreambuf_iterator<char>(h)), std::istreambuf_iterator<char>());
+  EXPECT_NE(hist.find("What"), std::string::npos) << hist;
+  EXPECT_NE(hist.find("dragon"), std::string::npos) << hist;
 }
 
 TEST(CliLlama, HalfPrecisionCacheGivesTheSameReply) {

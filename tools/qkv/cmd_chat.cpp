@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "line_reader.h"
 #include "model_dir.h"
 #include "qkv/core/error.h"
 #include "qkv/infer/language_model.h"
@@ -35,6 +36,7 @@ struct ChatOptions {
   i64 max_new = 512;
   i64 ctx = 0;
   bool no_context_shift = false;
+  bool no_history = false;
   SamplingFlags sampling;
 };
 
@@ -53,26 +55,25 @@ const char* const kChatHelp =
 
 // One message from the input: a line, lines joined while they end in a backslash, or the lines
 // between two lines holding """ alone. False at the end of the input.
-bool read_message(std::istream& in, bool tty, std::string& out) {
+bool read_message(LineReader& in, std::string& out) {
   out.clear();
   std::string line;
-  if (!std::getline(in, line)) return false;
+  if (!in.read("> ", line)) return false;
   if (line == "\"\"\"") {
     bool first = true;
-    while (std::getline(in, line) && line != "\"\"\"") {
+    while (in.read(". ", line) && line != "\"\"\"") {
       out += (first ? "" : "\n") + line;
       first = false;
-      if (tty) std::cerr << ". " << std::flush;
     }
-    return true;
+  } else {
+    while (!line.empty() && line.back() == '\\') {
+      line.pop_back();
+      out += line + "\n";
+      if (!in.read(". ", line)) return true;
+    }
+    out += line;
   }
-  while (!line.empty() && line.back() == '\\') {
-    line.pop_back();
-    out += line + "\n";
-    if (tty) std::cerr << ". " << std::flush;
-    if (!std::getline(in, line)) return true;
-  }
-  out += line;
+  in.remember(out);
   return true;
 }
 
@@ -121,7 +122,7 @@ int run_chat(const ChatOptions& o) {
   if (ctx > lm.model->max_positions())
     throw ValueError("--ctx " + std::to_string(ctx) + " is more than the model's " +
                      std::to_string(lm.model->max_positions()) + " positions");
-  const bool tty = ::isatty(STDIN_FILENO);
+  const bool tty = ::isatty(STDIN_FILENO) && ::isatty(STDOUT_FILENO);
   infer::Session session(lm.model, ctx);
   std::vector<tokenize::ChatMessage> messages;
   auto start = [&] {
@@ -146,6 +147,8 @@ int run_chat(const ChatOptions& o) {
     std::cerr << "Sampling: " << how.str() << " (" << lm.default_sampling_source
               << " where no flag says otherwise; --temperature 0 for greedy).\n";
   }
+  // Line editing and history on a terminal (libedit); plain lines otherwise.
+  LineReader reader(tty, o.no_history ? "" : default_chat_history_file());
   SigintFlag sigint;
   const i64 V = lm.model->vocab_size();
   infer::SamplingOptions sampling_now = sampling;
@@ -153,10 +156,9 @@ int run_chat(const ChatOptions& o) {
   // A command's answer or complaint: on stderr, one line.
   auto say = [&](const std::string& text) { std::cerr << text << "\n"; };
   for (std::uint64_t turn = 0;; ++turn) {
-    if (tty) std::cerr << "> " << std::flush;
     g_interrupted.store(false);
     std::string line;
-    if (!read_message(std::cin, tty, line)) {
+    if (!read_message(reader, line)) {
       if (tty) std::cerr << "\n";
       return 0;  // Ctrl-D, end of input, or Ctrl-C at the prompt
     }
@@ -323,6 +325,9 @@ QKV_TOOL_COMMAND(chat, {
       sub.add_option("--max-new", opt->max_new, "Most tokens of one reply")->check(int_range(1, 1 << 20))->capture_default_str();
       sub.add_option("--ctx", opt->ctx, "Context: most tokens of the conversation (default: the model's, at most 8192)")
           ->check(int_range(1, 1 << 24));
+      sub.add_flag("--no-history", opt->no_history,
+                   "Do not read or write the history of messages ($XDG_STATE_HOME/qkv/chat_history, else "
+                   "~/.local/state/qkv/chat_history)");
       sub.add_flag("--no-context-shift", opt->no_context_shift,
                    "When the context is full, refuse the message instead of dropping the oldest turns");
       sub.add_option("--chat-template", opt->chat_template, "A Jinja chat template file instead of the model's")

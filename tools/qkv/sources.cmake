@@ -18,6 +18,7 @@ set(QKV_TOOL_SOURCES
   cmd_bench_generate.cpp
   cmd_generate.cpp
   cmd_chat.cpp
+  line_reader.cpp
   sampling_flags.cpp
   cmd_tokenize.cpp
   cmd_tokenize_train.cpp
