@@ -168,7 +168,10 @@ void register_all() {
                           // attn_q: 1536 x 1536), to set them side by side.
                           {QType::Q4_K, 1536, 1536}, {QType::Q5_K, 1536, 1536}, {QType::Q6_K, 1536, 1536},
                           {QType::Q2_K, 1536, 1536}, {QType::Q3_K, 1536, 1536}, {QType::IQ4_NL, 1536, 1536},
-                          {QType::IQ4_XS, 1536, 1536}};
+                          {QType::IQ4_XS, 1536, 1536},
+                          // Q5_0, the Q4_K_M files' type of the rows not a multiple of 256 (Gemma 3
+                          // 1B's 1152 columns: its q, k, gate and up), on such a shape.
+                          {QType::Q5_0, 1536, 1152}};
   for (int threads : {1, 2}) {
     const std::string ts = "/t" + std::to_string(threads);
     benchmark::RegisterBenchmark(("read_bandwidth" + ts).c_str(), [=](benchmark::State& st) {

@@ -194,25 +194,48 @@ std::optional<std::pair<std::int64_t, std::int64_t>> qgemm_part_columns(i64 M, c
 
 namespace {
 
-bool rows8_type(QType t) { return t == QType::Q4_0 || t == QType::Q4_1 || t == QType::Q8_0; }
+// The types with a decode layout, and the fields of their blocks it keeps apart: `halves` fp16
+// fields at byte `half_at` of each block (first in the layout), the other bytes as 4-byte words.
+struct Rows8Format {
+  int halves = 0, half_at = 0;
+};
+std::optional<Rows8Format> rows8_format(QType t) {
+  switch (t) {
+    case QType::Q4_0:
+    case QType::Q8_0:
+    case QType::Q5_0: return Rows8Format{1, 0};
+    case QType::Q4_1:
+    case QType::Q4_K: return Rows8Format{2, 0};
+    case QType::Q6_K: return Rows8Format{1, 208};
+    default: return std::nullopt;
+  }
+}
+
+bool rows8_type(QType t) { return rows8_format(t).has_value(); }
 
 void check_rows8(const QMatrix& W, const char* op) {
   if (!rows8_type(W.type))
-    throw ValueError(std::string(op) + ": the decode layout is for Q4_0, Q4_1 and Q8_0, not " + qtype_name(W.type));
-  if (W.rows < 0 || W.cols < 0 || W.cols % 32 || W.row_bytes != qtype_row_bytes(W.type, W.cols) ||
+    throw ValueError(std::string(op) + ": the decode layout is for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K, not " +
+                     qtype_name(W.type));
+  const i64 block = qtype_traits(W.type).block;
+  if (W.rows < 0 || W.cols < 0 || W.cols % block || W.row_bytes != qtype_row_bytes(W.type, W.cols) ||
       (W.rows > 0 && W.cols > 0 && W.data == nullptr))
     throw ValueError(std::string(op) + ": needs dense rows (rows=" + std::to_string(W.rows) +
                      ", cols=" + std::to_string(W.cols) + ", row_bytes=" + std::to_string(W.row_bytes) + ")");
 }
 
-// Bytes of a block, of its scales (1 or 2 halves) and of its code words (4 bytes each).
+// A block of the type (its values' bytes), its halves (where and how many) and its code words
+// (4 bytes each, from byte code0 of the block, skipping the halves).
 struct Rows8Block {
-  int bytes, scales, code0, words;
+  int bytes, scales, half_at, code0, words;
+  i64 nblk;  // blocks per row
   explicit Rows8Block(const QMatrix& W)
-      : bytes(static_cast<int>(W.row_bytes / std::max<i64>(W.cols / 32, 1))),
-        scales(W.type == QType::Q4_1 ? 2 : 1),
-        code0(2 * scales),
-        words((bytes - code0) / 4) {}
+      : bytes(static_cast<int>(qtype_traits(W.type).block_bytes)),
+        scales(rows8_format(W.type)->halves),
+        half_at(rows8_format(W.type)->half_at),
+        code0(half_at == 0 ? 2 * scales : 0),
+        words((bytes - 2 * scales) / 4),
+        nblk(W.cols / qtype_traits(W.type).block) {}
 };
 
 }  // namespace
@@ -230,12 +253,13 @@ void qgemm_repack_rows8(const QMatrix& W, void* out, i64 g0, i64 g1) {
   if (g0 < 0 || g1 > groups || g0 > g1)
     throw ValueError("qgemm_repack_rows8: groups [" + std::to_string(g0) + ", " + std::to_string(g1) + ") not in [0, " +
                      std::to_string(groups) + "]");
-  const i64 nblk = W.cols / 32, rb = W.row_bytes;
+  const i64 rb = W.row_bytes;
   const Rows8Block k(W);
+  const i64 nblk = k.nblk;
   const auto* w = static_cast<const u8*>(W.data);
   auto* o = static_cast<u8*>(out);
   if (const QGemmKernels& ks = q8_kernels(); ks.q8_repack8 != nullptr && W.cols > 0) {
-    ks.q8_repack8(W.type, w, rb, nblk, g0, g1, o);
+    ks.q8_repack8(W.type, w, rb, W.cols / 32, g0, g1, o);
     return;
   }
   for (i64 g = g0; g < g1; ++g)
@@ -243,7 +267,7 @@ void qgemm_repack_rows8(const QMatrix& W, void* out, i64 g0, i64 g1) {
       u8* dst = o + (g * nblk + b) * 8 * k.bytes;
       for (int r = 0; r < 8; ++r) {
         const u8* blk = w + (g * 8 + r) * rb + b * k.bytes;
-        for (int s = 0; s < k.scales; ++s) std::memcpy(dst + 16 * s + 2 * r, blk + 2 * s, 2);
+        for (int s = 0; s < k.scales; ++s) std::memcpy(dst + 16 * s + 2 * r, blk + k.half_at + 2 * s, 2);
         for (int q = 0; q < k.words; ++q) std::memcpy(dst + 16 * k.scales + 32 * q + 4 * r, blk + k.code0 + 4 * q, 4);
       }
     }
@@ -254,15 +278,15 @@ void qgemm_rows8_row(const QMatrix& W, i64 r, void* out) {
   if (W.rows8 == nullptr || r < 0 || r >= W.rows / 8 * 8)
     throw ValueError("qgemm_rows8_row: row " + std::to_string(r) + " is not in the decode layout (" +
                      std::to_string(W.rows8 ? W.rows / 8 * 8 : 0) + " rows)");
-  const i64 nblk = W.cols / 32, g = r / 8;
-  const int j = static_cast<int>(r % 8);
   const Rows8Block k(W);
+  const i64 nblk = k.nblk, g = r / 8;
+  const int j = static_cast<int>(r % 8);
   const auto* p = static_cast<const u8*>(W.rows8);
   auto* o = static_cast<u8*>(out);
   for (i64 b = 0; b < nblk; ++b) {
     const u8* src = p + (g * nblk + b) * 8 * k.bytes;
     u8* blk = o + b * k.bytes;
-    for (int s = 0; s < k.scales; ++s) std::memcpy(blk + 2 * s, src + 16 * s + 2 * j, 2);
+    for (int s = 0; s < k.scales; ++s) std::memcpy(blk + k.half_at + 2 * s, src + 16 * s + 2 * j, 2);
     for (int q = 0; q < k.words; ++q) std::memcpy(blk + k.code0 + 4 * q, src + 16 * k.scales + 32 * q + 4 * j, 4);
   }
 }

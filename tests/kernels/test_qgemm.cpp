@@ -482,7 +482,7 @@ TEST_P(QGemmIsa, RowsAloneGiveEachRowItsOwnBits) {
 // packer): W rows [32, 63) of a 64-row matrix against the 31-row matrix of those rows alone.
 TEST_P(QGemmIsa, Q8VectorPackerEqualsTheScalarOne) {
   std::uint32_t seed = 7000;
-  for (QType t : {QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_1, QType::Q4_K})
+  for (QType t : {QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_1, QType::Q4_K, QType::Q6_K, QType::Q5_0})
     for (i64 M : {1, 7, 13}) {
       const i64 K = qtype_traits(t).block == 256 ? 512 : 352, N = 64;
       const Weights w = make_weights(t, N, K, 0, seed++);
@@ -520,8 +520,8 @@ TEST_P(QGemmIsa, DecodeLayoutGivesTheSameBits) {
     }
     return "no ValueError";
   };
-  for (QType t : {QType::Q4_0, QType::Q4_1, QType::Q8_0})
-    for (i64 K : {i64{32}, i64{160}, i64{576}})
+  for (QType t : {QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_0, QType::Q4_K, QType::Q6_K})
+    for (i64 K : qtype_traits(t).block == 256 ? std::vector<i64>{256, 768} : std::vector<i64>{32, 160, 576})
       for (i64 N : {i64{8}, i64{40}, i64{75}, i64{200}}) {
         const Weights w = make_weights(t, N, K, 0, seed++);
         const i64 bytes = qgemm_rows8_bytes(w.W);
@@ -577,8 +577,9 @@ TEST_P(QGemmIsa, DecodeLayoutGivesTheSameBits) {
           }
         }
       }
-  const Weights k = make_weights(QType::Q6_K, 16, 256, 0, seed++);
-  EXPECT_NE(message([&] { qgemm_rows8_bytes(k.W); }).find("for Q4_0, Q4_1 and Q8_0, not Q6_K"), std::string::npos);
+  const Weights k = make_weights(QType::Q2_K, 16, 256, 0, seed++);
+  EXPECT_NE(message([&] { qgemm_rows8_bytes(k.W); }).find("for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K, not Q2_K"),
+            std::string::npos);
   const Weights pad = make_weights(QType::Q4_1, 16, 64, 4, seed++);
   EXPECT_NE(message([&] { qgemm_rows8_bytes(pad.W); }).find("needs dense rows (rows=16, cols=64, row_bytes=44)"),
             std::string::npos);
@@ -596,7 +597,174 @@ TEST_P(QGemmIsa, DecodeLayoutGivesTheSameBits) {
             std::string::npos);
   EXPECT_NE(message([&] { qgemm_repack_rows8(ok.W, out.data(), 1, 0); }).find("groups [1, 0) not in [0, 2]"),
             std::string::npos);
-  EXPECT_FALSE(qgemm_rows8_wanted(QType::Q6_K));
+  EXPECT_FALSE(qgemm_rows8_wanted(QType::Q2_K));
+}
+
+// The integer decode rows and vector packers of the k-quants in Q4_K_M files (Q4_K, Q6_K) and of
+// Q5_0 (their fallback): every M from 1 to 17 (decode rows, the tiles' remainders, prefill rows),
+// K of one block and of three (512 + 256), N off the panels and the 8-row groups, with and without
+// the decode layout, 1 and 2 threads: bitwise the same C in every case, each row bitwise the row a
+// product of its own gives, and within the Q8 twin's bound (qgemm_ref with Q8 activations).
+TEST_P(QGemmIsa, KQuantQ8RowsMatchTheTwinOverShapes) {
+  std::uint32_t seed = 9500;
+  double worst = 0;
+  for (QType t : {QType::Q4_K, QType::Q6_K, QType::Q5_0})
+    for (i64 K : qtype_traits(t).block == 256 ? std::vector<i64>{256, 768} : std::vector<i64>{32, 352})
+      for (i64 N : {i64{8}, i64{40}, i64{75}}) {
+        const Weights w = make_weights(t, N, K, 0, seed++);
+        std::vector<std::uint8_t> r8;
+        QMatrix W8 = w.W;
+        if (qgemm_rows8_wanted(t)) {
+          r8.assign(static_cast<std::size_t>(std::max<i64>(qgemm_rows8_bytes(w.W), 1)), 0);
+          qgemm_repack_rows8(w.W, r8.data(), 0, N / 8);
+          W8.rows8 = r8.data();
+        }
+        const std::vector<float> wd = dequantized(w.W);
+        for (i64 M = 1; M <= 17; ++M) {
+          const i64 lda = K + 3, ldc = N + 1;
+          const std::vector<float> a = make_a(M, K, lda, seed++);
+          QGemmOptions o;
+          o.activations = QActivations::Q8;
+          std::vector<float> R(static_cast<std::size_t>(M * ldc), -7.0f), first;
+          qgemm_ref(M, a.data(), lda, w.W, R.data(), ldc, o);
+          for (const QMatrix* W : std::initializer_list<const QMatrix*>{&w.W, &W8})
+            for (int threads : {1, 2}) {
+              set_num_threads(threads);
+              std::vector<float> C(R.size(), -7.0f);
+              qgemm(M, a.data(), lda, *W, C.data(), ldc, o);
+              if (first.empty()) {
+                first = C;
+              } else {
+                ASSERT_EQ(std::memcmp(first.data(), C.data(), C.size() * 4), 0)
+                    << qtype_name(t) << " K=" << K << " N=" << N << " M=" << M << " threads=" << threads
+                    << " layout=" << (W->rows8 != nullptr);
+              }
+            }
+          set_num_threads(1);
+          // (Without vector kernels, the scalar ISA's: the exact path below the Q8 path's rows.)
+          const bool every_m = qgemm_q8_every_m(t), q8 = qgemm_uses_q8(M, t, o);
+          EXPECT_EQ(every_m, active_isa() != Isa::Scalar) << qtype_name(t);
+          for (i64 m = 0; m < M; ++m) {
+            std::vector<float> one(static_cast<std::size_t>(ldc), -7.0f);
+            qgemm(1, a.data() + m * lda, lda, W8, one.data(), ldc, o);
+            if (every_m) {
+              ASSERT_EQ(std::memcmp(one.data(), first.data() + m * ldc, static_cast<std::size_t>(ldc) * 4), 0)
+                  << qtype_name(t) << " K=" << K << " N=" << N << " M=" << M << ": row " << m << " alone";
+            }
+            for (i64 n = 0; q8 && n < N; ++n) {
+              double ap = 0, wsum = 0, amax = 0;
+              for (i64 k = 0; k < K; ++k) {
+                ap += std::fabs(static_cast<double>(a[m * lda + k]) * wd[n * K + k]);
+                wsum += std::fabs(wd[n * K + k]);
+                amax = std::max(amax, std::fabs(static_cast<double>(a[m * lda + k])));
+              }
+              const double tol = (K / 32.0 + 4) * 1.2e-7 * (ap + wsum * amax / 127) + 1e-7;
+              const std::size_t i = static_cast<std::size_t>(m * ldc + n);
+              worst = std::max(worst, std::fabs(first[i] - R[i]) / tol);
+              ASSERT_NEAR(first[i], R[i], tol) << qtype_name(t) << " K=" << K << " N=" << N << " M=" << M << " at " << m
+                                               << "," << n;
+            }
+            ASSERT_EQ(first[static_cast<std::size_t>(m * ldc + N)], -7.0f) << "padding of C written";
+          }
+        }
+      }
+  std::printf("[ qgemm kq8 ] worst |q8 - twin| / bound: %.3g\n", worst);
+}
+
+// The Q8 path's scalar reference of a product: W's rows 7 at a time (a partial panel for every
+// ISA, so qgemm_q8.cpp's scalar packer, decode_codes, packs them for q8_tile), each row of C
+// written by a product of its own columns.
+std::vector<float> q8_scalar_packer_product(i64 M, const float* a, i64 lda, const QMatrix& W, i64 ldc) {
+  std::vector<float> C(static_cast<std::size_t>(M * ldc), -7.0f);
+  QGemmOptions o;
+  o.activations = QActivations::Q8;
+  for (i64 n0 = 0; n0 < W.rows; n0 += 7) {
+    QMatrix part = W;
+    part.rows8 = nullptr;
+    part.data = static_cast<const u8*>(W.data) + n0 * W.row_bytes;
+    part.rows = std::min<i64>(7, W.rows - n0);
+    qgemm(M, a, lda, part, C.data() + n0, ldc, o);
+  }
+  return C;
+}
+
+// The vector kernels of the Q8 path (full panels: the decode rows q8_row / q8_row8 for M = 1, the
+// packers q8_pack / q8_pack8 for prefill rows) give bitwise the scalar packer's products
+// (q8_scalar_packer_product), for Q4_K, Q6_K and Q5_0 (and the types that had them before), with
+// and without the decode layout, 1 and 2 threads, M from a decode row to past several tiles, K of
+// one block to past the 256-value packing stretch, N off the panels and 8-row groups. Once more on
+// extreme blocks (every code at its largest, activations all +-127: AVX2's int16 sums of products
+// at their bound) and on blocks whose scales are 0 or negative.
+TEST_P(QGemmIsa, Q8VectorKernelsEqualTheScalarPackerBitwise) {
+  std::uint32_t seed = 9900;
+  i64 cases = 0;
+  for (QType t : {QType::Q4_K, QType::Q6_K, QType::Q5_0, QType::Q4_0, QType::Q4_1, QType::Q8_0})
+    for (int kind = 0; kind < 3; ++kind) {  // 0: random blocks, 1: extreme codes, 2: zero / negative scales
+      const bool k256 = qtype_traits(t).block == 256;
+      const std::vector<i64> Ks = kind > 0 ? std::vector<i64>{k256 ? i64{512} : i64{96}}
+                                  : k256   ? std::vector<i64>{256, 512, 768, 1280}
+                                           : std::vector<i64>{32, 352, 800};
+      for (i64 K : Ks)
+        for (i64 N : kind > 0 ? std::vector<i64>{64} : std::vector<i64>{8, 17, 40, 75, 100}) {
+          Weights w = make_weights(t, N, K, 0, seed++);
+          const QTypeTraits tr = qtype_traits(t);
+          const std::vector<int> f = scale_fields(t);
+          std::mt19937 rng(seed++);
+          for (i64 n = 0; kind > 0 && n < N; ++n)
+            for (i64 b = 0; b < K / tr.block; ++b) {
+              u8* blk = w.bytes.data() + n * w.W.row_bytes + b * tr.block_bytes;
+              if (kind == 1) {  // codes at their largest (Q8_0: -1 as 0xFF; Q6_K scales -1)
+                std::vector<u8> halves;
+                for (int h : f) halves.insert(halves.end(), blk + h, blk + h + 2);
+                std::memset(blk, 0xFF, static_cast<std::size_t>(tr.block_bytes));
+                for (std::size_t h = 0; h < f.size(); ++h) std::memcpy(blk + f[h], halves.data() + 2 * h, 2);
+              } else {  // some d / dmin 0 or negative, some 6-bit and int8 sub-block scales 0
+                for (int h : f)
+                  if (rng() % 3 == 0) put_half(blk + h, rng() % 2 ? 0.0f : -0.01f);
+                if (t == QType::Q6_K && rng() % 2) std::memset(blk + 192, 0, 8);
+                if (t == QType::Q4_K && rng() % 2) std::memset(blk + 4, 0, 12);
+              }
+            }
+          std::vector<std::uint8_t> r8;
+          QMatrix W8 = w.W;
+          if (qgemm_rows8_wanted(t)) {
+            r8.assign(static_cast<std::size_t>(std::max<i64>(qgemm_rows8_bytes(w.W), 1)), 0);
+            qgemm_repack_rows8(w.W, r8.data(), 0, N / 8);
+            W8.rows8 = r8.data();
+          }
+          for (i64 M : kind > 0 ? std::vector<i64>{1, 7, 17} : std::vector<i64>{1, 2, 3, 7, 17, 64}) {
+            const i64 lda = K + 5, ldc = N + 2;
+            std::vector<float> a = make_a(M, K, lda, seed++);
+            if (kind == 1)
+              for (i64 m = 0; m < M; ++m)
+                for (i64 k = 0; k < K; ++k) a[m * lda + k] = (m + k / 32) % 2 ? 1.0f : -1.0f;
+            const std::vector<float> ref = q8_scalar_packer_product(M, a.data(), lda, w.W, ldc);
+            QGemmOptions o;
+            o.activations = QActivations::Q8;
+            for (const QMatrix* W : std::initializer_list<const QMatrix*>{&w.W, &W8})
+              for (int threads : {1, 2}) {
+                set_num_threads(threads);
+                std::vector<float> C(ref.size(), -7.0f);
+                qgemm(M, a.data(), lda, *W, C.data(), ldc, o);
+                for (std::size_t i = 0; i < C.size(); ++i)
+                  ASSERT_EQ(std::memcmp(&C[i], &ref[i], 4), 0)
+                      << qtype_name(t) << " kind " << kind << " K=" << K << " N=" << N << " M=" << M
+                      << " threads=" << threads << " layout=" << (W->rows8 != nullptr) << " at "
+                      << static_cast<i64>(i) / ldc << "," << static_cast<i64>(i) % ldc << ": " << C[i]
+                      << " vs the scalar packer's " << ref[i];
+                ++cases;
+              }
+            set_num_threads(1);
+          }
+        }
+    }
+  // The vector kernels were there to be compared: every type takes the Q8 path for a decode row
+  // on the vector ISAs, and reads the decode layout.
+  for (QType t : {QType::Q4_K, QType::Q6_K, QType::Q5_0}) {
+    EXPECT_EQ(qgemm_q8_every_m(t), active_isa() != Isa::Scalar) << qtype_name(t);
+    EXPECT_EQ(qgemm_rows8_wanted(t), active_isa() != Isa::Scalar) << qtype_name(t);
+  }
+  EXPECT_GT(cases, 0);
 }
 
 // a_q8 (A quantized once by quantize_rows_q8, for products sharing it) gives bitwise the products
