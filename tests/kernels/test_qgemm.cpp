@@ -354,7 +354,9 @@ TEST_P(QGemmIsa, PartColumnsAreTheColumnsAPartWrites) {
                                                << " wrote column " << n << " outside [" << n0 << ", " << n1 << ")";
                 }
             }
-            if (by_columns) EXPECT_EQ(covered, N);
+            if (by_columns) {
+              EXPECT_EQ(covered, N);
+            }
           }
         }
   EXPECT_THROW(qgemm_part_columns(1, make_weights(QType::Q4_1, 8, 32, 0, 1).W, {}, 2, 2), ValueError);
