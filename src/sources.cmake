@@ -96,9 +96,12 @@ set(QKV_ARCH_SOURCES
   models/arch/gpt2.cpp
   models/arch/llama.cpp
   models/arch/mistral.cpp
+  models/arch/mixtral.cpp
+  models/arch/olmoe.cpp
   models/arch/phi3.cpp
   models/arch/qwen2.cpp
   models/arch/qwen3.cpp
+  models/arch/qwen3_moe.cpp
   models/arch/smollm3.cpp
 )
 

@@ -66,3 +66,21 @@ def test_supported_models_come_from_the_registry() -> None:
     assert "mistral" in families and "qwen3" in families["qwen3"]["gguf_architectures"]
     names = [f["name"] for f in qkv.supported_models()]
     assert names == sorted(names)
+
+
+MOE = FIXTURES / "moe"
+MOE_REFERENCE = json.loads((MOE / "reference.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen3_moe", "olmoe"])
+def test_mixtures_of_experts_give_transformers_tokens(name: str) -> None:
+    # The GGUF files llama.cpp's converter wrote (the folders carry no tokenizer): Mixtral's says llama.
+    ref = MOE_REFERENCE[name + "_gguf"]
+    llm = qkv.LLM(str(MOE / (name + ".gguf")))
+    assert llm.architecture == ("llama" if name == "mixtral" else name)
+    assert llm.tokenize(ref["texts"][0]) == ref["prompts"][0]
+    g = llm.generate(ref["texts"][0], max_new_tokens=NEW, ignore_eos=True, details=True)
+    assert g.ids == ref["generated"][0][:NEW]
+    batch = llm.generate([ref["prompts"][1], ref["prompts"][0]], max_new_tokens=NEW, ignore_eos=True, details=True)
+    assert batch[0].ids == ref["generated"][1][:NEW]
+    assert batch[1].ids == ref["generated"][0][:NEW]

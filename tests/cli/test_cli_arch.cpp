@@ -184,4 +184,68 @@ TEST_P(CliArch, BenchGenerateNamesTheArchitecture) {
 INSTANTIATE_TEST_SUITE_P(Arch, CliArch, ::testing::ValuesIn(archs()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
+// The mixtures of experts (tests/fixtures/moe, made by tests/reference/make_moe_fixtures.py) from
+// the GGUF files llama.cpp's converter wrote (their folders carry no tokenizer): generate
+// (cached, --no-cache, batched, --chat) gives transformers' greedy tokens, inspect shows the
+// experts and what a token reads, bench generate and heatmap run, convert refuses by name.
+const std::string kMoe = std::string(QKV_SOURCE_DIR) + "/tests/fixtures/moe/";
+
+const json& moe_reference() {
+  static const json j = [] {
+    std::ifstream f(kMoe + "reference.json");
+    return json::parse(f);
+  }();
+  return j;
+}
+
+class CliMoe : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CliMoe, GenerateInspectBenchAndHeatmapFromTheGguf) {
+  const std::string arch = GetParam();
+  Scratch s;
+  const json& ref = moe_reference()[arch + "_gguf"];
+  const std::string model = kMoe + arch + ".gguf";
+  const std::string text = ref["texts"][0];
+  const std::string args = " --max-new " + std::to_string(kNew) + " --ignore-eos --json";
+  const json g = one(run("generate --model " + quote(model) + " " + quote(text) + args), arch);
+  EXPECT_EQ(g["prompt_ids"], ref["prompts"][0]) << arch << ": the tokenizer's ids";
+  EXPECT_EQ(g["new_ids"], first(ref, 0, kNew)) << arch;
+  const json u = one(run("generate --model " + quote(model) + " --no-cache " + quote(text) + args), arch);
+  EXPECT_EQ(u["new_ids"], g["new_ids"]) << arch << " --no-cache";
+  const std::string file = s.write(arch + ".txt", text + "\nAnd God\n");
+  const auto b = json_lines(run("generate --model " + quote(model) + " --prompts-file " + quote(file) + args).out);
+  ASSERT_EQ(b.size(), 2u) << arch;
+  EXPECT_EQ(b[0]["new_ids"], g["new_ids"]) << arch << " batched";
+  const json c = one(run("generate --model " + quote(model) +
+                         " --chat 'Who divided the light from the darkness?' --chat-template-kwargs "
+                         "'{\"enable_thinking\": false}'" + args),
+                     arch + " --chat");
+  EXPECT_EQ(c["prompt_ids"], ref["prompts"][2]) << arch;
+  EXPECT_EQ(c["new_ids"], first(ref, 2, kNew)) << arch;
+  // inspect: the experts, and a token's parameters below the whole.
+  const Result i = run("inspect " + quote(model));
+  ASSERT_EQ(i.code, 0) << i.err;
+  EXPECT_NE(i.out.find("experts:  4 per layer, 2 per token, 16 wide"), std::string::npos) << i.out;
+  const json ij = one(run("inspect --json " + quote(model)), arch + " inspect --json");
+  EXPECT_EQ(ij["model"]["experts"]["count"], 4);
+  EXPECT_EQ(ij["model"]["experts"]["per_token"], 2);
+  EXPECT_EQ(ij["model"]["experts"]["renormalized"], arch != "olmoe");
+  EXPECT_LT(ij["model"]["active_parameters"].get<std::int64_t>(), ij["model"]["parameters"].get<std::int64_t>());
+  const json bench = one(run("bench generate --model " + quote(model) +
+                             " --prompt-len 8 --new 4 --repeat 1 --bandwidth-mb 16 --json"),
+                         arch + " bench");
+  EXPECT_EQ(bench["architecture"], arch == "mixtral" ? "llama" : arch);  // (a Mixtral GGUF says llama)
+  EXPECT_GT(bench["decode_tokens_per_s"].get<double>(), 0);
+  const fs::path out = s.dir / "heatmap";
+  const Result h = run("heatmap --model " + quote(model) + " --text 'And God said' --out " + quote(out.string()));
+  ASSERT_EQ(h.code, 0) << h.err;
+  EXPECT_TRUE(fs::exists(out / "self_layer1_head1.png")) << h.out;
+  const Result cv = run("convert --model " + quote(kMoe + arch) + " --out " + quote((s.dir / "x.gguf").string()));
+  EXPECT_NE(cv.code, 0);
+  EXPECT_NE(cv.err.find("mixture of experts"), std::string::npos) << cv.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Moe, CliMoe, ::testing::Values("mixtral", "qwen3_moe", "olmoe"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
 }  // namespace

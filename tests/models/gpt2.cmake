@@ -13,3 +13,5 @@ qkv_add_test(test_arch_parity SOURCES models/test_arch_parity.cpp LIBS qkv nlohm
 qkv_add_test(test_decoder_attention SOURCES models/test_decoder_attention.cpp LIBS qkv nlohmann_json::nlohmann_json)
 # Bad input for the architectures: contradictory configs and GGUF metadata, unsupported kinds.
 qkv_add_test(test_arch_errors SOURCES models/test_arch_errors.cpp LIBS qkv nlohmann_json::nlohmann_json)
+# Mixtures of experts: the router, and the expert path against the dense one and against itself alone.
+qkv_add_test(test_moe SOURCES models/test_moe.cpp LIBS qkv)

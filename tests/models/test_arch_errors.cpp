@@ -45,7 +45,10 @@ struct TempDir {
   std::string str(const std::string& f) const { return (p / f).string(); }
 };
 
-std::string arch_path(const std::string& f) { return qkv::testing::fixture_path("arch/" + f); }
+// A file of tests/fixtures/arch/, or of another fixture folder when `f` names it ("moe/olmoe").
+std::string arch_path(const std::string& f) {
+  return qkv::testing::fixture_path(f.rfind("moe/", 0) == 0 ? f : "arch/" + f);
+}
 
 std::string message_of(const std::function<void()>& f) {
   try {
@@ -107,6 +110,19 @@ TEST(ArchErrors, ContradictoryConfigsAreOneMessageNamingTheField) {
        {"num_hidden_layers must be in [1, 65536], got 16777216"}},
       {"qwen3", [](json& j) { j["vocab_size"] = 1LL << 40; }, {"vocab_size"}},
       {"qwen3", [](json& j) { j["head_dim"] = -16; }, {"'head_dim' must be >= 1, got -16"}},
+      // Mixtures of experts: counts that disagree with each other or with the tensors.
+      {"moe/qwen3_moe", [](json& j) { j["num_experts_per_tok"] = 5; },
+       {"config.json", "num_experts_per_tok must be in [1, 4] (num_local_experts), got 5"}},
+      {"moe/qwen3_moe", [](json& j) { j["num_local_experts"] = 3; },
+       {"does not match the qwen3_moe config", "unexpected 6 tensors", "mlp.experts.3."}},
+      {"moe/qwen3_moe", [](json& j) { j["moe_intermediate_size"] = 8; },
+       {"mlp.experts.0.gate_proj.weight is [16,16], the config needs [8,16]"}},
+      {"moe/qwen3_moe", [](json& j) { j["mlp_only_layers"] = json::array({7}); },
+       {"mlp_only_layers holds 7, not a layer index below 2"}},
+      {"moe/mixtral", [](json& j) { j["num_local_experts"] = 100000; },
+       {"num_local_experts must be in [1, 4096], got 100000"}},
+      {"moe/mixtral", [](json& j) { j.erase("num_experts_per_tok"); }, {"num_experts_per_tok"}},
+      {"moe/olmoe", [](json& j) { j["clip_qkv"] = 8.0; }, {"clip_qkv 8.0 is not supported"}},
   };
   TempDir d;
   for (const ConfigCase& c : cases) {
@@ -153,6 +169,7 @@ std::string edited_gguf(const TempDir& d, const std::string& arch,
   for (const auto& t : f.tensors()) tensors.push_back({t.name, t.type, t.dims, f.data(t), t.nbytes});
   edit(meta, tensors);
   const std::string out = d.str(arch + "_edited.gguf");
+  fs::create_directories(fs::path(out).parent_path());
   qkv::io::write_gguf(out, meta, tensors);
   return out;
 }
@@ -198,6 +215,13 @@ TEST(ArchErrors, ContradictoryGgufMetadataIsOneMessage) {
            }
        },
        "rope_factors_long.weight"},
+      {"moe/qwen3_moe",
+       [](GGUFMetadata& m, auto&) { set_meta(m, "qwen3moe.expert_used_count", GGUFMeta::u32(9)); },
+       "GGUF key 'qwen3moe.expert_used_count' must be in [1, 4], got 9"},
+      {"moe/olmoe", [](GGUFMetadata& m, auto&) { set_meta(m, "olmoe.expert_count", GGUFMeta::u32(8)); },
+       "blk.0.ffn_gate_exps.weight is [4,16,16], the config needs [8,16,16]"},
+      {"moe/mixtral", [](GGUFMetadata& m, auto&) { set_meta(m, "llama.expert_count", GGUFMeta::u32(1u << 30)); },
+       "GGUF key 'llama.expert_count' must be in [1, 4096], got 1073741824"},
   };
   for (const Case& c : cases) {
     const std::string path = edited_gguf(d, c.arch, c.edit);

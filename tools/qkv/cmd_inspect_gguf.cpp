@@ -5,13 +5,16 @@
 // --json, "computable": false).
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <ostream>
 
 #include <nlohmann/json.hpp>
 
 #include "cmd_inspect.h"
 #include "format.h"
+#include "qkv/core/error.h"
 #include "qkv/io/gguf.h"
+#include "qkv/models/decoder_io.h"
 
 namespace qkv::tool {
 
@@ -121,6 +124,23 @@ nlohmann::json entry_json(const io::GGUFValue& v, bool full) {
 // A tensor's type for the table: GGML's name, with "*" for a type qkv does not compute with.
 std::string type_text(const io::GGUFTensorInfo& t) { return t.type_name() + (t.computable() ? "" : "*"); }
 
+// The model a decoder GGUF file holds (the registry's reading of its metadata), or nothing for a
+// file qkv does not run as a decoder.
+struct ModelSummary {
+  models::DecoderSpec spec;
+  models::DecoderFootprint footprint;
+};
+std::optional<ModelSummary> model_summary(const io::GGUFFile& f) {
+  try {
+    ModelSummary m;
+    m.spec = models::decoder_spec_from_gguf(f);
+    m.footprint = models::decoder_footprint(f, m.spec);
+    return m;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
 }  // namespace
 
 int run_inspect_gguf(const InspectOptions& opt, std::ostream& out) {
@@ -149,7 +169,19 @@ int run_inspect_gguf(const InspectOptions& opt, std::ostream& out) {
                          {"numel", t.numel()},
                          {"bytes", t.nbytes},
                          {"offset", t.offset}});
+    nlohmann::json model = nullptr;
+    if (const auto m = model_summary(f)) {
+      const models::DecoderSpec& c = m->spec;
+      model = {{"arch", c.arch}, {"layers", c.num_layers()}, {"hidden_size", c.hidden_size}, {"heads", c.num_heads},
+               {"kv_heads", c.num_kv_heads}, {"head_dim", c.head_dim}, {"vocab_size", c.vocab_size},
+               {"parameters", m->footprint.parameters}, {"active_parameters", m->footprint.active_parameters},
+               {"decode_bytes_per_token", m->footprint.decode_bytes}};
+      if (c.moe.experts > 0)
+        model["experts"] = {{"count", c.moe.experts}, {"per_token", c.moe.top_k}, {"expert_ff", c.moe.expert_ff},
+                            {"renormalized", c.moe.routing.renormalize}};
+    }
     const nlohmann::json j = {{"file", f.source()},
+                              {"model", model},
                               {"format", "gguf"},
                               {"version", f.version()},
                               {"alignment", f.alignment()},
@@ -172,6 +204,16 @@ int run_inspect_gguf(const InspectOptions& opt, std::ostream& out) {
       << "tensors:  " << f.tensors().size() << (types.empty() ? "" : " (" + types + ")") << ", " << elements
       << " elements, " << data_bytes << " bytes\n"
       << "metadata: " << f.metadata().size() << (f.metadata().size() == 1 ? " key\n" : " keys\n");
+  if (const auto m = model_summary(f)) {
+    const models::DecoderSpec& c = m->spec;
+    out << "model:    " << c.arch << ", " << c.num_layers() << " layers, hidden " << c.hidden_size << ", " << c.num_heads
+        << " heads (" << c.num_kv_heads << " key/value) of " << c.head_dim << ", vocabulary " << c.vocab_size << '\n';
+    if (c.moe.experts > 0)
+      out << "experts:  " << c.moe.experts << " per layer, " << c.moe.top_k << " per token, " << c.moe.expert_ff
+          << " wide" << (c.moe.routing.renormalize ? ", weights renormalised" : "") << '\n';
+    out << "per token: " << m->footprint.active_parameters << " of " << m->footprint.parameters
+        << " parameters; a decode step reads " << m->footprint.decode_bytes << " bytes of weights\n";
+  }
   if (!f.metadata().empty()) {
     out << '\n';
     Table t({"key", "type", "value"});

@@ -5,7 +5,8 @@
 // Per token x [C] (C hidden_size), x = embed(token) * embed_scale, then for each layer l:
 //   h = RMSNorm(x) * attn_norm
 //   q = h Wq^T (+ bq) [H, D];  k = h Wk^T (+ bk), v = h Wv^T (+ bv)  [H_kv, D]
-//   q, k = RMSNorm per head * q_norm, k_norm          (qk_norm: Qwen3, Gemma 3)
+//   q, k = RMSNorm per head * q_norm, k_norm          (qk_norm: Qwen3, Gemma 3), or over all
+//          heads of q and of k at once                 (qk_norm_whole: OLMoE)
 //   q, k rotated by the layer's RoPE at the token's position (none: SmolLM3's NoPE layers)
 //   s = scale * q k^T over the sequence's keys so far; s = cap * tanh(s / cap) (soft-capping,
 //       Gemma 2); only the last W keys with a sliding window; o = softmax(s) v (grouped-query:
@@ -13,6 +14,9 @@
 //   a = o Wo^T;  x = x + a, or x = x + RMSNorm(a) * post_attn_norm          (Gemma 2 and 3)
 //   h = RMSNorm(x) * ffn_norm
 //   f = Wdown^T (act(h Wgate^T) * (h Wup^T)), act = SiLU or GELU (tanh)
+//     or, in a mixture-of-experts layer (Mixtral, Qwen3-MoE, OLMoE): p = route(h Wrouter^T) picks
+//     k of E experts with weights (kernels/moe.h), f = sum over them of p_e * expert_e(h), each
+//     expert a gated feed-forward of its own (F_e wide); only the chosen experts' weights are read
 //   x = x + f, or x = x + RMSNorm(f) * post_ffn_norm
 // then logits = RMSNorm(x) * norm @ lm_head^T (lm_head = the embedding when tied), and
 // logits = cap * tanh(logits / cap) with a final soft-cap (Gemma 2).
@@ -36,6 +40,7 @@
 
 #include "qkv/core/tensor.h"
 #include "qkv/infer/causal_lm.h"
+#include "qkv/kernels/moe.h"
 #include "qkv/kernels/qgemm.h"
 #include "qkv/kernels/rope.h"
 
@@ -67,9 +72,24 @@ struct LayerSpec {
   float attn_scale = 0.f;     // scale of the scores; 0: 1 / sqrt(head_dim)
   float attn_softcap = 0.f;   // cap of the scores (cap * tanh(s / cap)); 0: none
   bool qk_norm = false;       // RMSNorm over each head of q and k (before RoPE)
+  bool qk_norm_whole = false; // with qk_norm: over all of q [H*D] and all of k [H_kv*D] at once (OLMoE)
+  bool moe = false;           // the feed-forward is DecoderSpec::moe's mixture of experts
   bool post_attn_norm = false;  // RMSNorm of the attention's output before the residual add
   bool post_ffn_norm = false;   // RMSNorm of the feed-forward's output before the residual add
 };
+
+// A mixture-of-experts feed-forward (the layers with LayerSpec::moe): a router [E, C] scores the
+// experts, kernels::moe_route picks k and weights them, each chosen expert is a gated feed-forward
+// (the spec's activation) of width expert_ff.
+struct MoeSpec {
+  std::int64_t experts = 0;    // E
+  std::int64_t top_k = 0;      // k experts per token
+  std::int64_t expert_ff = 0;  // F_e: each expert's intermediate size
+  kernels::MoeRouting routing;
+};
+
+// The most experts a layer may have (published models have up to 512).
+inline constexpr std::int64_t kMaxExperts = 4096;
 
 struct DecoderSpec {
   std::string arch;        // the registry's name of the architecture ("llama", "qwen3", ...)
@@ -83,6 +103,7 @@ struct DecoderSpec {
   float embed_scale = 1.f;     // the embedding rows are multiplied by it (Gemma: sqrt(C))
   float final_softcap = 0.f;   // cap of the logits (cap * tanh(l / cap)); 0: none
   bool tied = false;           // lm_head is the embedding
+  MoeSpec moe;                 // the experts of the layers with LayerSpec::moe
   std::vector<RopeSpec> ropes;
   std::vector<LayerSpec> layers;  // L
   std::optional<std::int64_t> bos_token_id;
@@ -111,6 +132,11 @@ struct DecoderLayerWeights {
   const float* ffn_norm = nullptr;        // [C]
   DecoderLinear gate, up, down;
   const float* post_ffn_norm = nullptr;   // [C] (post_ffn_norm)
+  // A mixture-of-experts layer (LayerSpec::moe) has these instead of gate, up and down: the
+  // router [E, C] and, per expert, gate and up [F_e, C] and down [C, F_e] (views of a GGUF file's
+  // 3-D ffn_*_exps tensors, or a folder's tensors of each expert).
+  DecoderLinear router;
+  std::vector<kernels::QMatrix> expert_gate, expert_up, expert_down;
 };
 
 // The weights of a model and what keeps their memory alive (file mappings, owned buffers).
@@ -128,6 +154,9 @@ struct DecoderWeights {
 // Per layer, the attention weights a forward pass computed (DecoderLM::attention_weights).
 struct AttentionWeights {
   std::vector<Tensor> layers;  // per layer: float32 [H, T, T], rows sum to 1 (0 above the diagonal)
+  // Per layer, the experts each token was routed to ([T * k], ranked by weight; empty for a layer
+  // without experts).
+  std::vector<std::vector<std::int32_t>> experts;
 };
 
 class DecoderLM : public infer::CausalLM {

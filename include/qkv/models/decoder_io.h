@@ -26,6 +26,17 @@ DecoderSpec decoder_spec_from_config(const std::string& text, const std::string&
 // The spec of a GGUF file's metadata (general.architecture picks the architecture).
 DecoderSpec decoder_spec_from_gguf(const io::GGUFFile& f);
 
+// What a GGUF decoder holds and what a token costs, from the tensor table alone (qkv inspect):
+// every parameter; those a token uses (a mixture's router and k of its E experts: tensors of
+// E 3-D blocks count k / E); the bytes of weights one decode step reads (the active matrices
+// and vectors but the token embedding, of which a step reads one row).
+struct DecoderFootprint {
+  std::int64_t parameters = 0;
+  std::int64_t active_parameters = 0;
+  std::int64_t decode_bytes = 0;
+};
+DecoderFootprint decoder_footprint(const io::GGUFFile& f, const DecoderSpec& spec);
+
 // Loads a decoder from a Hugging Face folder or a GGUF file. IOError / FormatError naming the
 // file and the weight: missing, unexpected or wrongly shaped tensors are listed together; an
 // unsupported architecture or tensor type is named with the supported ones.

@@ -49,12 +49,18 @@ enum class Slot : std::uint8_t {
   GateUp,         // gate and up stacked by rows (Phi-3's gate_up_proj): read as two views
   Down,
   PostFfnNorm,
+  // a mixture-of-experts layer (LayerSpec::moe)
+  Router,         // [E, C]
+  ExpertGate,     // per expert [F_e, C]: one 3-D [E, F_e, C] tensor, or one per expert ("{e}" in its name)
+  ExpertUp,       // per expert [F_e, C]
+  ExpertDown,     // per expert [C, F_e]
 };
 const char* slot_name(Slot s);
 bool slot_is_per_layer(Slot s);
 bool slot_is_matrix(Slot s);
 
-// One tensor of an architecture: its slot and its names, "{i}" standing for the layer. A null
+// One tensor of an architecture: its slot and its names, "{i}" standing for the layer (and "{e}"
+// for the expert, in the names of tensors stored one per expert). A null
 // name: the tensor is not in that kind of file. Shapes come from the spec (PyTorch order).
 struct TensorName {
   Slot slot;

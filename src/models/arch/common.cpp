@@ -210,6 +210,20 @@ DecoderSpec spec_from_gguf(const io::GGUFFile& f, const Architecture& a) {
   for (LayerSpec& l : c.layers) l.window = window;
   c.attention_bias = f.find("blk.0.attn_q.bias") != nullptr;
   c.tied = f.find("output.weight") == nullptr;
+  if (const i64 E = f.find_int(key("expert_count")).value_or(0); E > 0) {
+    // (Bounded here: the experts' tensor shapes are computed from these before the spec's check.)
+    auto bounded = [&](const std::string& k, i64 v, i64 hi) {
+      if (v < 1 || v > hi) throw FormatError(fmt::format("{}: GGUF key '{}' must be in [1, {}], got {}", f.source(), k, hi, v));
+      return v;
+    };
+    c.moe.experts = bounded(key("expert_count"), E, kMaxExperts);
+    c.moe.top_k = bounded(key("expert_used_count"), f.get_int(key("expert_used_count")), E);
+    c.moe.expert_ff = bounded(key("expert_feed_forward_length"),
+                              f.find_int(key("expert_feed_forward_length")).value_or(c.intermediate_size), i64{1} << 24);
+    c.moe.routing.renormalize = true;
+    if (auto s = f.find_float(key("expert_weights_scale")); s && *s != 0) c.moe.routing.scale = static_cast<float>(*s);
+    for (LayerSpec& l : c.layers) l.moe = true;
+  }
   if (auto v = f.find_int(key("vocab_size"))) c.vocab_size = *v;
   else if (f.find_value("tokenizer.ggml.tokens")) c.vocab_size = static_cast<i64>(f.get_string_array("tokenizer.ggml.tokens").size());
   else c.vocab_size = f.at("token_embd.weight").shape.empty() ? 0 : f.at("token_embd.weight").shape[0];
@@ -258,6 +272,23 @@ void write_common_gguf_metadata(const DecoderSpec& c, const std::string& prefix,
   if (window) meta.emplace_back(key("attention.sliding_window"), u32(window));
 }
 
+void moe_from_config(const json& j, const std::string& src, const MoeConfig& m, DecoderSpec& c) {
+  // (transformers' configs alias num_experts and num_local_experts: save_pretrained may write either)
+  const char* experts_field = m.experts_field;
+  for (const char* alias : {"num_experts", "num_local_experts"})
+    if (!j.contains(experts_field) && j.contains(alias)) experts_field = alias;
+  c.moe.experts = hf::get_int(j, experts_field, src);
+  c.moe.top_k = hf::get_int(j, "num_experts_per_tok", src);
+  c.moe.expert_ff = hf::get_int(j, m.expert_ff_field, src);
+  c.moe.routing.renormalize = m.norm_field ? hf::get_bool(j, m.norm_field, src, m.renormalize) : m.renormalize;
+  if (c.moe.experts < 1 || c.moe.experts > kMaxExperts)
+    hf::bad(src, fmt::format("{} must be in [1, {}], got {}", experts_field, kMaxExperts, c.moe.experts));
+  if (c.moe.top_k < 1 || c.moe.top_k > c.moe.experts)
+    hf::bad(src, fmt::format("num_experts_per_tok must be in [1, {}] ({}), got {}", c.moe.experts, experts_field,
+                             c.moe.top_k));
+  for (LayerSpec& l : c.layers) l.moe = true;
+}
+
 void window_on_every_layer(const json& j, const std::string& src, DecoderSpec& c) {
   if (auto it = j.find("sliding_window"); it != j.end() && !it->is_null()) {
     const i64 w = hf::get_int(j, "sliding_window", src);
@@ -298,6 +329,10 @@ std::vector<TensorName> llama_tensor_names() {
       {Slot::Gate, "model.layers.{i}.mlp.gate_proj.weight", "blk.{i}.ffn_gate.weight"},
       {Slot::Up, "model.layers.{i}.mlp.up_proj.weight", "blk.{i}.ffn_up.weight"},
       {Slot::Down, "model.layers.{i}.mlp.down_proj.weight", "blk.{i}.ffn_down.weight"},
+      {Slot::Router, "model.layers.{i}.mlp.gate.weight", "blk.{i}.ffn_gate_inp.weight"},
+      {Slot::ExpertGate, "model.layers.{i}.mlp.experts.{e}.gate_proj.weight", "blk.{i}.ffn_gate_exps.weight"},
+      {Slot::ExpertUp, "model.layers.{i}.mlp.experts.{e}.up_proj.weight", "blk.{i}.ffn_up_exps.weight"},
+      {Slot::ExpertDown, "model.layers.{i}.mlp.experts.{e}.down_proj.weight", "blk.{i}.ffn_down_exps.weight"},
   };
 }
 

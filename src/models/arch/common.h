@@ -51,10 +51,25 @@ std::optional<std::vector<bool>> sliding_layers(const json& j, std::int64_t laye
 // The common keys of `{arch}.*` GGUF metadata: block_count, embedding_length,
 // feed_forward_length, attention.head_count(_kv), key_length, rope.dimension_count,
 // context_length, attention.layer_norm_rms_epsilon, rope.freq_base, rope.scaling.*, vocab_size,
-// attention.sliding_window; the tokenizer's BOS and EOS ids; tied when there is no output
+// attention.sliding_window; expert_count > 0: every layer a mixture of expert_used_count of
+// expert_count experts, expert_feed_forward_length wide (else feed_forward_length), weights
+// renormalised (llama.cpp's llama and qwen3moe; an architecture that does not clears it) and
+// scaled by expert_weights_scale; the tokenizer's BOS and EOS ids; tied when there is no output
 // tensor. The RoPE style follows the architecture's (interleaved where llama.cpp permuted q/k
 // of `arch`). FormatError naming the file and the key.
 DecoderSpec spec_from_gguf(const io::GGUFFile& f, const Architecture& arch);
+
+// The experts of a mixture-of-experts config.json (every layer a mixture): the counts from
+// `experts_field` (num_experts, num_local_experts) and num_experts_per_tok, each expert's width
+// from `expert_ff_field`, the weights renormalised per norm_topk_prob (default `renormalize`;
+// nullptr `norm_field`: always `renormalize`, as Mixtral). FormatError naming the field.
+struct MoeConfig {
+  const char* experts_field = "num_experts";
+  const char* expert_ff_field = "moe_intermediate_size";
+  const char* norm_field = "norm_topk_prob";
+  bool renormalize = false;
+};
+void moe_from_config(const json& j, const std::string& src, const MoeConfig& m, DecoderSpec& c);
 
 // The keys spec_from_gguf reads, written for `spec` under `prefix` ("llama." ...).
 void write_common_gguf_metadata(const DecoderSpec& spec, const std::string& prefix, io::GGUFMetadata& meta);
@@ -62,7 +77,9 @@ void write_common_gguf_metadata(const DecoderSpec& spec, const std::string& pref
 // The Llama layout: embed_tokens, the layers' input_layernorm, q/k/v/o projections (and q/k/v
 // biases), post_attention_layernorm (the feed-forward's norm), gate/up/down, the final norm,
 // lm_head; GGUF token_embd, blk.{i}.attn_norm, attn_q/k/v/output, ffn_norm, ffn_gate/up/down,
-// output_norm, output, rope_freqs.
+// output_norm, output, rope_freqs; and a mixture of experts' router and experts: mlp.gate,
+// mlp.experts.{e}.gate_proj / up_proj / down_proj (Qwen-MoE, OLMoE), GGUF ffn_gate_inp and the
+// 3-D ffn_gate_exps / ffn_up_exps / ffn_down_exps (read when the spec has experts).
 std::vector<TensorName> llama_tensor_names();
 // An architecture of the Llama layout named `name` (its model_type and GGUF architecture),
 // written to GGUF as `gguf_name` (q / k rows permuted when `interleaved_rope`), its spec the

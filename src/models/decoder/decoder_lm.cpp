@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -47,6 +48,18 @@ void check_decoder_spec(const DecoderSpec& c) {
   need(std::isfinite(c.embed_scale) && c.embed_scale > 0, fmt::format("the embedding scale must be finite and > 0, got {}", c.embed_scale));
   need(std::isfinite(c.final_softcap) && c.final_softcap >= 0,
        fmt::format("final_logit_softcapping must be finite and >= 0, got {}", c.final_softcap));
+  const bool any_moe = std::any_of(c.layers.begin(), c.layers.end(), [](const LayerSpec& l) { return l.moe; });
+  if (any_moe) {
+    const MoeSpec& m = c.moe;
+    need(m.experts >= 1 && m.experts <= kMaxExperts,
+         fmt::format("the number of experts must be in [1, {}], got {}", kMaxExperts, m.experts));
+    need(m.top_k >= 1 && m.top_k <= m.experts,
+         fmt::format("experts per token (top-k) must be in [1, {}] (the number of experts), got {}", m.experts, m.top_k));
+    need(m.expert_ff >= 1 && m.expert_ff <= (i64{1} << 24),
+         fmt::format("the experts' intermediate size must be in [1, 2^24], got {}", m.expert_ff));
+    need(std::isfinite(m.routing.scale) && m.routing.scale > 0,
+         fmt::format("the expert weights' scale must be finite and > 0, got {}", m.routing.scale));
+  }
   for (std::size_t i = 0; i < c.ropes.size(); ++i) {
     const RopeSpec& r = c.ropes[i];
     need(r.dims >= 2 && r.dims % 2 == 0 && r.dims <= c.head_dim,
@@ -81,9 +94,12 @@ DecoderLM::Rows8Buffer::~Rows8Buffer() { aligned_free(p); }  // to the system, n
 
 // Every matrix of the weights (the embedding last): the ones set_activations may lay out.
 std::vector<kernels::QMatrix*> DecoderLM::matrices() {
+  // (Not the experts' matrices: a step reads only the chosen ones, so they stay in the file's
+  // pages, and the resident set holds the experts actually used.)
   std::vector<kernels::QMatrix*> ms;
   for (DecoderLayerWeights& L : w_.layers)
-    for (DecoderLinear* lin : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) ms.push_back(&lin->w);
+    for (DecoderLinear* lin : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.router})
+      if (lin->w.data) ms.push_back(&lin->w);
   ms.push_back(&w_.lm_head);
   ms.push_back(&w_.embed);
   return ms;
@@ -154,6 +170,9 @@ DecoderLM::DecoderLM(DecoderSpec spec, DecoderWeights weights) : spec_(std::move
   // Decode layouts belong to the model that made them (weights copied from another model keep
   // pointers into its buffers): this one reads the blocks until set_activations lays them out.
   for (kernels::QMatrix* m : matrices()) m->rows8 = nullptr;
+  for (DecoderLayerWeights& L : w_.layers)
+    for (auto* list : {&L.expert_gate, &L.expert_up, &L.expert_down})
+      for (kernels::QMatrix& m : *list) m.rows8 = nullptr;  // (experts are read where they lie)
   check_decoder_spec(spec_);
   const DecoderSpec& c = spec_;
   const i64 C = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
@@ -171,12 +190,27 @@ DecoderLM::DecoderLM(DecoderSpec spec, DecoderWeights weights) : spec_(std::move
     check_matrix(l.k.w, Hkv * D, C, p + "k_proj");
     check_matrix(l.v.w, Hkv * D, C, p + "v_proj");
     check_matrix(l.o.w, C, H * D, p + "o_proj");
-    check_matrix(l.gate.w, F, C, p + "gate_proj");
-    check_matrix(l.up.w, F, C, p + "up_proj");
-    check_matrix(l.down.w, C, F, p + "down_proj");
+    if (s.moe) {
+      const i64 E = c.moe.experts, Fe = c.moe.expert_ff;
+      check_matrix(l.router.w, E, C, p + "router");
+      for (const auto& [list, rows, cols, what] :
+           {std::tuple{&l.expert_gate, Fe, C, "gate"}, {&l.expert_up, Fe, C, "up"}, {&l.expert_down, C, Fe, "down"}}) {
+        if (static_cast<i64>(list->size()) != E)
+          throw FormatError(fmt::format("DecoderLM: {}has {} experts' {} matrices, the spec {} experts", p, list->size(),
+                                        what, E));
+        for (i64 e = 0; e < E; ++e)
+          check_matrix((*list)[static_cast<std::size_t>(e)], rows, cols, fmt::format("{}expert {} {}", p, e, what));
+      }
+    } else {
+      check_matrix(l.gate.w, F, C, p + "gate_proj");
+      check_matrix(l.up.w, F, C, p + "up_proj");
+      check_matrix(l.down.w, C, F, p + "down_proj");
+    }
     if (!l.attn_norm || !l.ffn_norm) throw FormatError("DecoderLM: " + p + "norm weights are missing");
     if (c.attention_bias && (!l.q.bias || !l.k.bias || !l.v.bias))
       throw FormatError("DecoderLM: " + p + "q/k/v biases are missing (the spec has attention_bias)");
+    if (s.qk_norm_whole && !s.qk_norm)
+      throw FormatError("DecoderLM: " + p + "qk_norm_whole without qk_norm");
     if (s.qk_norm && (!l.q_norm || !l.k_norm))
       throw FormatError("DecoderLM: " + p + "q/k norm weights are missing (the spec has qk_norm)");
     if (s.post_attn_norm && !l.post_attn_norm)
@@ -202,8 +236,15 @@ DecoderLM::DecoderLM(DecoderSpec spec, DecoderWeights weights) : spec_(std::move
 i64 DecoderLM::weight_bytes() const {
   auto bytes = [](const kernels::QMatrix& m) { return m.rows * m.row_bytes; };
   i64 n = bytes(w_.lm_head);
-  for (const DecoderLayerWeights& l : w_.layers)
+  for (const DecoderLayerWeights& l : w_.layers) {
     n += bytes(l.q.w) + bytes(l.k.w) + bytes(l.v.w) + bytes(l.o.w) + bytes(l.gate.w) + bytes(l.up.w) + bytes(l.down.w);
+    if (l.expert_gate.empty()) continue;
+    // A token reads the router and k experts' matrices (their mean size: all experts alike).
+    i64 experts = 0;
+    for (const auto* list : {&l.expert_gate, &l.expert_up, &l.expert_down})
+      for (const kernels::QMatrix& m : *list) experts += bytes(m);
+    n += bytes(l.router.w) + experts / static_cast<i64>(l.expert_gate.size()) * spec_.moe.top_k;
+  }
   return n;
 }
 

@@ -91,9 +91,9 @@ DecoderWeights assemble(DecoderSpec& c, const Architecture& a, const std::map<st
       wrong.push_back(fmt::format("{} has type {} (a vector must be F32, F16 or BF16)", name, kernels::qtype_name(s.type)));
       return nullptr;
     }
-    if (matrix && shape[1] % kernels::qtype_traits(s.type).block) {
+    if (matrix && shape.back() % kernels::qtype_traits(s.type).block) {
       wrong.push_back(fmt::format("{} of type {} has rows of {} values, not a multiple of its block", name,
-                                  kernels::qtype_name(s.type), shape[1]));
+                                  kernels::qtype_name(s.type), shape.back()));
       return nullptr;
     }
     return &s;
@@ -124,7 +124,21 @@ DecoderWeights assemble(DecoderSpec& c, const Architecture& a, const std::map<st
         if (t.count(name)) used.insert(name);
         continue;
       }
-      const Shape shape = slot_shape(c, tn.slot);
+      const Shape shape = slot_shape(c, tn.slot, l);
+      if (slot_is_expert(tn.slot)) {  // E matrices: one 3-D tensor viewed by experts, or one tensor each
+        DecoderLayerWeights& L = w.layers[static_cast<std::size_t>(l)];
+        std::vector<kernels::QMatrix>& list =
+            tn.slot == Slot::ExpertGate ? L.expert_gate : tn.slot == Slot::ExpertUp ? L.expert_up : L.expert_down;
+        const i64 E = shape[0], rows = shape[1], cols = shape[2];
+        list.clear();
+        if (per_expert_name(pattern)) {
+          for (i64 e = 0; e < E; ++e) list.push_back(read_matrix(expand_name(pattern, l, e), {rows, cols}));
+        } else if (const TensorSource* s = find(name, shape, true)) {
+          const kernels::QMatrix all = kernels::qmatrix(s->type, s->data, E * rows, cols);
+          for (i64 e = 0; e < E; ++e) list.push_back(row_view(all, e * rows, rows));
+        }
+        continue;
+      }
       if (!slot_is_matrix(tn.slot)) {
         const float offset = !gguf && slot_is_norm(tn.slot) ? a.norm_offset : 0.f;
         const float* v = read_vector(name, shape[0], offset);
@@ -212,6 +226,22 @@ DecoderSpec decoder_spec_from_gguf(const io::GGUFFile& f) {
   return c;
 }
 
+DecoderFootprint decoder_footprint(const io::GGUFFile& f, const DecoderSpec& spec) {
+  DecoderFootprint out;
+  const i64 E = spec.moe.experts, k = spec.moe.top_k;
+  for (const io::GGUFTensorInfo& t : f.tensors()) {
+    const bool experts = E > 0 && t.shape.size() == 3 && t.shape[0] == E;
+    const i64 n = t.numel(), bytes = static_cast<i64>(t.nbytes);
+    out.parameters += n;
+    out.active_parameters += experts ? n / E * k : n;
+    if (t.name == "token_embd.weight" && !spec.tied)  // (tied: the output head reads it all)
+      out.decode_bytes += t.rows() > 0 ? bytes / t.rows() : 0;
+    else
+      out.decode_bytes += experts ? bytes / E * k : bytes;
+  }
+  return out;
+}
+
 std::shared_ptr<DecoderLM> load_decoder_gguf(std::shared_ptr<const io::GGUFFile> file) {
   const io::GGUFFile& f = *file;
   const Architecture& a = architecture_of_gguf(f);
@@ -220,7 +250,8 @@ std::shared_ptr<DecoderLM> load_decoder_gguf(std::shared_ptr<const io::GGUFFile>
   // them; products of two then stay in int64): the rest of the spec is checked with the weights.
   for (auto [name, v] : {std::pair{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
                          {"intermediate_size", c.intermediate_size}, {"num_attention_heads", c.num_heads},
-                         {"num_key_value_heads", c.num_kv_heads}, {"head_dim", c.head_dim}})
+                         {"num_key_value_heads", c.num_kv_heads}, {"head_dim", c.head_dim},
+                         {"expert_feed_forward_length", std::max<i64>(c.moe.expert_ff, 1)}})
     if (v < 1 || v > (i64{1} << 24))
       throw FormatError(fmt::format("{}: DecoderSpec: {} must be in [1, 2^24], got {}", f.source(), name, v));
   std::map<std::string, TensorSource> t;

@@ -1,5 +1,7 @@
 // Decoder models written as GGUF (see decoder_io.h), through the architecture's table of tensor
 // names: the loader's table, read the other way.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "../arch/arch.h"
@@ -37,6 +39,9 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, const GgufQu
   const DecoderWeights& w = m.weights();
   const Architecture* a = find_architecture(c.arch);
   if (!a) throw ValueError("save_decoder_gguf: the spec's architecture '" + c.arch + "' is not registered");
+  if (std::any_of(c.layers.begin(), c.layers.end(), [](const LayerSpec& l) { return l.moe; }))
+    throw ValueError("convert: qkv does not write a mixture of experts (" + c.arch +
+                     ") as GGUF yet; llama.cpp's convert_hf_to_gguf.py does, and qkv runs its files");
   const RopeSpec& rope = c.ropes.front();
   const bool want_interleaved = a->gguf_interleaved_rope;
   const bool is_interleaved = rope.style == kernels::RopeStyle::Interleaved;

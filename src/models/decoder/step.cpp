@@ -56,6 +56,7 @@ class Buf {
 // once, each with its own cache; one call per thread at a time).
 struct Workspace {
   Buf x, h, hp, q, k, v, att, a, g, u, qd, od, last, dscratch;
+  Buf router, eh, eg, eu, eo;  // a mixture of experts: router logits, the experts' rows in and out
   std::vector<std::unique_ptr<Buf>> cos, sin;  // per RoPE of the spec
   Buf& cos_of(std::size_t i) { return at(cos, i); }
   Buf& sin_of(std::size_t i) { return at(sin, i); }
@@ -134,6 +135,7 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
   if (R == 0) return out;
 
   Workspace& ws = workspace();
+  if (capture) capture->experts.assign(static_cast<std::size_t>(L), {});
   float* x = ws.x.get(R * C);
   float* h = ws.h.get(R * C);
   float* q = ws.q.get(R * HD);
@@ -264,6 +266,94 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
     else
       geglu_tanh_f32(gv, gv, uv, n);
   };
+  // A mixture-of-experts feed-forward of the rows normalised into hm (this member's copy), added
+  // into x (through `post_norm` when given). Every member routes every row (the same function of
+  // the router's logits: the same choices), then the rows are grouped by expert (expert-major,
+  // rows ascending: slot s of the groups is row srow[s]); each chosen expert's gate and up
+  // products run over its rows only (the team splitting each product's columns), then its down
+  // product; each row's output is the weighted sum of its experts' rows in ascending expert
+  // order (transformers' index_add_ order). Only the chosen experts' weights are read, and each
+  // row gets the bits it gets alone in a step on the decode path (rows_alone).
+  const i64 E = c.moe.experts, Kx = c.moe.top_k, Fe = c.moe.expert_ff;
+  const bool any_moe = std::any_of(c.layers.begin(), c.layers.end(), [](const LayerSpec& l) { return l.moe; });
+  float* rlog = any_moe ? ws.router.get(R * E) : nullptr;
+  float* eh = any_moe && R > 1 ? ws.eh.get(R * Kx * C) : nullptr;
+  float* eg = any_moe ? ws.eg.get(R * Kx * Fe) : nullptr;
+  float* eu = any_moe ? ws.eu.get(R * Kx * Fe) : nullptr;
+  float* eo = any_moe ? ws.eo.get(R * Kx * C) : nullptr;
+  if (any_moe && !post_norms) a = ws.a.get(R * C);
+  auto experts = [&](Team& tm, i64 l, const float* hm, const DecoderLayerWeights& P, const float* post_norm) {
+    kernels::QGemmOptions exact = plain;  // the router in float32 whatever the activations: its
+    exact.activations = kernels::QActivations::F32;  // choices are transformers'
+    product(tm, hm, C, P.router.w, rlog, E, exact);
+    tm.barrier();
+    thread_local std::vector<std::int32_t> chosen, srow, slot_of;
+    thread_local std::vector<float> weight;
+    thread_local std::vector<i64> count, offset;
+    chosen.resize(static_cast<std::size_t>(R * Kx));
+    weight.resize(static_cast<std::size_t>(R * Kx));
+    kernels::moe_route(rlog, R, E, Kx, c.moe.routing, chosen.data(), weight.data());
+    if (capture && tm.rank() == 0) capture->experts[static_cast<std::size_t>(l)] = chosen;
+    count.assign(static_cast<std::size_t>(E), 0);
+    for (const std::int32_t e : chosen) ++count[static_cast<std::size_t>(e)];
+    offset.assign(static_cast<std::size_t>(E) + 1, 0);
+    for (i64 e = 0; e < E; ++e) offset[static_cast<std::size_t>(e + 1)] = offset[static_cast<std::size_t>(e)] + count[static_cast<std::size_t>(e)];
+    srow.resize(static_cast<std::size_t>(R * Kx));
+    slot_of.resize(static_cast<std::size_t>(R * Kx));
+    {
+      std::vector<i64> fill(offset.begin(), offset.end() - 1);
+      for (i64 r = 0; r < R; ++r)
+        for (i64 j = 0; j < Kx; ++j) {
+          const auto e = static_cast<std::size_t>(chosen[static_cast<std::size_t>(r * Kx + j)]);
+          slot_of[static_cast<std::size_t>(r * Kx + j)] = static_cast<std::int32_t>(fill[e]);
+          srow[static_cast<std::size_t>(fill[e]++)] = static_cast<std::int32_t>(r);
+        }
+    }
+    // The experts' input rows: h itself for one row; else gathered (each member its share).
+    const float* in = hm;
+    if (R > 1) {
+      const auto [s0, s1] = tm.part(0, R * Kx);
+      for (i64 sl = s0; sl < s1; ++sl)
+        std::memcpy(eh + sl * C, hm + srow[static_cast<std::size_t>(sl)] * C, static_cast<std::size_t>(C) * sizeof(float));
+      tm.barrier();
+      in = eh;
+    }
+    auto rows_in = [&](i64 e) { return R > 1 ? in + offset[static_cast<std::size_t>(e)] * C : in; };
+    for (i64 e = 0; e < E; ++e) {
+      const i64 n = count[static_cast<std::size_t>(e)], o = offset[static_cast<std::size_t>(e)];
+      if (n == 0) continue;
+      kernels::qgemm_part(n, rows_in(e), C, P.expert_gate[static_cast<std::size_t>(e)], eg + o * Fe, Fe, plain, tm.rank(), tm.size());
+      kernels::qgemm_part(n, rows_in(e), C, P.expert_up[static_cast<std::size_t>(e)], eu + o * Fe, Fe, plain, tm.rank(), tm.size());
+    }
+    tm.barrier();
+    {
+      const auto [e0, e1] = tm.part(0, R * Kx * Fe, 16);
+      activate(eg + e0, eu + e0, e1 - e0);
+    }
+    tm.barrier();
+    for (i64 e = 0; e < E; ++e) {
+      const i64 n = count[static_cast<std::size_t>(e)], o = offset[static_cast<std::size_t>(e)];
+      if (n == 0) continue;
+      kernels::qgemm_part(n, eg + o * Fe, Fe, P.expert_down[static_cast<std::size_t>(e)], eo + o * C, C, plain, tm.rank(), tm.size());
+    }
+    tm.barrier();
+    const auto [r0, r1] = tm.part(0, R);
+    std::vector<std::pair<std::int32_t, i64>> order(static_cast<std::size_t>(Kx));  // (expert, choice)
+    for (i64 r = r0; r < r1; ++r) {
+      for (i64 j = 0; j < Kx; ++j) order[static_cast<std::size_t>(j)] = {chosen[static_cast<std::size_t>(r * Kx + j)], j};
+      std::sort(order.begin(), order.end());
+      float* f = a + r * C;
+      std::fill(f, f + C, 0.f);
+      for (const auto& [e, j] : order) {
+        const float wj = weight[static_cast<std::size_t>(r * Kx + j)];
+        const float* y = eo + slot_of[static_cast<std::size_t>(r * Kx + j)] * C;
+        for (i64 i = 0; i < C; ++i) f[i] = f[i] + y[i] * wj;
+      }
+      if (post_norm) kernels::rms_norm_rows_f32(f, C, nullptr, f, C, post_norm, 1, C, c.norm_eps);
+      for (i64 i = 0; i < C; ++i) x[r * C + i] = x[r * C + i] + f[i];
+    }
+    tm.barrier();
+  };
   // The steps between two attentions run as one team of threads (a barrier between steps):
   // a step with a prefilling sequence wakes the workers twice per layer, not once per product
   // (a decoding step runs as one team throughout, below).
@@ -275,28 +365,32 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
       const LayerSpec& PS = c.layers[static_cast<std::size_t>(l - 1)];
       residual(tm, att, HD, P.o.w, PS.post_attn_norm ? P.post_attn_norm : nullptr);
       const float* hm = norm(tm, P.ffn_norm);
-      const kernels::Q8Rows* hq = shared_q8(hm, P.gate.w);
-      const kernels::QGemmOptions gu = with_bias(nullptr, hq);
-      product(tm, hm, C, P.gate.w, g, F, gu);
-      product(tm, hm, C, P.up.w, u, F, gu);
-      // Where every member's gate and up products wrote the same columns (the decode and Q8
-      // paths split by columns), each finishes the activation on its own (elementwise: the same
-      // bits), with no barrier between the products and the activation.
-      bool own_columns = true;
-      for (int m = 0; m < tm.size() && own_columns; ++m) {
-        const auto cg = kernels::qgemm_part_columns(R, P.gate.w, gu, m, tm.size());
-        own_columns = cg && cg == kernels::qgemm_part_columns(R, P.up.w, gu, m, tm.size());
-      }
-      if (own_columns) {
-        const auto [n0, n1] = *kernels::qgemm_part_columns(R, P.gate.w, gu, tm.rank(), tm.size());
-        for (i64 r = 0; r < R; ++r) activate(g + r * F + n0, u + r * F + n0, n1 - n0);
+      if (PS.moe) {
+        experts(tm, l - 1, hm, P, PS.post_ffn_norm ? P.post_ffn_norm : nullptr);
       } else {
+        const kernels::Q8Rows* hq = shared_q8(hm, P.gate.w);
+        const kernels::QGemmOptions gu = with_bias(nullptr, hq);
+        product(tm, hm, C, P.gate.w, g, F, gu);
+        product(tm, hm, C, P.up.w, u, F, gu);
+        // Where every member's gate and up products wrote the same columns (the decode and Q8
+        // paths split by columns), each finishes the activation on its own (elementwise: the same
+        // bits), with no barrier between the products and the activation.
+        bool own_columns = true;
+        for (int m = 0; m < tm.size() && own_columns; ++m) {
+          const auto cg = kernels::qgemm_part_columns(R, P.gate.w, gu, m, tm.size());
+          own_columns = cg && cg == kernels::qgemm_part_columns(R, P.up.w, gu, m, tm.size());
+        }
+        if (own_columns) {
+          const auto [n0, n1] = *kernels::qgemm_part_columns(R, P.gate.w, gu, tm.rank(), tm.size());
+          for (i64 r = 0; r < R; ++r) activate(g + r * F + n0, u + r * F + n0, n1 - n0);
+        } else {
+          tm.barrier();
+          const auto [e0, e1] = tm.part(0, R * F, 16);
+          activate(g + e0, u + e0, e1 - e0);
+        }
         tm.barrier();
-        const auto [e0, e1] = tm.part(0, R * F, 16);
-        activate(g + e0, u + e0, e1 - e0);
+        residual(tm, g, F, P.down.w, PS.post_ffn_norm ? P.post_ffn_norm : nullptr);
       }
-      tm.barrier();
-      residual(tm, g, F, P.down.w, PS.post_ffn_norm ? P.post_ffn_norm : nullptr);
     }
     if (l == L) return;
     const DecoderLayerWeights& W = w_.layers[static_cast<std::size_t>(l)];
@@ -329,6 +423,14 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
     product(tm, hm, C, W.k.w, k, KD, with_bias(W.k.bias, hq));
     product(tm, hm, C, W.v.w, v, KD, with_bias(W.v.bias, hq));
     tm.barrier();
+    if (LS.qk_norm_whole) {  // over all heads of a row at once (OLMoE): by rows, before the heads split
+      const auto [r0, r1] = tm.part(0, R);
+      for (i64 r = r0; r < r1; ++r) {
+        kernels::rms_norm_rows_f32(q + r * HD, HD, nullptr, q + r * HD, HD, W.q_norm, 1, HD, c.norm_eps);
+        kernels::rms_norm_rows_f32(k + r * KD, KD, nullptr, k + r * KD, KD, W.k_norm, 1, KD, c.norm_eps);
+      }
+      tm.barrier();
+    }
     const RopeSpec* rope = LS.rope >= 0 ? &c.ropes[static_cast<std::size_t>(LS.rope)] : nullptr;
     const i64 half = rope ? rope->dims / 2 : 0;
     const float* cos_l = rope ? cosv[static_cast<std::size_t>(LS.rope)] : nullptr;
@@ -340,7 +442,7 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
       const i64 b = row_b[static_cast<std::size_t>(r)], p = pos[static_cast<std::size_t>(r)];
       if (q1 > q0) {
         float* qh = q + r * HD + q0 * D;
-        if (LS.qk_norm) kernels::rms_norm_rows_f32(qh, D, nullptr, qh, D, W.q_norm, q1 - q0, D, c.norm_eps);
+        if (LS.qk_norm && !LS.qk_norm_whole) kernels::rms_norm_rows_f32(qh, D, nullptr, qh, D, W.q_norm, q1 - q0, D, c.norm_eps);
         if (rope)
           kernels::rope_apply_f32(qh, 1, q1 - q0, D, HD, rope->dims, cos_l + r * half, sin_l + r * half, rope->style);
         if (q_len[static_cast<std::size_t>(b)] && !q_in_place)  // Q of the decode kernel: [B, H, Lq, D]
@@ -350,7 +452,7 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
       }
       if (k1 > k0) {
         float* kh = k + r * KD + k0 * D;
-        if (LS.qk_norm) kernels::rms_norm_rows_f32(kh, D, nullptr, kh, D, W.k_norm, k1 - k0, D, c.norm_eps);
+        if (LS.qk_norm && !LS.qk_norm_whole) kernels::rms_norm_rows_f32(kh, D, nullptr, kh, D, W.k_norm, k1 - k0, D, c.norm_eps);
         if (rope)
           kernels::rope_apply_f32(kh, 1, k1 - k0, D, KD, rope->dims, cos_l + r * half, sin_l + r * half, rope->style);
       }

@@ -38,6 +38,10 @@ const char* slot_name(Slot s) {
     case Slot::GateUp: return "gate_up";
     case Slot::Down: return "down";
     case Slot::PostFfnNorm: return "post_ffn_norm";
+    case Slot::Router: return "router";
+    case Slot::ExpertGate: return "expert_gate";
+    case Slot::ExpertUp: return "expert_up";
+    case Slot::ExpertDown: return "expert_down";
   }
   return "?";
 }
@@ -66,10 +70,16 @@ bool slot_is_matrix(Slot s) {
     case Slot::Gate:
     case Slot::Up:
     case Slot::GateUp:
-    case Slot::Down: return true;
+    case Slot::Down:
+    case Slot::Router:
+    case Slot::ExpertGate:
+    case Slot::ExpertUp:
+    case Slot::ExpertDown: return true;
     default: return false;
   }
 }
+
+bool slot_is_expert(Slot s) { return s == Slot::ExpertGate || s == Slot::ExpertUp || s == Slot::ExpertDown; }
 
 bool slot_is_norm(Slot s) {
   switch (s) {
@@ -88,11 +98,14 @@ bool has_slot(const Architecture& a, Slot slot) {
   return std::any_of(a.tensors.begin(), a.tensors.end(), [&](const TensorName& t) { return t.slot == slot; });
 }
 
-std::string expand_name(const char* pattern, i64 layer) {
+std::string expand_name(const char* pattern, i64 layer, i64 expert) {
   std::string s(pattern);
   if (auto at = s.find("{i}"); at != std::string::npos) s.replace(at, 3, std::to_string(layer));
+  if (auto at = s.find("{e}"); at != std::string::npos) s.replace(at, 3, std::to_string(expert));
   return s;
 }
+
+bool per_expert_name(const char* pattern) { return std::string(pattern).find("{e}") != std::string::npos; }
 
 Need slot_need(const DecoderSpec& c, const Architecture& a, Slot slot, i64 layer) {
   const LayerSpec* l = slot_is_per_layer(slot) ? &c.layers[static_cast<std::size_t>(layer)] : nullptr;
@@ -106,7 +119,13 @@ Need slot_need(const DecoderSpec& c, const Architecture& a, Slot slot, i64 layer
     case Slot::K:
     case Slot::V: return yes(!has_slot(a, Slot::QKV));
     case Slot::Gate:
-    case Slot::Up: return yes(!has_slot(a, Slot::GateUp));
+    case Slot::Up: return yes(!l->moe && !has_slot(a, Slot::GateUp));
+    case Slot::GateUp:
+    case Slot::Down: return yes(!l->moe);
+    case Slot::Router:
+    case Slot::ExpertGate:
+    case Slot::ExpertUp:
+    case Slot::ExpertDown: return yes(l->moe);
     case Slot::QBias:
     case Slot::KBias:
     case Slot::VBias: return yes(c.attention_bias);
@@ -118,8 +137,10 @@ Need slot_need(const DecoderSpec& c, const Architecture& a, Slot slot, i64 layer
   }
 }
 
-Shape slot_shape(const DecoderSpec& c, Slot slot) {
+Shape slot_shape(const DecoderSpec& c, Slot slot, i64 layer) {
   const i64 C = c.hidden_size, F = c.intermediate_size, D = c.head_dim, V = c.vocab_size;
+  const i64 E = c.moe.experts, Fe = c.moe.expert_ff;
+  const bool whole = slot_is_per_layer(slot) && c.layers[static_cast<std::size_t>(layer)].qk_norm_whole;
   const i64 HD = c.num_heads * D, KD = c.num_kv_heads * D;
   switch (slot) {
     case Slot::Embed:
@@ -135,8 +156,12 @@ Shape slot_shape(const DecoderSpec& c, Slot slot) {
     case Slot::KBias:
     case Slot::VBias: return {KD};
     case Slot::O: return {C, HD};
-    case Slot::QNorm:
-    case Slot::KNorm: return {D};
+    case Slot::QNorm: return {whole ? HD : D};
+    case Slot::KNorm: return {whole ? KD : D};
+    case Slot::Router: return {E, C};
+    case Slot::ExpertGate:
+    case Slot::ExpertUp: return {E, Fe, C};
+    case Slot::ExpertDown: return {E, C, Fe};
     case Slot::Gate:
     case Slot::Up: return {F, C};
     case Slot::GateUp: return {2 * F, C};
@@ -179,6 +204,7 @@ kernels::QMatrix* matrix_slot(DecoderWeights& w, Slot slot, i64 layer) {
     case Slot::Gate: return &L.gate.w;
     case Slot::Up: return &L.up.w;
     case Slot::Down: return &L.down.w;
+    case Slot::Router: return &L.router.w;
     default: throw ValueError(std::string("matrix_slot: ") + slot_name(slot) + " is not a matrix of the weights");
   }
 }

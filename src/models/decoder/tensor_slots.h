@@ -20,11 +20,16 @@ enum class Need {
 
 // Whether architecture `a`'s table names `slot`.
 bool has_slot(const Architecture& a, Slot slot);
-// `pattern` with "{i}" replaced by the layer.
-std::string expand_name(const char* pattern, std::int64_t layer);
+// `pattern` with "{i}" replaced by the layer and "{e}" by the expert.
+std::string expand_name(const char* pattern, std::int64_t layer, std::int64_t expert = 0);
+// The name names one tensor per expert ("{e}" in it), not one 3-D tensor of all.
+bool per_expert_name(const char* pattern);
+// An expert slot (ExpertGate, ExpertUp, ExpertDown): one matrix per expert of DecoderLayerWeights.
+bool slot_is_expert(Slot slot);
 Need slot_need(const DecoderSpec& c, const Architecture& a, Slot slot, std::int64_t layer);
-// PyTorch order: [rows, cols] of a matrix, [n] of a vector.
-Shape slot_shape(const DecoderSpec& c, Slot slot);
+// PyTorch order: [rows, cols] of a matrix, [n] of a vector, [E, rows, cols] of the experts' matrices
+// (of `layer`'s spec for the per-layer slots).
+Shape slot_shape(const DecoderSpec& c, Slot slot, std::int64_t layer = 0);
 // A norm's weight (the architecture's norm_offset applies).
 bool slot_is_norm(Slot slot);
 
