@@ -1,16 +1,40 @@
-#!/usr/bin/env python3
-"""Random-weight benchmark models with the real shapes of Qwen3-0.6B and Gemma-3-1B.
+"""Random-weight benchmark models with the real shapes of Qwen3-0.6B, Gemma-3-1B, Qwen3-30B-A3B and OLMoE-1B-7B.
+
+Models (--models, comma-separated keys; default qwen3,gemma3):
+  qwen3     qwen3-0.6b            Qwen/Qwen3-0.6B's config (dense, 28 layers).
+  gemma3    gemma3-1b             google/gemma-3-1b-it's config (dense, 26 layers).
+  qwen3moe  qwen3moe-30b-a3b-4l   Qwen/Qwen3-30B-A3B's config (qwen3_moe: 128 experts, 8 per token,
+                                  expert FFN 768, norm_topk_prob true, GQA 32/4, untied) with
+                                  num_hidden_layers 48 -> 4.
+  olmoe     olmoe-1b-7b-4l        allenai/OLMoE-1B-7B-0924's config (olmoe: 64 experts, 8 per token,
+                                  expert FFN 1024, norm_topk_prob false, MHA 16/16, q/k norm over the
+                                  whole projection, untied) with num_hidden_layers 16 -> 4.
+Why 4 layers for the mixture-of-experts models: every tensor keeps its real shape (expert
+matrices, router, attention, embedding and output), so the per-layer work of a token (router,
+8 experts' gate/up/down, attention) is the real one and a run measures it; but the full models do
+not fit the machine (Qwen3-30B-A3B is 30.5 B parameters, 61 GB in bf16; OLMoE is 6.9 B, 13.8 GB,
+plus the converter's and llama-quantize's copies on 24 GB of RAM and 2 cores). At 4 layers they are
+3.1 B and 1.9 B parameters (6.2 GB and 3.8 GB in bf16). Per-token cost of the real model ~ embedding +
+output head + layers x (per-layer cost); with 4 layers the output head (vocab x 2048) is a larger
+share of a token's time than in the real models, so compare per-layer costs, not whole-model speed.
+The MoE routers (mlp.gate) get explicitly seeded normal(0, 0.02) weights (transformers creates them
+as zeros and relies on _init_weights; a zero router routes every token to the same experts), and
+the build checks that the sample tokens pick many distinct experts.
 
 For each model this script
-  1. writes a Hugging Face folder (<out>/<name>-hf/): the Hub's config.json, bf16
-     random weights from transformers' own init (seeded), and a small trained
-     tokenizer the llama.cpp converter accepts;
+  1. writes a Hugging Face folder (<out>/<name>-hf/): the Hub's config.json (num_hidden_layers cut
+     for the MoE models), bf16 random weights from transformers' own init (seeded, built directly
+     in bf16), and a small trained tokenizer the llama.cpp converter accepts;
   2. converts it with llama.cpp's convert_hf_to_gguf.py to <name>-bf16.gguf
-     (source for quantization) and <name>-q8_0.gguf;
+     (source for quantization) and, for the dense models only, <name>-q8_0.gguf (skipped for the
+     MoE models to save time and disk);
   3. quantizes the bf16 GGUF with llama-quantize to <name>-q4_k_m.gguf;
-  4. runs `llama-bench -t 1 -p 16 -n 4 -r 1` on the Q8_0 and Q4_K_M files;
-  5. writes <out>/REPORT.md (sizes, tensor types per file, key metadata, bench output);
-     converter / llama-quantize / llama-bench output goes to <out>/logs/.
+  4. runs `llama-bench -t 1 -p 16 -n 4 -r 1` on the Q8_0 (dense only) and Q4_K_M files;
+  5. writes <out>/REPORT.md (sizes, tensor types per file, key and expert metadata, bench output,
+     per-step wall time, lock wait and peak RSS); the sections of models not made in this run are
+     kept from the previous REPORT.md. Converter / llama-quantize / llama-bench output goes to
+     <out>/logs/.
+All outputs are kept (HF folder, bf16 GGUF, quantized GGUFs).
 
 The weights are random: the files are for speed only, their output is noise.
 
@@ -21,7 +45,13 @@ Tokenizers:
     fills the ids in between with [PAD<i>] up to vocab_size 151936. The converter
     identifies BPE pre-tokenizers by hashing the ids of a test string, which a
     new vocabulary cannot match, so TextModel.get_vocab_base_pre is patched
-    in-process to return "qwen2" (what the real Qwen3 GGUFs carry).
+    in-process to return "qwen2" (what the real Qwen3 GGUFs carry). qwen3moe uses the same
+    tokenizer (same training, same files).
+  * OLMoE: the same byte-level BPE approach in GPT-NeoX form (OLMoE's tokenizer is GPT-NeoX-20B's,
+    extended): NFC + ByteLevel with GPT-2's regex, OLMoE's special ids |||IP_ADDRESS||| 0,
+    <|padding|> 1 (pad), |||EMAIL_ADDRESS||| 50277, |||PHONE_NUMBER||| 50278, <|endoftext|> 50279
+    (eos; no bos), ~8k trained entries; the converter pads with [PAD<i>] up to vocab_size 50304.
+    The pre-tokenizer is patched to "olmo" (what the real OLMoE GGUFs carry: GPT-2's regex).
   * Gemma 3: a SentencePiece BPE model (byte_fallback, no dummy prefix, digits
     split, identity normalization) with Gemma's special ids: <pad> 0, <eos> 1,
     <bos> 2, <unk> 3, <mask> 4, [@BOS@] 5, <unused0..98> 6..104,
@@ -39,7 +69,7 @@ would wait on itself). torch runs single-threaded.
 Steps skip outputs that already exist; --force redoes them.
 
 Usage:
-  python bench/make_bench_models.py [--out DIR (models/bench)] [--models qwen3,gemma3]
+  python bench/make_bench_models.py [--out DIR (models/bench)] [--models qwen3,gemma3,qwen3moe,olmoe]
       [--llama-src DIR] [--llama-bin DIR] [--force] [--no-bench]
 """
 
@@ -129,6 +159,77 @@ GEMMA3_CONFIG = {
     "vocab_size": 262144,
 }
 
+# Qwen/Qwen3-30B-A3B's config.json, num_hidden_layers 48 -> 4 (see the docstring).
+QWEN3MOE_CONFIG = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "decoder_sparse_step": 1,
+    "eos_token_id": 151645,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 6144,
+    "max_position_embeddings": 40960,
+    "max_window_layers": 48,
+    "mlp_only_layers": [],
+    "model_type": "qwen3_moe",
+    "moe_intermediate_size": 768,
+    "norm_topk_prob": True,
+    "num_attention_heads": 32,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 4,
+    "num_key_value_heads": 4,
+    "output_router_logits": False,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.001,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+
+# allenai/OLMoE-1B-7B-0924's config.json, num_hidden_layers 16 -> 4 (see the docstring).
+OLMOE_CONFIG = {
+    "architectures": ["OlmoeForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": None,
+    "clip_qkv": None,
+    "eos_token_id": 50279,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 1024,
+    "max_position_embeddings": 4096,
+    "model_type": "olmoe",
+    "norm_topk_prob": False,
+    "num_attention_heads": 16,
+    "num_experts": 64,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 4,
+    "num_key_value_heads": 16,
+    "output_router_logits": False,
+    "pad_token_id": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 10000.0,
+    "router_aux_loss_coef": 0.01,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.0.dev0",
+    "use_cache": True,
+    "vocab_size": 50304,
+}
+
 # Qwen3's added tokens: (id, content, special)
 QWEN3_ADDED = [
     (151643, "<|endoftext|>", True), (151644, "<|im_start|>", True), (151645, "<|im_end|>", True),
@@ -156,9 +257,22 @@ GEMMA3_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}"
 )
 
+# OLMoE's special tokens (GPT-NeoX-20B's tokenizer as extended by OLMo): (id, content, special)
+OLMOE_FRONT = [(0, "|||IP_ADDRESS|||", False), (1, "<|padding|>", True)]
+OLMOE_ADDED = [(50277, "|||EMAIL_ADDRESS|||", False), (50278, "|||PHONE_NUMBER|||", False),
+               (50279, "<|endoftext|>", True)]
+
+# hub: where the config comes from; tokenizer: which maker; pre: the converter's BPE pre-tokenizer
+# name to patch in (None: SentencePiece, nothing to patch); q8: also make a Q8_0 GGUF.
 MODELS = {
-    "qwen3": dict(name="qwen3-0.6b", config=QWEN3_CONFIG),
-    "gemma3": dict(name="gemma3-1b", config=GEMMA3_CONFIG),
+    "qwen3": dict(name="qwen3-0.6b", config=QWEN3_CONFIG, hub="Qwen/Qwen3-0.6B", tokenizer="qwen3",
+                  pre="qwen2", q8=True),
+    "gemma3": dict(name="gemma3-1b", config=GEMMA3_CONFIG, hub="google/gemma-3-1b-it", tokenizer="gemma3",
+                   pre=None, q8=True),
+    "qwen3moe": dict(name="qwen3moe-30b-a3b-4l", config=QWEN3MOE_CONFIG, hub="Qwen/Qwen3-30B-A3B",
+                     tokenizer="qwen3", pre="qwen2", q8=False),
+    "olmoe": dict(name="olmoe-1b-7b-4l", config=OLMOE_CONFIG, hub="allenai/OLMoE-1B-7B-0924", tokenizer="olmoe",
+                  pre="olmo", q8=False),
 }
 
 
@@ -177,17 +291,48 @@ def cpu_lock():
         os.close(fd)
 
 
-def run_heavy(cmd: list[str], env: dict | None = None, logfile: Path | None = None) -> str:
-    """Run under the CPU lock; output captured (and written to logfile if given), shown on failure."""
-    full = ["flock", LOCK] + [str(c) for c in cmd]
-    log("$ " + " ".join(full).replace("\n", " "))
+# (model name, step, wall seconds holding the lock, seconds waiting for it, peak RSS in MiB) of this run
+STEPS: list[tuple[str, str, float, float, float]] = []
+
+
+def note_step(model: str, step: str, wall: float, wait: float, rss_mib: float) -> None:
+    STEPS.append((model, step, wall, wait, rss_mib))
+    log(f"{model}: {step} took {wall:.1f} s (+{wait:.1f} s waiting for the lock), peak RSS {rss_mib:.0f} MiB")
+
+
+def run_heavy(cmd: list[str], env: dict | None = None, logfile: Path | None = None,
+              step: tuple[str, str] | None = None) -> str:
+    """Run under the CPU lock; output captured (and written to logfile if given), shown on failure.
+
+    The locked shell prints the time it got the lock, so the wall time of the command itself and the
+    wait are told apart. The peak RSS comes from GNU time (%M), which forks the command from a small
+    process: the ru_maxrss of a child forked from this (possibly large) Python process would count the
+    parent's pages as of the fork."""
+    cmd = [str(c) for c in cmd]
+    shown = ["flock", LOCK] + cmd
+    timer = ["/usr/bin/time", "-f", "@@maxrss %M"] if os.access("/usr/bin/time", os.X_OK) else []
+    full = ["flock", LOCK, "sh", "-c", 'echo "@@locked $(date +%s.%N)"; exec "$@"', "sh"] + timer + cmd
+    log("$ " + " ".join(shown).replace("\n", " "))
+    t0 = time.time()
     r = subprocess.run(full, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    t2 = time.time()
+    t1, rss_kib, lines = t0, 0.0, []
+    for line in r.stdout.splitlines(keepends=True):
+        if line.startswith("@@locked "):
+            t1 = float(line.split()[1])
+        elif line.startswith("@@maxrss "):
+            rss_kib = float(line.split()[1])
+        else:
+            lines.append(line)
+    text = "".join(lines)
     if logfile is not None:
-        logfile.write_text(r.stdout)
+        logfile.write_text(text)
     if r.returncode != 0:
-        print(r.stdout[-20000:], file=sys.stderr)
-        raise SystemExit(f"command failed ({r.returncode}): {' '.join(full)}")
-    return r.stdout
+        print(text[-20000:], file=sys.stderr)
+        raise SystemExit(f"command failed ({r.returncode}): {' '.join(shown)}")
+    if step is not None:
+        note_step(step[0], step[1], t2 - t1, t1 - t0, rss_kib / 1024)
+    return text
 
 
 def corpus_lines(max_bytes: int = 6_000_000) -> list[str]:
@@ -274,6 +419,58 @@ def make_qwen3_tokenizer(folder: Path) -> None:
     log(f"qwen3 tokenizer: {len(vocab)} entries (max id 151668), sample ids {ids}")
 
 
+def make_olmoe_tokenizer(folder: Path) -> None:
+    """Byte-level BPE in GPT-NeoX form (NFC, ByteLevel with GPT-2's regex), OLMoE's special ids."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    # the trainer puts its special tokens first: |||IP_ADDRESS||| 0, <|padding|> 1, as in OLMoE
+    trainer = trainers.BpeTrainer(vocab_size=TOKENIZER_VOCAB, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=[c for _, c, _ in OLMOE_FRONT], show_progress=False)
+    tok.train_from_iterator(corpus_lines(), trainer)
+    j = json.loads(tok.to_str())
+    vocab = j["model"]["vocab"]
+    for tid, content, _ in OLMOE_FRONT:
+        assert vocab[content] == tid, (content, vocab[content])
+    assert max(vocab.values()) < OLMOE_ADDED[0][0]
+    added = []
+    for tid, content, special in OLMOE_FRONT + OLMOE_ADDED:
+        vocab[content] = tid
+        added.append(dict(id=tid, content=content, single_word=False, lstrip=False, rstrip=False,
+                          normalized=False, special=special))
+    j["added_tokens"] = added
+    (folder / "tokenizer.json").write_text(json.dumps(j, ensure_ascii=False, indent=1), encoding="utf-8")
+    tcfg = {
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "add_prefix_space": False,
+        "added_tokens_decoder": {str(t): dict(content=c, lstrip=False, normalized=False, rstrip=False,
+                                              single_word=False, special=sp)
+                                 for t, c, sp in OLMOE_FRONT + OLMOE_ADDED},
+        "bos_token": None,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|endoftext|>",
+        "model_max_length": 1000000000000000019884624838656,
+        "pad_token": "<|padding|>",
+        "tokenizer_class": "GPTNeoXTokenizer",
+        "unk_token": None,
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(tcfg, ensure_ascii=False, indent=1), encoding="utf-8")
+    # check: transformers (what the converter uses) gives the ids the raw tokenizer gives, specials at their ids
+    from transformers import AutoTokenizer
+    t = AutoTokenizer.from_pretrained(folder)
+    tk = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    for text in ["Hello world 123 🚀", "def foo(x):\n    return x  +  1\n", "  two\tspaces", "Größe 这是 it's"]:
+        assert t.encode(text, add_special_tokens=False) == tk.encode(text, add_special_tokens=False).ids, text
+    ids = t.encode("hello<|endoftext|> world<|padding|>", add_special_tokens=False)
+    assert 50279 in ids and 1 in ids, ids
+    assert max(t.get_vocab().values()) == 50279
+    log(f"olmoe tokenizer: {len(vocab)} entries (max id 50279), sample ids {ids}")
+
+
 def make_gemma3_tokenizer(folder: Path) -> None:
     import sentencepiece as spm
 
@@ -358,44 +555,61 @@ def make_hf_folder(key: str, folder: Path) -> None:
     torch.manual_seed(SEED)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     model.eval()
+    moe = "num_experts" in hub_cfg
+    if moe:
+        # Routers: seeded normal(0, initializer_range), whatever transformers' init did (their
+        # parameters are created as zeros; a zero router sends every token to the same experts).
+        gen = torch.Generator().manual_seed(SEED + 1)
+        routers = [(n, m) for n, m in model.named_modules() if n.endswith("mlp.gate")]
+        assert len(routers) == hub_cfg["num_hidden_layers"], [n for n, _ in routers]
+        with torch.no_grad():
+            for _, m in routers:
+                m.weight.normal_(0.0, hub_cfg["initializer_range"], generator=gen)
+        log(f"{key}: {len(routers)} routers {tuple(routers[0][1].weight.shape)} re-drawn, "
+            f"std {routers[0][1].weight.float().std().item():.4f}")
     n = sum(p.numel() for p in model.parameters())
-    log(f"{key}: {n / 1e6:.1f} M parameters; saving bf16 safetensors")
+    log(f"{key}: {n / 1e6:.1f} M parameters ({next(model.parameters()).dtype}); saving bf16 safetensors")
     model.save_pretrained(tmp, safe_serialization=True)
     # put the Hub's config.json back (save_pretrained writes the transformers-5 form)
     (tmp / "config.json").write_text(json.dumps(hub_cfg, indent=2) + "\n")
-    gen = {"bos_token_id": hub_cfg["bos_token_id"], "eos_token_id": hub_cfg["eos_token_id"]}
-    (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+    gen_cfg = {k: hub_cfg[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if hub_cfg.get(k) is not None}
+    (tmp / "generation_config.json").write_text(json.dumps(gen_cfg, indent=2) + "\n")
+    cut = f" (num_hidden_layers cut to {hub_cfg['num_hidden_layers']})" if moe else ""
     (tmp / "README.md").write_text(
-        f"Random weights (transformers init, torch seed {SEED}) with the config of "
-        f"{'Qwen/Qwen3-0.6B' if key == 'qwen3' else 'google/gemma-3-1b-it'}; small trained tokenizer. "
-        "For speed benchmarks only; made by make_bench_models.py.\n")
-    if key == "qwen3":
-        make_qwen3_tokenizer(tmp)
-    else:
-        make_gemma3_tokenizer(tmp)
-    # sanity: a short forward pass stays finite
+        f"Random weights (transformers init, torch seed {SEED}) with the config of {spec['hub']}{cut}; "
+        "small trained tokenizer. For speed benchmarks only; made by make_bench_models.py.\n")
+    {"qwen3": make_qwen3_tokenizer, "gemma3": make_gemma3_tokenizer, "olmoe": make_olmoe_tokenizer}[spec["tokenizer"]](tmp)
+    # sanity: a short forward pass stays finite (and, for MoE, routes to many experts)
     with torch.no_grad():
         ids = torch.tensor([[2, 100, 200, 300, 400, 500, 600, 700]])
-        out = model(ids, output_hidden_states=True)
+        kw = dict(output_router_logits=True) if moe else {}
+        out = model(ids, output_hidden_states=True, **kw)
         logits = out.logits.float()
         hs = [h.float().std().item() for h in out.hidden_states]
     assert torch.isfinite(logits).all(), "non-finite logits"
     log(f"{key}: forward ok; hidden-state std per layer {hs[0]:.3g} .. {hs[-1]:.3g}, "
         f"logits std {logits.std().item():.3g}")
-    del model
+    if moe:
+        k = hub_cfg["num_experts_per_tok"]
+        picked = [sorted(set(rl.float().topk(k, dim=-1).indices.flatten().tolist())) for rl in out.router_logits]
+        counts = [len(p) for p in picked]
+        log(f"{key}: distinct experts picked by the {ids.shape[1]} tokens (top-{k}) per layer: {counts}")
+        assert min(counts) > k, "routing looks degenerate"
+    del model, out
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)
 
 
 # ---------------------------------------------------------------- conversion
 
+# argv: llama.cpp source dir, BPE pre-tokenizer name to report, converter arguments...
 CONVERT_WRAPPER = r"""
 import runpy, sys
-src = sys.argv[1]
+src, pre = sys.argv[1], sys.argv[2]
 sys.path.insert(0, src)
 import conversion.base as base
-base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "qwen2"
-sys.argv = [src + "/convert_hf_to_gguf.py"] + sys.argv[2:]
+base.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre
+sys.argv = [src + "/convert_hf_to_gguf.py"] + sys.argv[3:]
 runpy.run_path(src + "/convert_hf_to_gguf.py", run_name="__main__")
 """
 
@@ -404,17 +618,20 @@ def convert(key: str, folder: Path, outfile: Path, outtype: str, llama_src: Path
     env = dict(os.environ, PYTHONPATH=str(llama_src / "gguf-py"))
     tmp = outfile.with_name(outfile.name + ".tmp")
     args = [str(folder), "--outtype", outtype, "--outfile", str(tmp)]
-    if key == "qwen3":  # BPE: the pre-tokenizer hash cannot match a new vocabulary
-        cmd = [sys.executable, "-c", CONVERT_WRAPPER, str(llama_src)] + args
+    pre = MODELS[key]["pre"]
+    if pre is not None:  # BPE: the pre-tokenizer hash cannot match a new vocabulary
+        cmd = [sys.executable, "-c", CONVERT_WRAPPER, str(llama_src), pre] + args
     else:
         cmd = [sys.executable, str(llama_src / "convert_hf_to_gguf.py")] + args
-    run_heavy(cmd, env=env, logfile=logdir() / (outfile.stem + ".convert.log"))
+    run_heavy(cmd, env=env, logfile=logdir() / (outfile.stem + ".convert.log"),
+              step=(MODELS[key]["name"], f"convert -> {outtype}"))
     tmp.rename(outfile)
 
 
-def quantize(src: Path, dst: Path, qtype: str, llama_bin: Path) -> str:
+def quantize(src: Path, dst: Path, qtype: str, llama_bin: Path, model: str) -> str:
     tmp = dst.with_name(dst.name + ".tmp")
-    out = run_heavy([llama_bin / "llama-quantize", src, tmp, qtype], logfile=logdir() / (dst.stem + ".quantize.log"))
+    out = run_heavy([llama_bin / "llama-quantize", src, tmp, qtype], logfile=logdir() / (dst.stem + ".quantize.log"),
+                    step=(model, f"llama-quantize {qtype}"))
     tmp.rename(dst)
     return out
 
@@ -438,6 +655,10 @@ KEY_FIELDS = ["context_length", "embedding_length", "feed_forward_length", "bloc
               "tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.bos_token_id",
               "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id", "tokenizer.ggml.add_bos_token",
               "tokenizer.ggml.add_space_prefix"]
+# printed (or "(absent)") when the file has <arch>.expert_count; any other <arch>.expert* key is printed too
+EXPERT_FIELDS = ["expert_count", "expert_used_count", "expert_feed_forward_length",
+                 "expert_shared_feed_forward_length", "expert_shared_count", "expert_weights_norm",
+                 "expert_weights_scale", "expert_gating_func"]
 
 
 def metadata_lines(path: Path) -> list[str]:
@@ -451,6 +672,11 @@ def metadata_lines(path: Path) -> list[str]:
             out.append(f"{name} = {r.fields[name].contents()}")
         else:
             out.append(f"{name}: (absent)")
+    if f"{arch}.expert_count" in r.fields:
+        names = [f"{arch}.{k}" for k in EXPERT_FIELDS]
+        names += sorted(k for k in r.fields if k.startswith(f"{arch}.expert") and k not in names)
+        for name in names:
+            out.append(f"{name} = {r.fields[name].contents()}" if name in r.fields else f"{name}: (absent)")
     return out
 
 
@@ -483,11 +709,101 @@ def summarize_types(info: dict) -> list[str]:
     return lines
 
 
+def reset_peak_rss() -> None:
+    """Reset this process's VmHWM (Linux: 5 > /proc/self/clear_refs), so that each build's peak is its own."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def peak_rss_mib() -> float:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def old_sections(path: Path) -> dict[str, list[str]]:
+    """The '## <name>' sections of an existing REPORT.md, by name."""
+    secs: dict[str, list[str]] = {}
+    cur = None
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.startswith("## "):
+                cur = line[3:].strip()
+                secs[cur] = []
+            if cur is not None:
+                secs[cur].append(line)
+    for lines in secs.values():
+        while lines and not lines[-1].strip():
+            lines.pop()
+    return secs
+
+
+def model_section(key: str) -> list[str]:
+    spec = MODELS[key]
+    name = spec["name"]
+    out: Path = ARGS.out
+    f_bf16, f_q8, f_q4 = out / f"{name}-bf16.gguf", out / f"{name}-q8_0.gguf", out / f"{name}-q4_k_m.gguf"
+    quants = [f_q8, f_q4] if spec["q8"] else [f_q4]
+    cut = f", num_hidden_layers {spec['config']['num_hidden_layers']}" if "num_experts" in spec["config"] else ""
+    report = [f"## {name}", "", f"{spec['hub']}'s config{cut}; section written {time.strftime('%Y-%m-%d %H:%M:%S')}.", ""]
+    for f in [f_bf16] + quants:
+        report.append(f"- `{f}`: {f.stat().st_size:,} bytes ({f.stat().st_size / 2**20:.1f} MiB)")
+    if not spec["q8"]:
+        report.append("- (no Q8_0 for this model: skipped to save time and disk)")
+    report.append("")
+    for f in (quants if spec["q8"] else [f_bf16] + quants):  # no Q8_0: show the converter's types
+        info = tensor_types(f)
+        report.append(f"### tensor types in {f.name}: " +
+                      ", ".join(f"{k} {v}" for k, v in sorted(info["counts"].items())))
+        report += ["```"] + summarize_types(info) + ["```", ""]
+        if f == f_q4:
+            notk = sorted({(re.sub(r"^blk\.\d+\.", "blk.*.", n), ty) for n, ty, _ in info["tensors"]
+                           if ty not in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "F32")})
+            report.append("Quantized tensors that are not K-quants: " +
+                          (", ".join(f"{n} ({ty})" for n, ty in notk) or "none"))
+            qlog = logdir() / (f.stem + ".quantize.log")
+            if qlog.exists():
+                fb = [l for l in qlog.read_text().splitlines() if "fallback" in l and "WARNING" in l]
+                report += [f"llama-quantize: {fb[0].split(': ', 1)[-1].strip()}" if fb else
+                           "llama-quantize: no fallbacks"]
+            report.append("")
+    report += [f"### metadata ({f_q4.name})", "```"] + metadata_lines(f_q4) + ["```", ""]
+    if not ARGS.no_bench:
+        for f in quants:
+            txt = run_heavy([ARGS.llama_bin / "llama-bench", "-m", f, "-t", "1", "-p", "16", "-n", "4", "-r", "1"],
+                            logfile=logdir() / (f.stem + ".bench.log"), step=(name, f"llama-bench {f.name}"))
+            table = [l for l in txt.splitlines() if l.startswith("|")]
+            print("\n".join(table), flush=True)
+            report += [f"### llama-bench {f.name} (-t 1 -p 16 -n 4 -r 1)", "```"] + table + ["```", ""]
+    # step timings: this run's, merged into those kept from earlier runs (logs/<name>.steps.json)
+    sfile = logdir() / f"{name}.steps.json"
+    steps = json.loads(sfile.read_text()) if sfile.exists() else {}
+    for _, st, wall, wait, rss in (s for s in STEPS if s[0] == name):
+        steps[st] = dict(wall_s=round(wall, 1), lock_wait_s=round(wait, 1), peak_rss_mib=round(rss),
+                         date=time.strftime("%Y-%m-%d %H:%M:%S"))
+    if steps:
+        sfile.write_text(json.dumps(steps, indent=1) + "\n")
+        report += ["### steps (wall time holding the CPU lock, wait for the lock, peak RSS of the step, when)", "```"]
+        report += [f"  {st:44s} {v['wall_s']:8.1f} s  (+{v['lock_wait_s']:.1f} s wait)  "
+                   f"peak RSS {v['peak_rss_mib']:>6,} MiB  {v['date']}" for st, v in steps.items()]
+        report += ["```", ""]
+    while report and not report[-1].strip():
+        report.pop()
+    return report
+
+
 def main() -> None:
     global ARGS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--models", default="qwen3,gemma3")
+    ap.add_argument("--models", default="qwen3,gemma3", help="comma-separated, of: " + ",".join(MODELS))
     ap.add_argument("--llama-src", type=Path, default=DEFAULT_LLAMA_SRC)
     ap.add_argument("--llama-bin", type=Path, default=DEFAULT_LLAMA_BIN)
     ap.add_argument("--force", action="store_true", help="redo steps whose outputs exist")
@@ -495,57 +811,46 @@ def main() -> None:
     ARGS = ap.parse_args()
     out: Path = ARGS.out
     out.mkdir(parents=True, exist_ok=True)
-    report = ["# Benchmark models (random weights, real shapes)", "",
-              f"Made by make_bench_models.py on {time.strftime('%Y-%m-%d %H:%M:%S')}; llama.cpp source "
-              f"{ARGS.llama_src}, tools {ARGS.llama_bin}.", ""]
+    keys = [k.strip() for k in ARGS.models.split(",") if k.strip()]
+    for key in keys:
+        if key not in MODELS:
+            raise SystemExit(f"unknown model {key!r}; known: {', '.join(MODELS)}")
+    sections = old_sections(out / "REPORT.md")
 
-    for key in [k.strip() for k in ARGS.models.split(",") if k.strip()]:
-        name = MODELS[key]["name"]
+    for key in keys:
+        spec = MODELS[key]
+        name = spec["name"]
         folder = out / f"{name}-hf"
         f_bf16 = out / f"{name}-bf16.gguf"
         f_q8 = out / f"{name}-q8_0.gguf"
         f_q4 = out / f"{name}-q4_k_m.gguf"
 
-        if ARGS.force or not (folder / "model.safetensors").exists():
+        have_weights = (folder / "model.safetensors").exists() or (folder / "model.safetensors.index.json").exists()
+        if ARGS.force or not have_weights:
+            t0 = time.time()
             with cpu_lock():
+                t1 = time.time()
+                reset_peak_rss()
                 make_hf_folder(key, folder)
+                note_step(name, "HF folder (init, save, tokenizer, forward)", time.time() - t1, t1 - t0,
+                          peak_rss_mib())
         if ARGS.force or not f_bf16.exists():
             convert(key, folder, f_bf16, "bf16", ARGS.llama_src)
-        if ARGS.force or not f_q8.exists():
+        if spec["q8"] and (ARGS.force or not f_q8.exists()):
             convert(key, folder, f_q8, "q8_0", ARGS.llama_src)
         if ARGS.force or not f_q4.exists():
-            quantize(f_bf16, f_q4, "Q4_K_M", ARGS.llama_bin)
+            quantize(f_bf16, f_q4, "Q4_K_M", ARGS.llama_bin, name)
+        sections[name] = model_section(key)
 
-        report += [f"## {name}", ""]
-        for f in (f_bf16, f_q8, f_q4):
-            report.append(f"- `{f}`: {f.stat().st_size:,} bytes ({f.stat().st_size / 2**20:.1f} MiB)")
-        report.append("")
-        for f in (f_q8, f_q4):
-            info = tensor_types(f)
-            report.append(f"### tensor types in {f.name}: " +
-                          ", ".join(f"{k} {v}" for k, v in sorted(info["counts"].items())))
-            report += ["```"] + summarize_types(info) + ["```", ""]
-            if f == f_q4:
-                notk = sorted({(re.sub(r"^blk\.\d+\.", "blk.*.", n), ty) for n, ty, _ in info["tensors"]
-                               if ty not in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "F32")})
-                report.append("Quantized tensors that are not K-quants: " +
-                              (", ".join(f"{n} ({ty})" for n, ty in notk) or "none"))
-                qlog = logdir() / (f.stem + ".quantize.log")
-                if qlog.exists():
-                    fb = [l for l in qlog.read_text().splitlines() if "fallback" in l and "WARNING" in l]
-                    report += [f"llama-quantize: {fb[0].split(': ', 1)[-1].strip()}" if fb else
-                               "llama-quantize: no fallbacks"]
-                report.append("")
-        report += [f"### metadata ({f_q4.name})", "```"] + metadata_lines(f_q4) + ["```", ""]
-        if not ARGS.no_bench:
-            for f in (f_q8, f_q4):
-                txt = run_heavy([ARGS.llama_bin / "llama-bench", "-m", f, "-t", "1", "-p", "16", "-n", "4", "-r", "1"],
-                                logfile=logdir() / (f.stem + ".bench.log"))
-                table = [l for l in txt.splitlines() if l.startswith("|")]
-                print("\n".join(table), flush=True)
-                report += [f"### llama-bench {f.name} (-t 1 -p 16 -n 4 -r 1)", "```"] + table + ["```", ""]
-
-    (out / "REPORT.md").write_text("\n".join(report) + "\n")
+    report = ["# Benchmark models (random weights, real shapes)", "",
+              f"Made by make_bench_models.py; last updated {time.strftime('%Y-%m-%d %H:%M:%S')} "
+              f"(models {', '.join(MODELS[k]['name'] for k in keys)}); each model's section is rewritten by "
+              f"the run that makes it. llama.cpp source {ARGS.llama_src}, tools {ARGS.llama_bin}.", ""]
+    order = [MODELS[k]["name"] for k in MODELS] + [n for n in sections if n not in [m["name"] for m in MODELS.values()]]
+    for n in order:
+        if n in sections:
+            report += sections[n] + [""]
+    (out / "REPORT.md").write_text("\n".join(report).rstrip("\n") + "\n")
     log(f"wrote {out / 'REPORT.md'}")
 
 

@@ -94,12 +94,13 @@ DecoderLM::Rows8Buffer::~Rows8Buffer() { aligned_free(p); }  // to the system, n
 
 // Every matrix of the weights (the embedding last): the ones set_activations may lay out.
 std::vector<kernels::QMatrix*> DecoderLM::matrices() {
-  // (Not the experts' matrices: a step reads only the chosen ones, so they stay in the file's
-  // pages, and the resident set holds the experts actually used.)
   std::vector<kernels::QMatrix*> ms;
-  for (DecoderLayerWeights& L : w_.layers)
+  for (DecoderLayerWeights& L : w_.layers) {
     for (DecoderLinear* lin : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.router})
       if (lin->w.data) ms.push_back(&lin->w);
+    for (std::size_t e = 0; e < L.expert_gate.size(); ++e)
+      for (auto* list : {&L.expert_gate, &L.expert_up, &L.expert_down}) ms.push_back(&(*list)[e]);
+  }
   ms.push_back(&w_.lm_head);
   ms.push_back(&w_.embed);
   return ms;
@@ -170,9 +171,6 @@ DecoderLM::DecoderLM(DecoderSpec spec, DecoderWeights weights) : spec_(std::move
   // Decode layouts belong to the model that made them (weights copied from another model keep
   // pointers into its buffers): this one reads the blocks until set_activations lays them out.
   for (kernels::QMatrix* m : matrices()) m->rows8 = nullptr;
-  for (DecoderLayerWeights& L : w_.layers)
-    for (auto* list : {&L.expert_gate, &L.expert_up, &L.expert_down})
-      for (kernels::QMatrix& m : *list) m.rows8 = nullptr;  // (experts are read where they lie)
   check_decoder_spec(spec_);
   const DecoderSpec& c = spec_;
   const i64 C = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
