@@ -291,12 +291,12 @@ def cpu_lock():
         os.close(fd)
 
 
-# (model name, step, wall seconds holding the lock, seconds waiting for it, peak RSS in MiB) of this run
-STEPS: list[tuple[str, str, float, float, float]] = []
+# (model name, step, wall seconds holding the lock, seconds waiting for it, peak RSS in MiB, end time) of this run
+STEPS: list[tuple[str, str, float, float, float, float]] = []
 
 
 def note_step(model: str, step: str, wall: float, wait: float, rss_mib: float) -> None:
-    STEPS.append((model, step, wall, wait, rss_mib))
+    STEPS.append((model, step, wall, wait, rss_mib, time.time()))
     log(f"{model}: {step} took {wall:.1f} s (+{wait:.1f} s waiting for the lock), peak RSS {rss_mib:.0f} MiB")
 
 
@@ -775,19 +775,26 @@ def model_section(key: str) -> list[str]:
                            "llama-quantize: no fallbacks"]
             report.append("")
     report += [f"### metadata ({f_q4.name})", "```"] + metadata_lines(f_q4) + ["```", ""]
-    if not ARGS.no_bench:
-        for f in quants:
+    for f in quants:
+        blog = logdir() / (f.stem + ".bench.log")
+        if not ARGS.no_bench:
             txt = run_heavy([ARGS.llama_bin / "llama-bench", "-m", f, "-t", "1", "-p", "16", "-n", "4", "-r", "1"],
-                            logfile=logdir() / (f.stem + ".bench.log"), step=(name, f"llama-bench {f.name}"))
-            table = [l for l in txt.splitlines() if l.startswith("|")]
-            print("\n".join(table), flush=True)
-            report += [f"### llama-bench {f.name} (-t 1 -p 16 -n 4 -r 1)", "```"] + table + ["```", ""]
+                            logfile=blog, step=(name, f"llama-bench {f.name}"))
+            when = ""
+        elif blog.exists():  # --no-bench: keep the last run's table
+            txt = blog.read_text()
+            when = f", from {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(blog.stat().st_mtime))}"
+        else:
+            continue
+        table = [l for l in txt.splitlines() if l.startswith("|")]
+        print("\n".join(table), flush=True)
+        report += [f"### llama-bench {f.name} (-t 1 -p 16 -n 4 -r 1{when})", "```"] + table + ["```", ""]
     # step timings: this run's, merged into those kept from earlier runs (logs/<name>.steps.json)
     sfile = logdir() / f"{name}.steps.json"
     steps = json.loads(sfile.read_text()) if sfile.exists() else {}
-    for _, st, wall, wait, rss in (s for s in STEPS if s[0] == name):
+    for _, st, wall, wait, rss, end in (s for s in STEPS if s[0] == name):
         steps[st] = dict(wall_s=round(wall, 1), lock_wait_s=round(wait, 1), peak_rss_mib=round(rss),
-                         date=time.strftime("%Y-%m-%d %H:%M:%S"))
+                         date=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(end)))
     if steps:
         sfile.write_text(json.dumps(steps, indent=1) + "\n")
         report += ["### steps (wall time holding the CPU lock, wait for the lock, peak RSS of the step, when)", "```"]

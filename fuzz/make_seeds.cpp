@@ -4,6 +4,7 @@
 // vocabularies), GGUF files of every metadata value type -- into OUT/<target>/ (scripts/fuzz_smoke.sh runs it; nothing here is committed).
 // Each seed is small (a few KB): tiny models, a handful of examples. The hand-written seeds
 // (configs, vocabularies, merges) are committed in fuzz/corpus/<target>/.
+#include <cstring>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -176,6 +177,84 @@ void gguf_seeds(const fuzz::Scratch& s, const fs::path& out) {
   put(out, "gguf", "metadata_only.gguf", fuzz::read_bytes(s.path("metadata_only.gguf")));
 }
 
+// A mixture of experts as llama.cpp writes one (qwen3moe: a router ffn_gate_inp and 3-D
+// ffn_*_exps tensors, 2 experts, 1 per token, tied head), small enough to run: the expert
+// metadata and tensors in the corpus.
+void moe_gguf_seed(const fuzz::Scratch& s, const fs::path& out) {
+  using M = io::GGUFMeta;
+  using Q = kernels::QType;
+  const std::string a = "qwen3moe.";
+  const io::GGUFMetadata meta = {
+      {"general.architecture", M::string("qwen3moe")},
+      {a + "block_count", M::u32(1)},
+      {a + "context_length", M::u32(64)},
+      {a + "embedding_length", M::u32(32)},
+      {a + "feed_forward_length", M::u32(64)},
+      {a + "attention.head_count", M::u32(2)},
+      {a + "attention.head_count_kv", M::u32(1)},
+      {a + "attention.key_length", M::u32(16)},
+      {a + "attention.value_length", M::u32(16)},
+      {a + "attention.layer_norm_rms_epsilon", M::f32(1e-6f)},
+      {a + "rope.freq_base", M::f32(1e6f)},
+      {a + "expert_count", M::u32(2)},
+      {a + "expert_used_count", M::u32(1)},
+      {a + "expert_feed_forward_length", M::u32(32)},
+      {"tokenizer.ggml.model", M::string("gpt2")},
+      {"tokenizer.ggml.pre", M::string("qwen2")},
+      {"tokenizer.ggml.tokens", M::string_array({"a", "b", "\u0120", "ab"})},
+      {"tokenizer.ggml.token_type", M::int_array(io::GGUFType::I32, {1, 1, 1, 1})},
+      {"tokenizer.ggml.merges", M::string_array({"a b"})},
+  };
+  // Float tensors of small values; Q8_0 blocks with scale 1/64 (fp16 0x2400) and small integers.
+  std::vector<std::vector<std::uint8_t>> keep;
+  auto floats = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = 0.05f * static_cast<float>(static_cast<int>(i * 7 % 11) - 5);
+    keep.emplace_back(n * sizeof(float));
+    std::memcpy(keep.back().data(), v.data(), n * sizeof(float));
+    return keep.back().data();
+  };
+  auto q8 = [&](std::size_t blocks) {
+    keep.emplace_back(blocks * 34);
+    for (std::size_t b = 0; b < blocks; ++b) {
+      std::uint8_t* p = keep.back().data() + b * 34;
+      p[0] = 0x00, p[1] = 0x24;
+      for (int j = 0; j < 32; ++j) p[2 + j] = static_cast<std::uint8_t>(static_cast<std::int8_t>((b * 5 + j * 3) % 9 - 4));
+    }
+    return keep.back().data();
+  };
+  std::vector<io::GGUFTensorData> t;
+  auto f32 = [&](const char* name, std::vector<std::int64_t> dims) {
+    std::size_t n = 1;
+    for (std::int64_t d : dims) n *= static_cast<std::size_t>(d);
+    t.push_back({name, Q::F32, dims, floats(n), n * sizeof(float)});
+  };
+  auto q8_0 = [&](const char* name, std::vector<std::int64_t> dims) {
+    std::size_t n = 1;
+    for (std::int64_t d : dims) n *= static_cast<std::size_t>(d);
+    t.push_back({name, Q::Q8_0, dims, q8(n / 32), n / 32 * 34});
+  };
+  keep.reserve(32);  // (the pointers stay valid)
+  f32("token_embd.weight", {32, 4});
+  f32("blk.0.attn_norm.weight", {32});
+  q8_0("blk.0.attn_q.weight", {32, 32});
+  q8_0("blk.0.attn_k.weight", {32, 16});
+  q8_0("blk.0.attn_v.weight", {32, 16});
+  q8_0("blk.0.attn_output.weight", {32, 32});
+  f32("blk.0.attn_q_norm.weight", {16});
+  f32("blk.0.attn_k_norm.weight", {16});
+  f32("blk.0.ffn_norm.weight", {32});
+  f32("blk.0.ffn_gate_inp.weight", {32, 2});
+  q8_0("blk.0.ffn_gate_exps.weight", {32, 32, 2});
+  q8_0("blk.0.ffn_up_exps.weight", {32, 32, 2});
+  q8_0("blk.0.ffn_down_exps.weight", {32, 32, 2});
+  f32("output_norm.weight", {32});
+  const std::string path = s.path("qwen3moe.gguf");
+  io::write_gguf(path, meta, t);
+  models::load_decoder(path);  // the seed loads
+  put(out, "gguf", "decoder_qwen3moe.gguf", fuzz::read_bytes(path));
+}
+
 // A tiny decoder: V tokens, width C, FFN F, H heads of D, KV key/value heads, L layers.
 struct TinyDecoder {
   std::string arch;  // llama, qwen3, gemma2, phi3
@@ -320,6 +399,7 @@ int main(int argc, char** argv) {
     checkpoint_seeds(scratch, out);
     model_folder_seeds(scratch, out);
     gguf_seeds(scratch, out);
+    moe_gguf_seed(scratch, out);
     decoder_seeds(scratch, out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz_make_seeds: %s\n", e.what());

@@ -48,7 +48,7 @@ const std::vector<PreType>& pre_types() {
       {{"default"},
        {split("[\\p{P}\\$\\+<=>\\^~\\|]+"), split(kGpt2NoTail), split("\\p{N}+"), split("[0-9][0-9][0-9]"),
         byte_level(false)}},
-      {{"gpt-2", "gpt2"}, {byte_level(true)}},
+      {{"gpt-2", "gpt2", "olmo"}, {byte_level(true)}},  // (olmo: OLMo and OLMoE, GPT-NeoX's GPT-2 regex)
       {{"smollm"}, {{.kind = PreTokenizeStep::Kind::Digits, .individual_digits = true}, byte_level(true)}},
       {{"llama3", "llama-v3", "llama-bpe"}, {split(kLlama3), byte_level(false)}, Normalization::None, true, true},
       {{"qwen2"}, {split(kQwen2), byte_level(false)}, Normalization::NFC},

@@ -325,8 +325,26 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
       kernels::qgemm_part(n, rows_in(e), C, P.expert_gate[static_cast<std::size_t>(e)], eg + o * Fe, Fe, plain, tm.rank(), tm.size());
       kernels::qgemm_part(n, rows_in(e), C, P.expert_up[static_cast<std::size_t>(e)], eu + o * Fe, Fe, plain, tm.rank(), tm.size());
     }
-    tm.barrier();
-    {
+    // Where each member's gate and up products wrote the same columns of every expert (the decode
+    // and Q8 paths split by columns), it activates them itself: no barrier before the activation.
+    bool own_columns = true;
+    for (i64 e = 0; e < E && own_columns; ++e) {
+      const i64 n = count[static_cast<std::size_t>(e)];
+      for (int m = 0; n > 0 && m < tm.size() && own_columns; ++m) {
+        const auto cg = kernels::qgemm_part_columns(n, P.expert_gate[static_cast<std::size_t>(e)], plain, m, tm.size());
+        own_columns = cg && cg == kernels::qgemm_part_columns(n, P.expert_up[static_cast<std::size_t>(e)], plain, m, tm.size());
+      }
+    }
+    if (own_columns) {
+      for (i64 e = 0; e < E; ++e) {
+        const i64 n = count[static_cast<std::size_t>(e)], o = offset[static_cast<std::size_t>(e)];
+        if (n == 0) continue;
+        const auto [n0, n1] =
+            *kernels::qgemm_part_columns(n, P.expert_gate[static_cast<std::size_t>(e)], plain, tm.rank(), tm.size());
+        for (i64 r = o; r < o + n; ++r) activate(eg + r * Fe + n0, eu + r * Fe + n0, n1 - n0);
+      }
+    } else {
+      tm.barrier();
       const auto [e0, e1] = tm.part(0, R * Kx * Fe, 16);
       activate(eg + e0, eu + e0, e1 - e0);
     }
