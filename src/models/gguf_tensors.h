@@ -58,6 +58,35 @@ struct Tensors {
     add_bytes(name, m.type, {m.cols, m.rows}, std::move(b));
   }
 
+  // The E matrices of a mixture's experts (alike: type, rows, cols) as one 3-D tensor [E, rows,
+  // cols] (GGUF dims cols, rows, E): in place when they lie one after the other (a GGUF file's
+  // ffn_*_exps read back), else copied together (a folder's tensors of each expert).
+  void add_experts(const std::string& name, const std::vector<kernels::QMatrix>& ms) {
+    const kernels::QMatrix& m0 = ms.front();
+    const i64 rb = kernels::qtype_row_bytes(m0.type, m0.cols), E = static_cast<i64>(ms.size());
+    bool adjacent = true;
+    for (i64 e = 0; e < E; ++e) {
+      const kernels::QMatrix& m = ms[static_cast<std::size_t>(e)];
+      if (m.type != m0.type || m.rows != m0.rows || m.cols != m0.cols)
+        throw ValueError("convert: " + name + ": the experts' matrices differ in type or shape");
+      adjacent = adjacent && m.row_bytes == rb &&
+                 static_cast<const std::uint8_t*>(m.data) == static_cast<const std::uint8_t*>(m0.data) + e * m0.rows * rb;
+    }
+    if (adjacent) {
+      list.push_back({.name = name, .type = m0.type, .dims = {m0.cols, m0.rows, E}, .data = m0.data,
+                      .nbytes = static_cast<std::uint64_t>(E * m0.rows * rb)});
+      return;
+    }
+    std::vector<std::uint8_t> b(static_cast<std::size_t>(E * m0.rows * rb));
+    for (i64 e = 0; e < E; ++e) {
+      const kernels::QMatrix& m = ms[static_cast<std::size_t>(e)];
+      for (i64 r = 0; r < m.rows; ++r)
+        std::memcpy(b.data() + (e * m0.rows + r) * rb, static_cast<const std::uint8_t*>(m.data) + r * m.row_bytes,
+                    static_cast<std::size_t>(rb));
+    }
+    add_bytes(name, m0.type, {m0.cols, m0.rows, E}, std::move(b));
+  }
+
   // The tensors as the mix of quant_mix.h sees them.
   std::vector<QuantMixTensor> mix_tensors() const {
     std::vector<QuantMixTensor> out;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/parallel.h"
 #include "qkv/infer/kv_cache.h"
+#include "qkv/io/gguf.h"
 #include "qkv/kernels/moe.h"
 #include "qkv/models/decoder_io.h"
 #include "testing/fixture.h"
@@ -202,13 +204,41 @@ TEST(MoeDecoder, SpecAndWeightsThatDisagreeAreRefused) {
   spec = moe->spec();
   spec.moe.expert_ff = 8;  // the matrices are intermediate_size wide
   EXPECT_THROW(DecoderLM(spec, moe->weights()), qkv::FormatError);
-  // qkv convert refuses to write a mixture of experts (llama.cpp's converter does), naming it.
+}
+
+TEST(MoeDecoder, WrittenAsGgufOnlyWhenLlamaCppReadsTheSameModel) {
+  // A mixture written as GGUF reads back as the same model (experts as 3-D tensors; the fixture
+  // mixtures' round trip is test_arch_parity's). llama.cpp's llama architecture always
+  // renormalises the experts' weights: a model that does not is refused, and no file is left.
+  const auto dense = qkv::models::load_decoder(qkv::testing::fixture_path("llama_family/llama"));
+  const std::string path = ::testing::TempDir() + "/qkv_moe_llama.gguf";
+  const auto moe = as_mixture(*dense, 3, 2, 1, /*renormalize=*/true);
+  qkv::models::save_decoder_gguf(*moe, path, {}, {}, "moe");
+  const auto back = qkv::models::load_decoder(path);
+  EXPECT_EQ(back->spec().moe.experts, 3);
+  EXPECT_EQ(back->weights().layers[0].expert_gate.size(), 3u);
+  const std::vector<i64> ids = ids_of(11, moe->spec().vocab_size, 4);
+  EXPECT_LE(qkv::max_abs_diff(all_logits(*back, ids), all_logits(*moe, ids)), 1e-5);
+  {  // llama.cpp's names and layouts: the router in F32, each kind of expert matrix one 3-D tensor
+    const qkv::io::GGUFFile f = qkv::io::GGUFFile::open_header(path);
+    const i64 C = moe->spec().hidden_size, F = moe->spec().moe.expert_ff;
+    ASSERT_NE(f.find("blk.0.ffn_gate_inp.weight"), nullptr);
+    EXPECT_EQ(f.find("blk.0.ffn_gate_inp.weight")->type, qkv::kernels::QType::F32);
+    EXPECT_EQ(f.find("blk.1.ffn_gate_exps.weight")->dims, (std::vector<i64>{C, F, 3}));
+    EXPECT_EQ(f.find("blk.1.ffn_down_exps.weight")->dims, (std::vector<i64>{F, C, 3}));
+    EXPECT_EQ(f.find("blk.0.ffn_gate.weight"), nullptr);
+    EXPECT_EQ(f.get_int("llama.expert_count"), 3);
+    EXPECT_EQ(f.get_int("llama.expert_used_count"), 2);
+  }
+  std::filesystem::remove(path);
+  const auto plain = as_mixture(*dense, 3, 2, 1, /*renormalize=*/false);
   try {
-    qkv::models::save_decoder_gguf(*moe, ::testing::TempDir() + "/moe.gguf", {}, {}, "moe");
+    qkv::models::save_decoder_gguf(*plain, path, {}, {}, "moe");
     ADD_FAILURE() << "no error";
   } catch (const qkv::ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("mixture of experts"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not renormalise"), std::string::npos) << e.what();
   }
+  EXPECT_FALSE(std::filesystem::exists(path));
 }
 
 }  // namespace

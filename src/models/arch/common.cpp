@@ -270,6 +270,13 @@ void write_common_gguf_metadata(const DecoderSpec& c, const std::string& prefix,
   i64 window = 0;
   for (const LayerSpec& l : c.layers) window = std::max(window, l.window);
   if (window) meta.emplace_back(key("attention.sliding_window"), u32(window));
+  if (c.moe.experts > 0) {  // (the weights' renormalisation is the architecture's, as llama.cpp has it)
+    meta.emplace_back(key("expert_count"), u32(c.moe.experts));
+    meta.emplace_back(key("expert_used_count"), u32(c.moe.top_k));
+    meta.emplace_back(key("expert_feed_forward_length"), u32(c.moe.expert_ff));
+    if (c.moe.routing.scale != 1.f)
+      meta.emplace_back(key("expert_weights_scale"), GGUFMeta::f32(c.moe.routing.scale));
+  }
 }
 
 void moe_from_config(const json& j, const std::string& src, const MoeConfig& m, DecoderSpec& c) {

@@ -1,6 +1,7 @@
 // Decoder models written as GGUF (see decoder_io.h), through the architecture's table of tensor
 // names: the loader's table, read the other way.
 #include <algorithm>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -8,6 +9,7 @@
 #include "../arch/common.h"
 #include "../gguf_tensors.h"
 #include "qkv/core/error.h"
+#include "qkv/io/gguf.h"
 #include "qkv/models/decoder_io.h"
 #include "tensor_slots.h"
 
@@ -39,9 +41,10 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, const GgufQu
   const DecoderWeights& w = m.weights();
   const Architecture* a = find_architecture(c.arch);
   if (!a) throw ValueError("save_decoder_gguf: the spec's architecture '" + c.arch + "' is not registered");
-  if (std::any_of(c.layers.begin(), c.layers.end(), [](const LayerSpec& l) { return l.moe; }))
-    throw ValueError("convert: qkv does not write a mixture of experts (" + c.arch +
-                     ") as GGUF yet; llama.cpp's convert_hf_to_gguf.py does, and qkv runs its files");
+  const auto moe_layers = std::count_if(c.layers.begin(), c.layers.end(), [](const LayerSpec& l) { return l.moe; });
+  if (moe_layers > 0 && (moe_layers != c.num_layers() || !has_slot(*a, Slot::ExpertGate)))
+    throw ValueError("convert: " + c.arch + " with dense layers between its mixtures of experts has no GGUF form "
+                     "llama.cpp reads (every layer of its GGUF architecture is a mixture)");
   const RopeSpec& rope = c.ropes.front();
   const bool want_interleaved = a->gguf_interleaved_rope;
   const bool is_interleaved = rope.style == kernels::RopeStyle::Interleaved;
@@ -95,6 +98,24 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, const GgufQu
           t.add_matrix(gname, *whole, perm);
           break;
         }
+        case Slot::Router: {  // F32 whatever the weights' type, as llama.cpp's converter writes it
+          const kernels::QMatrix& r = L->router.w;
+          std::vector<float> f(static_cast<std::size_t>(r.rows * r.cols));
+          for (i64 i = 0; i < r.rows; ++i)
+            kernels::dequantize_row(r.type, static_cast<const std::uint8_t*>(r.data) + i * r.row_bytes, f.data() + i * r.cols,
+                                    r.cols);
+          t.add_float_matrix(gname, f.data(), r.rows, r.cols, r.cols);
+          break;
+        }
+        case Slot::ExpertGate:
+          t.add_experts(gname, L->expert_gate);
+          break;
+        case Slot::ExpertUp:
+          t.add_experts(gname, L->expert_up);
+          break;
+        case Slot::ExpertDown:
+          t.add_experts(gname, L->expert_down);
+          break;
         case Slot::QBias:
         case Slot::KBias: {
           const std::vector<i64>& perm = tn.slot == Slot::QBias ? pq : pk;
@@ -107,7 +128,7 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, const GgufQu
           if (slot_is_matrix(tn.slot)) {
             t.add_matrix(gname, *matrix_of(w, tn.slot, l), tn.slot == Slot::Q ? pq : tn.slot == Slot::K ? pk : std::vector<i64>{});
           } else {
-            t.add_vector(gname, vector_of(w, tn.slot, l), slot_shape(c, tn.slot)[0]);
+            t.add_vector(gname, vector_of(w, tn.slot, l), slot_shape(c, tn.slot, l)[0]);
           }
       }
     }
@@ -119,10 +140,12 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, const GgufQu
       if (tn.gguf && slot_is_per_layer(tn.slot)) emit(tn, l);
   for (const TensorName& tn : a->tensors)
     if (tn.gguf && !slot_is_per_layer(tn.slot) && tn.slot != Slot::Embed) emit(tn, 0);
-  // The types: as stored, or llama-quantize's for the file type asked (it reads these facts; qkv's
-  // decoders have no experts).
-  const std::uint32_t file_type = t.apply(
-      quant, QuantMixModel{.arch = a->gguf_name, .n_layer = c.num_layers(), .n_head = c.num_heads, .n_head_kv = c.num_kv_heads});
+  // The types: as stored, or llama-quantize's for the file type asked (it reads these facts).
+  const std::uint32_t file_type = t.apply(quant, QuantMixModel{.arch = a->gguf_name,
+                                                               .n_layer = c.num_layers(),
+                                                               .n_head = c.num_heads,
+                                                               .n_head_kv = c.num_kv_heads,
+                                                               .n_expert = c.moe.experts});
   io::GGUFMetadata meta;
   meta.emplace_back("general.architecture", GGUFMeta::string(a->gguf_name));
   meta.emplace_back("general.type", GGUFMeta::string("model"));
@@ -134,6 +157,18 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, const GgufQu
   meta.emplace_back("general.quantization_version", GGUFMeta::u32(2));
   meta.insert(meta.end(), tokenizer.begin(), tokenizer.end());
   io::write_gguf(path, meta, t.list);
+  if (moe_layers > 0) {
+    // llama.cpp fixes how each architecture weighs its experts (GGUF says nothing of it): a model
+    // whose router normalises otherwise would read back as another model.
+    const DecoderSpec back = decoder_spec_from_gguf(io::GGUFFile::open_header(path));
+    if (back.moe.routing.renormalize != c.moe.routing.renormalize) {
+      std::filesystem::remove(path);
+      throw ValueError(fmt::format("convert: {} {} the experts' weights, but llama.cpp's {} architecture {}; "
+                                   "the file would hold another model, so none was written",
+                                   c.arch, c.moe.routing.renormalize ? "renormalises" : "does not renormalise",
+                                   a->gguf_name, back.moe.routing.renormalize ? "always does" : "never does"));
+    }
+  }
 }
 
 }  // namespace qkv::models
