@@ -159,6 +159,9 @@ TEST(Scheduler, CancelFreesTheSlotWithinOneStep) {
   EXPECT_LE(rest.size(), 1u);
   EXPECT_EQ(running->finish_reason(), FinishReason::Cancelled);
   gated->wait_used();
+  // The next pass, held at the gate, is the queued request's prefill: it took the slot without
+  // another pass (waiting for it: the permit's pass is used before the step that admits).
+  gated->wait_blocked();
   EXPECT_EQ(gated->passes(), before + 1);
   EXPECT_EQ(s.stats().queued, 0);
   gated->open();

@@ -59,6 +59,11 @@ class GatedModel : public infer::CausalLM {
     std::unique_lock lk(mu_);
     cv_.wait(lk, [&] { return entered_ > 0; });
   }
+  // Waits until a pass is held at the gate (it entered and has no permit yet).
+  void wait_blocked() const {
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return open_ || entered_ > passes_; });
+  }
   // Passes that went through the gate.
   int passes() const {
     std::lock_guard lk(mu_);
