@@ -94,6 +94,7 @@ set(QKV_ARCH_SOURCES
   models/arch/gemma2.cpp
   models/arch/gemma3.cpp
   models/arch/gpt2.cpp
+  models/arch/gpt_oss.cpp
   models/arch/llama.cpp
   models/arch/mistral.cpp
   models/arch/mixtral.cpp

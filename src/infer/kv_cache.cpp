@@ -246,6 +246,7 @@ void KVCache::attend_prefill(i64 layer, i64 b, i64 n, i64 Lk, const float* q, i6
   p.v_sb = p.k_sb, p.v_sh = p.k_sh, p.v_st = p.k_st;
   p.scale = sp.scale;
   p.softcap = sp.softcap;
+  p.sinks = sp.sinks;
   p.causal = true;  // bottom-right aligned: the n queries are the last n of the Lk keys
   thread_local std::vector<float> lse, wide;
   lse.resize(static_cast<std::size_t>(H * n));

@@ -64,11 +64,14 @@ T softmax_row(T* w, const T* Q, const T* K, const AttnParams& p, i64 b, i64 h, i
     w[j] = s;
     if (s > m || s != s) m = s;  // a NaN score makes the row NaN (visible)
   }
+  // An attention sink is one more logit in the softmax, whose weight goes to no value.
+  const T sink = p.sinks ? static_cast<T>(p.sinks[h]) : ninf;
+  if (sink > m) m = sink;
   if (m == ninf) {  // fully masked row: weights 0, never evaluate (-inf) - (-inf)
     for (i64 j = 0; j < p.Lk; ++j) w[j] = 0;
     return ninf;
   }
-  T l = 0;
+  T l = p.sinks ? std::exp(sink - m) : T(0);
   for (i64 j = 0; j < p.Lk; ++j) {
     w[j] = std::exp(w[j] - m);
     l += w[j];
@@ -112,6 +115,7 @@ template <class T>
 void attention_ref_backward(T* dQ, T* dK, T* dV, const T* dO, const T* Q, const T* K, const T* V,
                             const AttnParams& p) {
   if (p.softcap > 0) throw ValueError("attention_ref_backward: soft-capped scores have no backward (softcap must be 0)");
+  if (p.sinks) throw ValueError("attention_ref_backward: attention sinks have no backward (sinks must be null)");
   // dQ, Q  [B,H,Lq,D]      strides q_*
   // dK, K  [B,H_kv,Lk,D]   strides k_*
   // dV, V  [B,H_kv,Lk,Dv]  strides v_*

@@ -99,7 +99,10 @@ void decode_attention_ref(T* O, const T* Q, const T* K, const T* V, const Decode
           if (p.softcap > 0) s[j] = static_cast<T>(p.softcap) * std::tanh(s[j] / static_cast<T>(p.softcap));
           mx = std::max(mx, s[j]);
         }
-        T sum = 0;
+        // An attention sink: one more term of the denominator, whose weight goes to no value.
+        const T sink = p.sinks ? static_cast<T>(p.sinks[h]) : -std::numeric_limits<T>::infinity();
+        mx = std::max(mx, sink);
+        T sum = p.sinks ? std::exp(sink - mx) : T(0);
         for (i64 j = 0; j < nk; ++j)
           if (seen(j)) sum += (s[j] = std::exp(s[j] - mx));
         for (i64 d = 0; d < p.D; ++d) {

@@ -217,9 +217,11 @@ struct Decode {
     }
     for (i64 r = 0; r < R; ++r) {
       const i64 h = hk * G + r / nq, i = r % nq;
-      if (!out.parts) {  // O = o / l (every row sees at least its own key: l >= 1)
+      if (!out.parts) {  // O = o / l (every row sees at least its own key: l >= 1), the sink in l
         float* orow = out.O + b * p.o_sb + h * p.o_sh + i * p.o_st;
-        const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+        float mr = m[r], lr = l[r], w = 1.f;
+        if (p.sinks) sink_term(p.sinks[h] * kLog2e, mr, lr, w);
+        const float inv = lr > 0.f ? w / lr : 0.f;
         for (i64 d = 0; d < D; ++d) orow[d] = o[r * Dp + d] * inv;
       } else {
         float* slot = out.parts + (part0 + r) * out.slot;
@@ -252,11 +254,13 @@ struct Decode {
         auto slot = [&](i64 c) {
           return out.parts + ((pl.start[static_cast<std::size_t>(b)] + hk * S + c) * pl.Rmax + r) * out.slot;
         };
-        float M = kNegInf;
+        const i64 h = hk * G + r / nq;
+        const float sink2 = p.sinks ? p.sinks[h] * kLog2e : kNegInf;
+        float M = sink2;  // the sink counts once, beside the chunks
         for (i64 c = 0; c < S; ++c) M = std::max(M, slot(c)[0]);
-        float* orow = out.O + b * p.o_sb + (hk * G + r / nq) * p.o_sh + (r % nq) * p.o_st;
+        float* orow = out.O + b * p.o_sb + h * p.o_sh + (r % nq) * p.o_st;
         std::fill(orow, orow + D, 0.f);
-        float L = 0.f;
+        float L = p.sinks ? std::exp2(sink2 - M) : 0.f;
         for (i64 c = 0; c < S; ++c) {
           const float* sc = slot(c);
           if (sc[1] == 0.f) continue;  // the row saw no key of this chunk

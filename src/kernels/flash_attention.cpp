@@ -38,7 +38,7 @@ CallWorkspace& call_workspace() {
 }
 
 static bool use_rows(const AttnParams& p) {
-  if (p.softcap > 0) return false;  // the row kernel has no soft-cap (the tiled one has)
+  if (p.softcap > 0 || p.sinks) return false;  // the row kernel has no soft-cap nor sinks (the tiled one has)
   return p.kernel == AttnKernel::Rows ||
          (p.kernel == AttnKernel::Auto && p.Lk <= kRowsKernelMaxKeys && p.D <= kRowsKernelMaxDim);
 }
@@ -70,6 +70,7 @@ void flash_attention_forward(float* O, float* LSE, const float* Q, const float* 
 void flash_attention_backward(float* dQ, float* dK, float* dV, const float* dO, const float* Q, const float* K,
                               const float* V, const float* O, const float* LSE, const AttnParams& p) {
   if (p.softcap > 0) throw ValueError("flash_attention_backward: soft-capped scores have no backward (softcap must be 0)");
+  if (p.sinks) throw ValueError("flash_attention_backward: attention sinks have no backward (sinks must be null)");
   // dQ, Q  [B,H,Lq,D]   strides q_*
   // dK, K  [B,H,Lk,D]   strides k_*
   // dV, V  [B,H,Lk,Dv]  strides v_*

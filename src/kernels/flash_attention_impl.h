@@ -60,6 +60,16 @@ constexpr float kLn2 = 0.693147180559945309f;
 
 inline i64 round_up(i64 x, i64 m) { return (x + m - 1) / m * m; }
 
+// An attention sink (base-2 units, sink2 = sink * log2 e) joins a row's online-softmax state
+// (running max m, sum l, both base-2): m = max(m, sink2), l = l w + 2^(sink2 - m_new), and the
+// row's accumulated output is to be scaled by w = 2^(m_old - m_new) (0 when the row saw no key).
+inline void sink_term(float sink2, float& m, float& l, float& w) {
+  const float M = std::max(m, sink2);
+  w = l > 0.f ? std::exp2(m - M) : 0.f;
+  l = l * w + std::exp2(sink2 - M);
+  m = M;
+}
+
 // Keys j < key_end(b) exist (key padding); later ones are never read.
 inline i64 valid_keys(const AttnParams& p, i64 b) {
   if (!p.key_lengths) return p.Lk;
@@ -529,10 +539,10 @@ struct Engine {
     float* lse = x.LSE + (b * p.H + h) * p.Lq + i0;
     // Keys seen by any row of the task: [kbeg, kend), row ranges moving right with the rows.
     const i64 kbeg = row_key_begin(p, i0), kend = row_key_end(p, kv, i0 + mq - 1);
-    if (kend <= kbeg) {  // every row fully masked: O = 0, LSE = -inf
+    if (kend <= kbeg) {  // every row fully masked: O = 0, LSE = -inf (the sink with one)
       for (i64 r = 0; r < mq; ++r) {
         std::memset(o + r * p.o_st, 0, static_cast<std::size_t>(p.Dv) * sizeof(float));
-        lse[r] = kNegInf;
+        lse[r] = p.sinks ? p.sinks[h] : kNegInf;
       }
       return;
     }
@@ -606,17 +616,20 @@ struct Engine {
               gemm(mr, Dvp, kn, S, 1, BK, kvs.V + k0 * p.v_st, p.v_st, KP, acc + r0 * Dvp, Dvp, 1.f, true);
           }
       }
-    // O = O_i / l_i;  LSE = L_i = m_i ln 2 + log l_i  (m_i in base-2 units)
+    // O = O_i / l_i;  LSE = L_i = m_i ln 2 + log l_i  (m_i in base-2 units). A sink joins the
+    // row's sum last: m' = max(m_i, sink), l' = l_i 2^(m_i - m') + 2^(sink - m'), O = O_i 2^(m_i - m') / l'.
     for (i64 r = 0; r < mq; ++r) {
       float* orow = o + r * p.o_st;
-      if (l[r] == 0.f) {
+      float mr = m[r], lr = l[r], w = 1.f;
+      if (p.sinks) sink_term(p.sinks[h] * kLog2e, mr, lr, w);
+      if (lr == 0.f) {
         std::memset(orow, 0, static_cast<std::size_t>(p.Dv) * sizeof(float));
-        lse[r] = kNegInf;
+        lse[r] = p.sinks ? p.sinks[h] : kNegInf;
         continue;
       }
-      const float inv = 1.f / l[r];
+      const float inv = w / lr;
       for (i64 e = 0; e < p.Dv; ++e) orow[e] = acc[r * Dvp + e] * inv;
-      lse[r] = m[r] * kLn2 + std::log(l[r]);
+      lse[r] = mr * kLn2 + std::log(lr);
     }
   }
 

@@ -48,13 +48,15 @@ struct Spec {
   float input_scale = 1.f;  // |q.k| grows with its square
   Layout layout = Layout::BHLD;
   bool nan_padding = false;  // K/V rows at or beyond key_lengths are NaN
+  float softcap = 0.f;       // soft-capped scores (forward only)
+  bool sinks = false;        // attention sinks per query head (forward only)
 
   std::string str() const {
     std::ostringstream s;
     s << "B" << B << " H" << H << " H_kv" << kv_heads() << " Lq" << Lq << " Lk" << Lk << " D" << D << " Dv"
       << (Dv < 0 ? D : Dv) << (causal ? " causal" : "") << (window ? " window " + std::to_string(window) : "")
       << (key_lengths.empty() ? "" : " key_lengths") << " bias" << int(bias)
-      << " p" << dropout << " layout" << int(layout);
+      << " p" << dropout << " layout" << int(layout) << (softcap > 0 ? " softcap" : "") << (sinks ? " sinks" : "");
     return s.str();
   }
   i64 kv_heads() const { return H_kv > 0 ? H_kv : H; }
@@ -90,7 +92,7 @@ struct Problem {
   Spec spec;
   AttnParams p;
   View vq, vk, vv, vo;
-  std::vector<float> q, k, v, dO, bias;
+  std::vector<float> q, k, v, dO, bias, sinks;
   std::vector<i64> kl;
 };
 
@@ -156,6 +158,12 @@ inline Problem make_problem(const Spec& s) {
       break;
   }
   if (!pr.bias.empty()) p.bias = pr.bias.data();
+  p.softcap = s.softcap;
+  // Sinks from far below the scores to far above them (then the running max is the sink's).
+  if (s.sinks) {
+    for (i64 h = 0; h < s.H; ++h) pr.sinks.push_back(h % 3 == 0 ? 6.f : h % 3 == 1 ? -30.f : nd(rng));
+    p.sinks = pr.sinks.data();
+  }
   return pr;
 }
 

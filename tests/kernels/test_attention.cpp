@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/core/error.h"
 #include "qkv/core/parallel.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/cpu.h"
@@ -625,6 +626,64 @@ TEST(FlashAttention, DeterministicSplitHeadsAndEmptyShapes) {
 
 // Auto runs the row kernel up to kRowsKernelMaxKeys keys and the tiled one beyond: bitwise the
 // same results as forcing that kernel, for head dims up to kRowsKernelMaxDim.
+// Soft-capped scores (Gemma 2) and attention sinks (gpt-oss), forward: causal or not, sliding
+// windows, grouped heads, key padding with fully masked rows (O = 0, LSE = the sink), long heads
+// walked in key chunks, every ISA, 1 and 2 threads.
+TEST(FlashAttention, SoftCapAndSinksForward) {
+  struct C {
+    i64 B, H, H_kv, Lq, Lk, D, window;
+    bool causal;
+    std::vector<i64> key_lengths;
+  };
+  const C cases[] = {
+      {1, 3, 0, 1, 1, 8, 0, false, {}},          {2, 6, 2, 17, 97, 64, 0, true, {}},
+      {1, 4, 1, 97, 257, 59, 64, true, {}},      {2, 3, 0, 5, 17, 16, 0, false, {17, 0}},
+      {1, 6, 3, 300, 300, 64, 128, true, {}},    {1, 2, 0, 230, 3001, 128, 0, true, {}},
+  };
+  int n = 0;
+  for (const C& c : cases)
+    for (int variant = 0; variant < 3; ++variant, ++n) {  // sinks, soft-cap, both
+      Spec s;
+      s.B = c.B, s.H = c.H, s.H_kv = c.H_kv, s.Lq = c.Lq, s.Lk = c.Lk, s.D = c.D, s.window = c.window;
+      s.causal = c.causal, s.key_lengths = c.key_lengths, s.input_scale = 2.f;
+      s.sinks = variant != 1;
+      s.softcap = variant >= 1 ? 5.f : 0.f;
+      s.seed = static_cast<std::uint64_t>(900 + n);
+      check_case(s, /*backward=*/false);
+      if (HasFailure()) return;
+    }
+}
+
+// A sink is one more logit of the softmax: with one key of score s and sink z, P = e^s / (e^s +
+// e^z), O = P v, LSE = log(e^s + e^z); a row with no key gives O = 0 and LSE = z. No backward.
+TEST(AttentionRef, SinkIsOneMoreLogitOfTheSoftmax) {
+  AttnParams p;
+  p.B = 1, p.H = 2, p.Lq = 2, p.Lk = 1, p.D = 1, p.Dv = 1;
+  p.q_sb = 4, p.q_sh = 2, p.q_st = 1, p.o_sb = 4, p.o_sh = 2, p.o_st = 1;  // Q, O [1, 2, 2, 1]
+  p.k_sb = 1, p.k_sh = 1, p.k_st = 1, p.v_sb = 1, p.v_sh = 1, p.v_st = 1;  // K, V [1, 1, 1, 1]
+  p.H_kv = 1, p.scale = 1.f, p.causal = true;  // query 0 sits before the key: no key
+  const float q[4] = {0.5f, 1.5f, -1.f, 2.f}, k[1] = {2.f}, v[1] = {3.f}, sinks[2] = {0.25f, -1.f};
+  p.sinks = sinks;
+  float o[4], lse[4];
+  for (bool fast : {false, true}) {
+    if (fast)
+      qkv::kernels::flash_attention_forward(o, lse, q, k, v, p);
+    else
+      qkv::kernels::attention_ref_forward<float>(o, lse, nullptr, q, k, v, p);
+    for (int h = 0; h < 2; ++h) {
+      const double s = q[2 * h + 1] * 2.0, z = sinks[h];
+      EXPECT_EQ(o[2 * h], 0.f) << "fast " << fast;
+      EXPECT_FLOAT_EQ(lse[2 * h], sinks[h]) << "fast " << fast;
+      EXPECT_NEAR(o[2 * h + 1], 3.0 * std::exp(s) / (std::exp(s) + std::exp(z)), 1e-6) << "fast " << fast;
+      EXPECT_NEAR(lse[2 * h + 1], std::log(std::exp(s) + std::exp(z)), 1e-6) << "fast " << fast;
+    }
+  }
+  float dq[4], dk[1], dv[1];
+  const float dO[4] = {1, 1, 1, 1};
+  EXPECT_THROW(qkv::kernels::attention_ref_backward<float>(dq, dk, dv, dO, q, k, v, p), qkv::ValueError);
+  EXPECT_THROW(qkv::kernels::flash_attention_backward(dq, dk, dv, dO, q, k, v, o, lse, p), qkv::ValueError);
+}
+
 TEST(FlashAttention, AutoPicksRowsForShortKeys) {
   const i64 T = qkv::kernels::kRowsKernelMaxKeys;
   for (i64 Lk : {T - 1, T, T + 1}) {

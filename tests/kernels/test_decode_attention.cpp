@@ -27,12 +27,20 @@ struct Case {
   std::vector<i64> q_len, k_len;
   i64 H_kv = 0;    // 0: = H
   i64 window = 0;  // 0: none
+  bool sinks = false;  // attention sinks per query head (gpt-oss)
   i64 kv_heads() const { return H_kv > 0 ? H_kv : H; }
 };
 
 struct Buffers {
-  std::vector<float> q, k, v;
-  DecodeParams p;
+  std::vector<float> q, k, v, sinks;
+  DecodeParams p;  // sinks: set from `sinks` where it is used (a copy of Buffers must not dangle)
+  DecodeParams params(const Case& c) const {
+    DecodeParams r = p;
+    r.q_len = c.q_len.data();
+    r.k_len = c.k_len.data();
+    r.sinks = sinks.empty() ? nullptr : sinks.data();
+    return r;
+  }
 };
 
 // Q/O [B,H,Lq,D] contiguous; K/V [B,H_kv,T,D] with slots at or past k_len[b] set to NaN, and
@@ -58,6 +66,10 @@ Buffers make(const Case& c, std::uint32_t seed, float spread = 1.f, bool nan_out
           x.v[i] = used ? n(rng) : nan;
         }
   }
+  // Sinks from far below the scores (no effect) to far above (most of the weight), so the
+  // running max is the sink's in some rows and a key's in others.
+  if (c.sinks)
+    for (i64 h = 0; h < c.H; ++h) x.sinks.push_back(h % 3 == 0 ? 6.f * spread : h % 3 == 1 ? -30.f : n(rng));
   DecodeParams& p = x.p;
   p.B = c.B, p.H = c.H, p.Lq = c.Lq, p.D = c.D, p.H_kv = c.H_kv, p.window = c.window;
   p.q_sb = c.H * c.Lq * c.D, p.q_sh = c.Lq * c.D, p.q_st = c.D;
@@ -72,18 +84,14 @@ template <class T>
 std::vector<T> ref(const Buffers& x, const Case& c) {
   std::vector<T> q(x.q.begin(), x.q.end()), k(x.k.begin(), x.k.end()), v(x.v.begin(), x.v.end());
   std::vector<T> o(q.size(), T(0));
-  DecodeParams p = x.p;
-  p.q_len = c.q_len.data();
-  p.k_len = c.k_len.data();
+  const DecodeParams p = x.params(c);
   qkv::kernels::decode_attention_ref<T>(o.data(), q.data(), k.data(), v.data(), p);
   return o;
 }
 
 std::vector<float> fast(const Buffers& x, const Case& c) {
   std::vector<float> o(x.q.size(), -7.f);  // rows past q_len must stay untouched
-  DecodeParams p = x.p;
-  p.q_len = c.q_len.data();
-  p.k_len = c.k_len.data();
+  const DecodeParams p = x.params(c);
   qkv::kernels::decode_attention_forward(o.data(), x.q.data(), x.k.data(), x.v.data(), p);
   return o;
 }
@@ -175,6 +183,38 @@ TEST(DecodeAttention, SlidingWindowsMatchTheReference) {
       if (HasFailure()) return;
     }
   }
+}
+
+// Attention sinks (gpt-oss): one more term of each head's softmax denominator, counted once
+// whether the keys are split over threads or not; with windows, groups, several new queries,
+// every ISA, 1 and 2 threads.
+TEST(DecodeAttention, SinksMatchTheReference) {
+  qkv::testing::ThreadsGuard tg;
+  qkv::testing::IsaGuard ig;
+  const std::vector<Case> cases = {
+      {2, 6, 1, 64, 300, {1, 1}, {300, 7}, 2, 0, true},
+      {3, 4, 3, 21, 113, {3, 2, 1}, {3, 113, 8}, 0, 0, true},
+      {2, 6, 3, 64, 300, {3, 1}, {300, 170}, 2, 64, true},  // window of 64 (gpt-oss: 128)
+      {1, 9, 2, 64, 4000, {2}, {3999}, 3, 0, true},         // split-K: the sink joins at the merge
+      {1, 8, 1, 64, 4000, {1}, {3000}, 1, 128, true},       // one query, window 128, multi-query
+  };
+  std::uint32_t seed = 400;
+  for (auto isa : isas()) {
+    qkv::kernels::set_isa(isa);
+    for (int threads : {1, 2}) {
+      qkv::set_num_threads(threads);
+      for (const Case& c : cases) {
+        expect_r1(c, seed++, 1.f, c.window > 0);
+        if (HasFailure()) return;
+      }
+    }
+  }
+  // A sink far above every score takes nearly all the weight: O ~ 0, not the values' average.
+  Case c{1, 3, 1, 8, 20, {1}, {20}, 0, 0, true};
+  Buffers x = make(c, 5);
+  x.sinks = {40.f, 40.f, 40.f};
+  const std::vector<float> o = fast(x, c);
+  for (float f : o) EXPECT_LT(std::fabs(f), 1e-9f);
 }
 
 TEST(DecodeAttention, LongContextSplitAcrossThreadsMatchesAndIsBitwiseStable) {
@@ -303,17 +343,17 @@ TEST(DecodeAttention, TeamCallsGiveTheBitsOfTheCallOutsideATeam) {
       {Case{2, 4, 4, 59, 1500, {4, 1}, {1500, 900}, 1, 700}, false},  // window, multi-query
       {Case{3, 2, 3, 21, 113, {3, 2, 1}, {3, 113, 8}}, false},       // short: no split
       {Case{2, 1, 0, 8, 10, {0, 0}, {5, 0}}, false},                  // no queries: a barrier alone
+      {Case{1, 8, 1, 64, 2100, {1}, {2048}, 2, 128, true}, false},    // sinks, window
+      {Case{1, 8, 1, 64, 2100, {1}, {2048}, 2, 0, true}, true},       // sinks on split heads
   };
   for (auto isa : isas()) {
     qkv::kernels::set_isa(isa);
     for (const auto& [c, independent] : cases) {
       const Buffers x = make(c, 21);
-      DecodeParams p = x.p;
-      p.q_len = c.q_len.data();
-      p.k_len = c.k_len.data();
+      DecodeParams p = x.params(c);
       p.independent = independent;
       const i64 need = qkv::kernels::decode_attention_team_scratch(p);
-      const bool split = c.k_len[0] >= 1000;
+      const bool split = c.k_len[0] >= 1000 && (c.window == 0 || c.window >= 700);  // a window of 128 is not split
       EXPECT_EQ(need > 0, split) << "scratch " << need;
       std::vector<std::uint16_t> kh(x.k.size()), vh(x.v.size());
       qkv::kernels::float_to_half_rows(x.k.data(), kh.data(), static_cast<i64>(x.k.size()));

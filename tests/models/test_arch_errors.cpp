@@ -123,6 +123,13 @@ TEST(ArchErrors, ContradictoryConfigsAreOneMessageNamingTheField) {
        {"num_local_experts must be in [1, 4096], got 100000"}},
       {"moe/mixtral", [](json& j) { j.erase("num_experts_per_tok"); }, {"num_experts_per_tok"}},
       {"moe/olmoe", [](json& j) { j["clip_qkv"] = 8.0; }, {"clip_qkv 8.0 is not supported"}},
+      // gpt-oss: its experts' shapes (rewritten at load from gate_up_proj) and its own fields.
+      {"moe/gpt_oss", [](json& j) { j["intermediate_size"] = 16; },
+       {"model.layers.0.mlp.experts.gate_up_proj is [4,32,64], the config needs [4,32,32]"}},
+      {"moe/gpt_oss", [](json& j) { j["num_local_experts"] = 5; }, {"gate_up_proj is [4,32,64], the config needs [5,32,64]"}},
+      {"moe/gpt_oss", [](json& j) { j["swiglu_limit"] = -1.0; }, {"swiglu_limit must be > 0, got -1"}},
+      {"moe/gpt_oss", [](json& j) { j["attention_bias"] = false; }, {"attention_bias false is not supported for gpt-oss"}},
+      {"moe/gpt_oss", [](json& j) { j["sliding_window"] = 0; }, {"'sliding_window' must be >= 1, got 0"}},
   };
   TempDir d;
   for (const ConfigCase& c : cases) {

@@ -209,6 +209,30 @@ TEST_P(MoeParity, RouterChoicesEqualTransformers) {
   EXPECT_GT(compared, 0);
 }
 
+// gpt-oss's clamped SwiGLU at a limit the tiny model's values reach (its experts stay below the
+// real limit of 7, so the parity above does not see the clamp): the folder's weights with
+// swiglu_limit lowered as make_moe_fixtures.py lowered it in transformers, whose float64 last
+// prompt logits (moved by max_logit_change from the unclamped ones) qkv's must match by R1.
+TEST(GptOss, ClampedSwiGluMatchesTransformersAtALimitTheValuesReach) {
+  const auto m = qkv::models::load_decoder(model_path("gpt_oss"));
+  const nlohmann::json& check = reference()["gpt_oss"]["clamp_check"];
+  qkv::models::DecoderSpec spec = m->spec();
+  ASSERT_EQ(spec.moe.swiglu_limit, 7.f);
+  spec.moe.swiglu_limit = check["swiglu_limit"].get<float>();
+  const qkv::models::DecoderLM clamped(spec, m->weights());
+  const auto prompts = prompts_of("gpt_oss");
+  double moved = 0;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const i64 last = static_cast<i64>(prompts[i].size()) - 1;
+    const Tensor got = prompt_logits(clamped, prompts[i]).to(qkv::DType::F64).select(0, last);
+    const std::string key = "gpt_oss_clamped.p" + std::to_string(i);
+    const double err = logits_ref().at(key + ".err").item();
+    EXPECT_LE(qkv::max_abs_diff(got, logits_ref().at(key + ".f64")), 2 * err + 1e-5) << key;
+    moved = std::max(moved, qkv::max_abs_diff(got, prompt_logits(*m, prompts[i]).to(qkv::DType::F64).select(0, last)));
+  }
+  EXPECT_GT(moved, 0.5 * check["max_logit_change"].get<double>()) << "the clamp must bite";
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, ArchParity, ::testing::ValuesIn(variants()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 INSTANTIATE_TEST_SUITE_P(Models, MoeParity, ::testing::ValuesIn(mixtures()),

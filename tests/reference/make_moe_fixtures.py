@@ -105,8 +105,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -119,8 +121,9 @@ import tokenizers  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
-from transformers import (AutoModelForCausalLM, AutoTokenizer, MixtralConfig, MixtralForCausalLM,  # noqa: E402
-                          OlmoeConfig, OlmoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+from transformers import (AutoModelForCausalLM, AutoTokenizer, GptOssConfig, GptOssForCausalLM,  # noqa: E402
+                          MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 
 gguf = A.gguf
 OUT = A.ROOT / "tests" / "fixtures" / "moe"
@@ -132,6 +135,9 @@ N_EXPERTS = 4
 HIDDEN = 16
 EXPERT_FF = 16
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+GPT_OSS_HIDDEN = 32       # gpt-oss's MXFP4 experts need rows of 32 (its block)
+GPT_OSS_CLAMP = 0.25      # a swiglu_limit the tiny model's gate / up values reach (see build_arch)
+LLAMA_QUANTIZE = Path(os.environ.get("QKV_LLAMA_QUANTIZE", "/root/peers/llama.cpp-build/bin/llama-quantize"))
 
 ARCHS = {
     # name: model class, folder dtype, GGUF outtype, GGUF architecture, llama.cpp's top-k renormalisation, first seed,
@@ -142,6 +148,9 @@ ARCHS = {
                       norm_w=True, seed=81, steps=300),
     "olmoe": dict(cls=OlmoeForCausalLM, dtype=torch.float16, outtype="q8_0", gguf_arch="olmoe", norm_w=False,
                   seed=91, steps=300),
+    # gpt-oss: converted to bf16, then llama-quantize MXFP4_MOE (the experts MXFP4, as the published files are).
+    "gpt_oss": dict(cls=GptOssForCausalLM, dtype=torch.bfloat16, outtype="bf16", gguf_arch="gpt-oss", norm_w=None,
+                    seed=101, steps=300, quantize="MXFP4_MOE"),
 }
 
 
@@ -166,6 +175,16 @@ def make_config(arch: str, tok) -> transformers.PretrainedConfig:
         return OlmoeConfig(**common, intermediate_size=EXPERT_FF, num_experts=N_EXPERTS, norm_topk_prob=False,
                            clip_qkv=None, rms_norm_eps=1e-5,
                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    if arch == "gpt_oss":
+        # Untied (llama.cpp's gpt-oss needs output.weight), a sliding window of 8 on layer 0 (layer_types' default:
+        # even layers slide) so the prompts and generations cross it, YaRN past an original context of 64 with
+        # truncate false (as gpt-oss), swiglu limit / alpha at the defaults llama.cpp hard-codes.
+        return GptOssConfig(**dict(common, hidden_size=GPT_OSS_HIDDEN, tie_word_embeddings=False), head_dim=16,
+                            intermediate_size=GPT_OSS_HIDDEN, num_local_experts=N_EXPERTS, sliding_window=8,
+                            rms_norm_eps=1e-5, attention_bias=True,
+                            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                             "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                                             "original_max_position_embeddings": 64})
     raise KeyError(arch)
 
 
@@ -181,12 +200,17 @@ def write_tokenizer(folder: Path) -> None:
 
 # ------------------------------------------------------------------------------------------------ routes
 
+def router_of(layer):
+    """The router module of a layer (gpt-oss names it mlp.router, the others mlp.gate)."""
+    return layer.mlp.router if hasattr(layer.mlp, "router") else layer.mlp.gate
+
+
 def routes(m32, prompts: list[list[int]]):
     """Per prompt, layer and position: the router's top-k experts (by descending probability) in the float32 forward
     pass of the whole prompt, and the gap between the k-th and (k+1)-th router probability."""
     layers = m32.model.layers
     got = {}
-    hooks = [layer.mlp.gate.register_forward_hook(lambda mod, inp, out, i=i: got.__setitem__(i, out))
+    hooks = [router_of(layer).register_forward_hook(lambda mod, inp, out, i=i: got.__setitem__(i, out))
              for i, layer in enumerate(layers)]
     all_routes, all_margins = [], []
     try:
@@ -228,6 +252,86 @@ def expert_use(rts) -> list[list[int]]:
 GGUF_MOE_NAMES = dict(A.GGUF_NAMES, ffn_norm="post_attention_layernorm", ffn_gate_inp="mlp.gate")
 
 
+def gpt_oss_gguf_reference(path: Path, folder_cfg, folder_sd: dict):
+    """gpt_oss.gguf's reference model: every tensor dequantized by gguf-py (the MXFP4 experts included), the
+    converter's changes undone (ffn_gate_exps / ffn_up_exps [E, I, H] interleaved back into gate_up_proj [E, H, 2I],
+    ffn_down_exps [E, H, I] transposed into down_proj [E, I, H], the expert biases re-interleaved), loaded into
+    GptOssForCausalLM with the folder's config after checking it against the metadata."""
+    r = gguf.GGUFReader(str(path))
+    kv = A.gguf_fields(r)
+    a = kv["general.architecture"]
+    assert a == "gpt-oss", a
+    cfg = copy.deepcopy(folder_cfg)
+    for value, key in ((cfg.num_hidden_layers, "block_count"), (cfg.hidden_size, "embedding_length"),
+                       (cfg.num_attention_heads, "attention.head_count"),
+                       (cfg.num_key_value_heads, "attention.head_count_kv"), (N_EXPERTS, "expert_count"),
+                       (TOP_K, "expert_used_count"), (cfg.intermediate_size, "expert_feed_forward_length"),
+                       (cfg.sliding_window, "attention.sliding_window"),
+                       (cfg.max_position_embeddings, "context_length")):
+        assert kv[f"{a}.{key}"] == value, (key, kv[f"{a}.{key}"], value)
+    for value, key in ((cfg.rms_norm_eps, "attention.layer_norm_rms_epsilon"),
+                       (cfg.rope_parameters["rope_theta"], "rope.freq_base"),
+                       (cfg.rope_parameters["factor"], "rope.scaling.factor")):
+        assert abs(kv[f"{a}.{key}"] - value) <= 1e-6 * abs(value), (key, kv[f"{a}.{key}"], value)
+    assert kv[f"{a}.rope.scaling.type"] == "yarn"
+    assert kv[f"{a}.rope.scaling.original_context_length"] == cfg.rope_parameters["original_max_position_embeddings"]
+    assert cfg.swiglu_limit == 7.0 and abs(cfg.swiglu_alpha - 1.702) < 1e-9  # llama.cpp's fixed constants
+    notes = ["llama.cpp's gpt-oss rounds YaRN's correction range (truncate); transformers' config says truncate "
+             "false, which the reference (and qkv) follow",
+             "swiglu limit 7 / alpha 1.702: llama.cpp's fixed constants, the config's too"]
+    names = {"attn_norm": "input_layernorm.weight", "post_attention_norm": "post_attention_layernorm.weight",
+             "attn_sinks": "self_attn.sinks", "ffn_gate_inp": "mlp.router"}
+    sd, exps, tensors = {}, {}, []
+    for t in r.tensors:
+        shape = [int(x) for x in reversed(t.shape)]
+        tensors.append([t.name, t.tensor_type.name, shape])
+        w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32).reshape(shape)
+        top = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+               "output.weight": "lm_head.weight"}
+        if t.name in top:
+            sd[top[t.name]] = w
+            continue
+        m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias)", t.name)
+        assert m, t.name
+        i, g, kind = int(m.group(1)), m.group(2), m.group(3)
+        pre = f"model.layers.{i}."
+        if g in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
+            exps[(i, g, kind)] = w
+        elif g in A.GGUF_NAMES:
+            sd[pre + A.GGUF_NAMES[g] + "." + kind] = w
+        elif g == "ffn_gate_inp":
+            sd[pre + "mlp.router." + kind] = w
+        else:
+            assert kind == "weight", t.name
+            sd[pre + names[g]] = w
+    for i in range(cfg.num_hidden_layers):
+        pre = f"model.layers.{i}.mlp.experts."
+        gate, up = exps.pop((i, "ffn_gate_exps", "weight")), exps.pop((i, "ffn_up_exps", "weight"))  # [E, I, H]
+        gu = np.empty((N_EXPERTS, cfg.hidden_size, 2 * cfg.intermediate_size), np.float32)
+        gu[..., ::2], gu[..., 1::2] = gate.transpose(0, 2, 1), up.transpose(0, 2, 1)
+        sd[pre + "gate_up_proj"] = gu
+        sd[pre + "down_proj"] = np.ascontiguousarray(exps.pop((i, "ffn_down_exps", "weight")).transpose(0, 2, 1))
+        gb, ub = exps.pop((i, "ffn_gate_exps", "bias")), exps.pop((i, "ffn_up_exps", "bias"))  # [E, I]
+        gub = np.empty((N_EXPERTS, 2 * cfg.intermediate_size), np.float32)
+        gub[:, ::2], gub[:, 1::2] = gb, ub
+        sd[pre + "gate_up_proj_bias"] = gub
+        sd[pre + "down_proj_bias"] = exps.pop((i, "ffn_down_exps", "bias"))
+    assert not exps, sorted(exps)
+    sd = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()}
+    # Every dequantized tensor is the folder's within MXFP4 / Q8_0 rounding (a check of the mapping).
+    for k, v in sd.items():
+        ref = folder_sd[k].float()
+        assert v.shape == ref.shape, (k, v.shape, ref.shape)
+        tol = 0.25 if "experts" in k and "bias" not in k else 0.01  # MXFP4: 2 bits of mantissa
+        assert float((v - ref).abs().max()) <= float(ref.abs().max()) * tol + 1e-7, (k, float((v - ref).abs().max()))
+    cfg.dtype = torch.float32
+    model = GptOssForCausalLM(cfg)
+    missing, unexpected = model.load_state_dict(sd, strict=True)
+    assert not missing and not unexpected, (missing, unexpected)
+    info = {"tensors": tensors, "expert_keys": {k: kv[k] for k in sorted(kv) if ".expert" in k}}
+    return model.float().eval(), notes, info
+
+
 def gguf_reference(arch: str, path: Path, folder_cfg, folder_sd: dict):
     """The reference model of a GGUF, built from the file alone as llama.cpp reads it: every tensor dequantized by
     gguf-py, mixtral's attn_q / attn_k rows un-permuted, ffn_gate_exps + ffn_up_exps concatenated into the class's
@@ -235,6 +339,8 @@ def gguf_reference(arch: str, path: Path, folder_cfg, folder_sd: dict):
     the folder's config after checking it against the metadata. Returns (model, notes, info) where info lists the
     tensors (name, type, shape) and the expert keys."""
     spec = ARCHS[arch]
+    if arch == "gpt_oss":
+        return gpt_oss_gguf_reference(path, folder_cfg, folder_sd)
     r = gguf.GGUFReader(str(path))
     kv = A.gguf_fields(r)
     a = kv["general.architecture"]
@@ -371,7 +477,7 @@ def build_arch(arch: str, tok_dir: Path, tmp: Path, arch_prompts, refs: dict, lo
         model = spec["cls"](cfg)
         assert model.config._experts_implementation == EXPERTS_IMPL
         for layer in model.model.layers:
-            assert float(layer.mlp.gate.weight.detach().abs().max()) > 0, "router initialised at zero"
+            assert float(router_of(layer).weight.detach().abs().max()) > 0, "router initialised at zero"
         ids = tok(A.corpus_text(), add_special_tokens=False)["input_ids"]
         loss = A.train_model(model, ids, None, seed, steps=spec["steps"])
         m_save = copy.deepcopy(model).to(spec["dtype"])
@@ -391,7 +497,16 @@ def build_arch(arch: str, tok_dir: Path, tmp: Path, arch_prompts, refs: dict, lo
         variants = {arch: (loaded, {"source": f"{arch}/", "route": "transformers from_pretrained(folder), float32, "
                                     "experts_implementation eager"})}
         gpath = OUT / f"{arch}.gguf"
-        A.convert(arch, full, gpath, outtype=spec["outtype"], tok=TOK, model_name=f"qkv-fixture-{arch}")
+        if spec.get("quantize"):  # converted, then quantized by llama-quantize
+            raw = Path(tmp) / f"{arch}-{spec['outtype']}.gguf"
+            A.convert(arch, full, raw, outtype=spec["outtype"], tok=TOK, model_name=f"qkv-fixture-{arch}")
+            q = subprocess.run([str(LLAMA_QUANTIZE), str(raw), str(gpath), spec["quantize"], "1"],
+                               capture_output=True, text=True)
+            if q.returncode != 0:
+                sys.stderr.write(q.stdout[-4000:] + q.stderr[-4000:])
+                raise RuntimeError(f"llama-quantize failed for {arch}")
+        else:
+            A.convert(arch, full, gpath, outtype=spec["outtype"], tok=TOK, model_name=f"qkv-fixture-{arch}")
         gmodel, notes, info = gguf_reference(arch, gpath, loaded.config, loaded.state_dict())
         ginfo[arch] = info
         route = {"source": gpath.name, "outtype": spec["outtype"],
@@ -423,6 +538,21 @@ def build_arch(arch: str, tok_dir: Path, tmp: Path, arch_prompts, refs: dict, lo
             logits[f"{name}.p{i}.f64"] = l
             logits[f"{name}.p{i}.err"] = torch.tensor(e, dtype=torch.float64)
         summary[name] = min(min(x) for x in margins)
+    if arch == "gpt_oss":
+        # The clamp of the experts' SwiGLU at a limit it reaches (the trained weights stay below 7): the folder's
+        # model with limit GPT_OSS_CLAMP, its float64 last prompt logits (gpt_oss_clamped.p<i>.f64 / .err; not a
+        # variant of reference.json: the tests load the folder and set the limit) and how far they moved.
+        mc = copy.deepcopy(variants[arch][0]).float().eval()
+        mc.config.swiglu_limit = GPT_OSS_CLAMP
+        for layer in mc.model.layers:
+            layer.mlp.experts.limit = GPT_OSS_CLAMP
+        _, _, lgc, errc = A.run_variant(mc, prompts)
+        moved = max(float((a - b).abs().max()) for a, b in zip(lgc, results[arch][3]))
+        assert moved > 1e-2, f"swiglu limit {GPT_OSS_CLAMP} does not change the logits ({moved})"
+        for i, (l, e) in enumerate(zip(lgc, errc)):
+            logits[f"gpt_oss_clamped.p{i}.f64"] = l
+            logits[f"gpt_oss_clamped.p{i}.err"] = torch.tensor(e, dtype=torch.float64)
+        refs[arch]["clamp_check"] = {"swiglu_limit": GPT_OSS_CLAMP, "max_logit_change": float(f"{moved:.4g}")}
 
 
 def main() -> None:

@@ -12,6 +12,10 @@
 //   P[b,h,i,:]      = softmax_j(scores[b,h,i,:])      (0 for a fully masked row)
 //   O[b,h,i,:]      = sum_j dropout(P)[b,h,i,j] * v[b,g(h),j,:]
 //   LSE[b,h,i]      = log sum_j exp(scores[b,h,i,j])  (-inf for a fully masked row)
+// With attention sinks (gpt-oss: one learned logit sink[h] per query head), the softmax's
+// denominator has one more term: P[b,h,i,j] = exp(s_j) / (exp(sink[h]) + sum_j' exp(s_j')), so a
+// row's weights sum to less than 1 (the sink's share goes to no value), and LSE includes it
+// (log(exp(sink[h]) + sum_j exp(s_j)); sink[h] for a fully masked row, whose O is 0). Forward only.
 //
 // Grouped-query attention (GQA; multi-query when H_kv = 1): query head h reads key/value head
 // g(h) = h / (H / H_kv), in place (K and V are never copied per query head); the backward sums
@@ -58,6 +62,9 @@ struct AttnParams {
   // Soft-capping of the scores (Gemma 2): s = softcap * tanh(s / softcap) before the mask and
   // the softmax; 0: none. Forward only: the backward kernels require 0.
   float softcap = 0.f;
+  // Attention sinks [H] (natural-log units, one per query head), or null: see above. Forward
+  // only: the backward kernels require null.
+  const float* sinks = nullptr;
   const std::int64_t* key_lengths = nullptr;  // [B] or null: keys j >= key_lengths[b] are masked (lengths may be 0)
   // Optional additive bias/mask, added to the scaled scores; element (b,h,i,j) at
   //   bias[b*bias_sb + h*bias_sh + i*bias_si + j*bias_sj]; -inf blocks (strides may be 0 to broadcast).
@@ -72,12 +79,13 @@ struct AttnParams {
 };
 
 // The arithmetic of a model layer's scores, as one struct wherever it is handed on (the KV
-// cache's prefill attention, the decoder's layers): scale, sliding window and soft-cap, with the
-// meanings of AttnParams' fields of the same names.
+// cache's prefill attention, the decoder's layers): scale, sliding window, soft-cap and sinks,
+// with the meanings of AttnParams' fields of the same names.
 struct ScoreParams {
   float scale = 0.f;
   std::int64_t window = 0;
   float softcap = 0.f;
+  const float* sinks = nullptr;  // [H] or null
 };
 
 // Tiled FlashAttention-2 forward (Dao, "FlashAttention-2", 2023, Algorithm 1).

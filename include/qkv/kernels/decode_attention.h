@@ -46,6 +46,9 @@ struct DecodeParams {
   float scale = 0.f;
   std::int64_t window = 0;  // sliding window W >= 1 (query at position t sees keys t - W < j <= t); 0: none
   float softcap = 0.f;      // scores s -> softcap * tanh(s / softcap) before the softmax (Gemma 2); 0: none
+  // Attention sinks [H] (gpt-oss), or null: query head h's softmax has exp(sinks[h]) added to its
+  // denominator, O = sum_j exp(s_j) v_j / (exp(sinks[h]) + sum_j exp(s_j)) (kernels/attention.h).
+  const float* sinks = nullptr;
   // false: every (sequence, key/value head) splits its keys into decode_attention_splits(B, H_kv,
   // the most keys any sequence sees) chunks. true: sequence b's into decode_attention_splits(1, 1,
   // its own keys) — bitwise the result of a call for that sequence and head alone, whatever else

@@ -10,13 +10,16 @@
 //   q, k rotated by the layer's RoPE at the token's position (none: SmolLM3's NoPE layers)
 //   s = scale * q k^T over the sequence's keys so far; s = cap * tanh(s / cap) (soft-capping,
 //       Gemma 2); only the last W keys with a sliding window; o = softmax(s) v (grouped-query:
-//       query head h reads key/value head h / (H / H_kv))
-//   a = o Wo^T;  x = x + a, or x = x + RMSNorm(a) * post_attn_norm          (Gemma 2 and 3)
+//       query head h reads key/value head h / (H / H_kv)); with attention sinks (gpt-oss) head
+//       h's softmax has one more logit, sink[h], in its denominator (kernels/attention.h)
+//   a = o Wo^T (+ bo);  x = x + a, or x = x + RMSNorm(a) * post_attn_norm   (Gemma 2 and 3)
 //   h = RMSNorm(x) * ffn_norm
 //   f = Wdown^T (act(h Wgate^T) * (h Wup^T)), act = SiLU or GELU (tanh)
-//     or, in a mixture-of-experts layer (Mixtral, Qwen3-MoE, OLMoE): p = route(h Wrouter^T) picks
-//     k of E experts with weights (kernels/moe.h), f = sum over them of p_e * expert_e(h), each
-//     expert a gated feed-forward of its own (F_e wide); only the chosen experts' weights are read
+//     or, in a mixture-of-experts layer (Mixtral, Qwen3-MoE, OLMoE, gpt-oss): p = route(h Wrouter^T
+//     (+ br)) picks k of E experts with weights (kernels/moe.h), f = sum over them of p_e *
+//     expert_e(h), each expert a gated feed-forward of its own (F_e wide, with biases in gpt-oss,
+//     whose experts' activation is the clamped SwiGLU: g = min(g, limit), u = clamp(u, -limit,
+//     limit), (u + 1) * g * sigmoid(alpha g)); only the chosen experts' weights are read
 //   x = x + f, or x = x + RMSNorm(f) * post_ffn_norm
 // then logits = RMSNorm(x) * norm @ lm_head^T (lm_head = the embedding when tied), and
 // logits = cap * tanh(logits / cap) with a final soft-cap (Gemma 2).
@@ -86,6 +89,12 @@ struct MoeSpec {
   std::int64_t top_k = 0;      // k experts per token
   std::int64_t expert_ff = 0;  // F_e: each expert's intermediate size
   kernels::MoeRouting routing;
+  bool router_bias = false;  // the router has a bias [E] (gpt-oss)
+  bool expert_bias = false;  // each expert's gate, up and down products have biases (gpt-oss)
+  // > 0: the experts' activation is gpt-oss's clamped SwiGLU with this limit and swiglu_alpha
+  // (the spec's activation otherwise).
+  float swiglu_limit = 0.f;
+  float swiglu_alpha = 1.702f;
 };
 
 // The most experts a layer may have (published models have up to 512).
@@ -99,6 +108,8 @@ struct DecoderSpec {
   std::int64_t max_positions = 2048;  // max_position_embeddings
   double norm_eps = 1e-6;             // of every RMSNorm
   bool attention_bias = false;        // q/k/v projections with biases (Qwen2)
+  bool attention_out_bias = false;    // the output projection with a bias (gpt-oss)
+  bool attention_sinks = false;       // a learned sink logit per query head in every layer (gpt-oss)
   FfnActivation activation = FfnActivation::SiLU;
   float embed_scale = 1.f;     // the embedding rows are multiplied by it (Gemma: sqrt(C))
   float final_softcap = 0.f;   // cap of the logits (cap * tanh(l / cap)); 0: none
@@ -126,6 +137,7 @@ struct DecoderLinear {
 struct DecoderLayerWeights {
   const float* attn_norm = nullptr;       // [C]
   DecoderLinear q, k, v, o;
+  const float* sinks = nullptr;           // [H] (attention_sinks)
   const float* q_norm = nullptr;          // [D] (qk_norm)
   const float* k_norm = nullptr;          // [D]
   const float* post_attn_norm = nullptr;  // [C] (post_attn_norm)
@@ -137,6 +149,10 @@ struct DecoderLayerWeights {
   // 3-D ffn_*_exps tensors, or a folder's tensors of each expert).
   DecoderLinear router;
   std::vector<kernels::QMatrix> expert_gate, expert_up, expert_down;
+  // With MoeSpec::expert_bias: the experts' biases, [E, F_e], [E, F_e] and [E, C] (row e expert e's).
+  const float* expert_gate_bias = nullptr;
+  const float* expert_up_bias = nullptr;
+  const float* expert_down_bias = nullptr;
 };
 
 // The weights of a model and what keeps their memory alive (file mappings, owned buffers).

@@ -8,12 +8,15 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "qkv/core/shape.h"
 #include "qkv/io/gguf.h"
 #include "qkv/io/gguf_writer.h"
 #include "qkv/models/decoder.h"
@@ -40,6 +43,8 @@ enum class Slot : std::uint8_t {
   KBias,
   VBias,
   O,
+  OBias,          // the output projection's bias (gpt-oss)
+  Sinks,          // attention sinks [H] (gpt-oss)
   QNorm,
   KNorm,
   PostAttnNorm,
@@ -51,9 +56,13 @@ enum class Slot : std::uint8_t {
   PostFfnNorm,
   // a mixture-of-experts layer (LayerSpec::moe)
   Router,         // [E, C]
+  RouterBias,     // [E]
   ExpertGate,     // per expert [F_e, C]: one 3-D [E, F_e, C] tensor, or one per expert ("{e}" in its name)
   ExpertUp,       // per expert [F_e, C]
   ExpertDown,     // per expert [C, F_e]
+  ExpertGateBias, // [E, F_e] (gpt-oss)
+  ExpertUpBias,   // [E, F_e]
+  ExpertDownBias, // [E, C]
 };
 const char* slot_name(Slot s);
 bool slot_is_per_layer(Slot s);
@@ -66,6 +75,16 @@ struct TensorName {
   Slot slot;
   const char* hf;
   const char* gguf;
+};
+
+// A tensor of a Hugging Face folder, in place: its safetensors dtype, bytes and shape (PyTorch
+// order); `qtype` the GGML type the decoder reads it as (F32 / F16 / BF16, or a block type a
+// conversion produced), unset for a dtype the decoder does not read (uint8 MXFP4 blocks, say).
+struct FolderTensor {
+  std::optional<kernels::QType> qtype;
+  const void* data = nullptr;
+  Shape shape;
+  std::string dtype;  // the safetensors dtype's name ("BF16", "U8", ...), for messages
 };
 
 struct Architecture {
@@ -90,6 +109,15 @@ struct Architecture {
   // "model.language_model.layers.0..." -> "model.layers.0..."), or nullopt for a tensor the
   // decoder does not use (a vision tower's). Unset: names as they are.
   std::function<std::optional<std::string>(const std::string& name)> hf_rename;
+  // Optional: rewrites a Hugging Face folder's tensors into the table's, for checkpoints that
+  // store a weight in a form the decoder does not read in place (gpt-oss's experts: gate and up
+  // interleaved, transposed, or in MXFP4 blocks). `t` holds every tensor of the folder (after
+  // hf_rename), of any safetensors dtype; the function replaces what it converts by tensors whose
+  // bytes it allocates and hands to `keep` (they live as long as the model). FormatError naming
+  // `source` for a tensor it cannot convert.
+  std::function<void(std::map<std::string, FolderTensor>& t, std::vector<std::shared_ptr<const void>>& keep,
+                     const DecoderSpec& spec, const std::string& source)>
+      hf_convert;
   // The GGUF keys this architecture writes beyond write_common_gguf_metadata's (may be empty).
   std::function<void(const DecoderSpec& spec, const std::string& prefix, io::GGUFMetadata& meta)> gguf_metadata;
 };

@@ -234,6 +234,43 @@ DecoderSpec spec_from_gguf(const io::GGUFFile& f, const Architecture& a) {
   return c;
 }
 
+std::vector<bool> sliding_layers_from_gguf(const io::GGUFFile& f, i64 layers, i64 pattern) {
+  const std::string key = std::string(f.get_string("general.architecture")) + ".attention.sliding_window_pattern";
+  std::vector<bool> slides(static_cast<std::size_t>(layers));
+  const io::GGUFValue* pv = f.find_value(key);
+  if (pv && pv->is_array()) {
+    if (static_cast<i64>(pv->size()) != layers)
+      throw FormatError(fmt::format("{}: GGUF key '{}' has {} entries for {} layers", f.source(), key, pv->size(), layers));
+    for (std::size_t i = 0; i < slides.size(); ++i) {
+      const auto e = pv->element(i);
+      const std::optional<bool> b = e ? (e->as_bool() ? e->as_bool() : e->as_int() ? std::optional<bool>(*e->as_int() != 0)
+                                                                                  : std::nullopt)
+                                      : std::nullopt;
+      if (!b)
+        throw FormatError(fmt::format("{}: GGUF key '{}' is {}, expected a bool (or integer) per layer", f.source(), key,
+                                      pv->describe()));
+      slides[i] = *b;
+    }
+    return slides;
+  }
+  if (pv) pattern = f.get_int(key);
+  if (pattern < 1) throw FormatError(fmt::format("{}: GGUF key '{}' must be >= 1, got {}", f.source(), key, pattern));
+  for (std::size_t i = 0; i < slides.size(); ++i) slides[i] = static_cast<i64>(i) % pattern < pattern - 1;
+  return slides;
+}
+
+void sliding_pattern_gguf_metadata(const DecoderSpec& c, const std::string& prefix, io::GGUFMetadata& meta,
+                                   i64 pattern) {
+  bool regular = true;
+  std::vector<i64> flags;
+  for (std::size_t i = 0; i < c.layers.size(); ++i) {
+    regular = regular && (c.layers[i].window > 0) == (static_cast<i64>(i) % pattern < pattern - 1);
+    flags.push_back(c.layers[i].window > 0);
+  }
+  if (!regular)
+    meta.emplace_back(prefix + "attention.sliding_window_pattern", io::GGUFMeta::int_array(io::GGUFType::BOOL, flags));
+}
+
 void write_common_gguf_metadata(const DecoderSpec& c, const std::string& prefix, io::GGUFMetadata& meta) {
   using io::GGUFMeta;
   auto u32 = [](i64 v) { return GGUFMeta::u32(static_cast<std::uint32_t>(v)); };

@@ -48,6 +48,15 @@ std::vector<float> float_list(const json& j, const char* key, const std::string&
 // checked against the layer count; nullopt when absent.
 std::optional<std::vector<bool>> sliding_layers(const json& j, std::int64_t layers, const std::string& src);
 
+// Which layers slide, by llama.cpp's rules: the `{arch}.attention.sliding_window_pattern` key
+// (an int: layers i with i % pattern < pattern - 1 slide; or a bool per layer), else
+// `default_pattern` (Gemma 2 and gpt-oss 2, Gemma 3 6). FormatError naming the file and the key.
+std::vector<bool> sliding_layers_from_gguf(const io::GGUFFile& f, std::int64_t layers, std::int64_t default_pattern);
+// The other way: nothing when the spec's sliding layers follow `pattern` (llama.cpp's default
+// for the architecture), else a bool per layer (as llama.cpp's converter writes layer_types).
+void sliding_pattern_gguf_metadata(const DecoderSpec& spec, const std::string& prefix, io::GGUFMetadata& meta,
+                                   std::int64_t pattern);
+
 // The common keys of `{arch}.*` GGUF metadata: block_count, embedding_length,
 // feed_forward_length, attention.head_count(_kv), key_length, rope.dimension_count,
 // context_length, attention.layer_norm_rms_epsilon, rope.freq_base, rope.scaling.*, vocab_size,

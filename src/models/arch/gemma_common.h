@@ -66,30 +66,7 @@ inline DecoderSpec gemma_spec_from_gguf(const io::GGUFFile& f, const Architectur
   c.embed_scale = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
   c.final_softcap = static_cast<float>(f.find_float(key("final_logit_softcapping")).value_or(0.0));
   const std::int64_t window = f.find_int(key("attention.sliding_window")).value_or(4096);
-  // The pattern: an int (each pattern-th layer global), or one bool per layer (sliding or not).
-  std::vector<bool> slides(c.layers.size());
-  const io::GGUFValue* pv = f.find_value(key("attention.sliding_window_pattern"));
-  if (pv && pv->is_array()) {
-    if (pv->size() != c.layers.size())
-      throw FormatError(fmt::format("{}: GGUF key '{}' has {} entries for {} layers", f.source(),
-                                    key("attention.sliding_window_pattern"), pv->size(), c.layers.size()));
-    for (std::size_t i = 0; i < slides.size(); ++i) {
-      const auto e = pv->element(i);
-      const std::optional<bool> b = e ? (e->as_bool() ? e->as_bool() : e->as_int() ? std::optional<bool>(*e->as_int() != 0)
-                                                                                  : std::nullopt)
-                                      : std::nullopt;
-      if (!b)
-        throw FormatError(fmt::format("{}: GGUF key '{}' is {}, expected a bool (or integer) per layer", f.source(),
-                                      key("attention.sliding_window_pattern"), pv->describe()));
-      slides[i] = *b;
-    }
-  } else {
-    if (pv) pattern = f.get_int(key("attention.sliding_window_pattern"));
-    if (pattern < 1)
-      throw FormatError(fmt::format("{}: GGUF key '{}' must be >= 1, got {}", f.source(),
-                                    key("attention.sliding_window_pattern"), pattern));
-    for (std::size_t i = 0; i < slides.size(); ++i) slides[i] = static_cast<std::int64_t>(i) % pattern < pattern - 1;
-  }
+  const std::vector<bool> slides = sliding_layers_from_gguf(f, c.num_layers(), pattern);
   float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
   if (c.num_layers() == big_layers)
     scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.hidden_size / c.num_heads)));
@@ -115,15 +92,7 @@ inline void gemma_gguf_metadata(const DecoderSpec& c, const std::string& prefix,
   const float head_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
   if (l0.attn_scale > 0 && l0.attn_scale != head_scale)
     meta.emplace_back(prefix + "attention.scale", GGUFMeta::f32(l0.attn_scale));
-  // The sliding layers: llama.cpp's default pattern (every layer but each pattern-th) says nothing,
-  // another one is written a bool per layer (as llama.cpp's converter writes layer_types).
-  bool regular = true;
-  std::vector<std::int64_t> flags;
-  for (std::size_t i = 0; i < c.layers.size(); ++i) {
-    regular = regular && (c.layers[i].window > 0) == (static_cast<std::int64_t>(i) % pattern < pattern - 1);
-    flags.push_back(c.layers[i].window > 0);
-  }
-  if (!regular) meta.emplace_back(prefix + "attention.sliding_window_pattern", GGUFMeta::int_array(io::GGUFType::BOOL, flags));
+  sliding_pattern_gguf_metadata(c, prefix, meta, pattern);
 }
 
 }  // namespace qkv::models::arch

@@ -59,6 +59,9 @@ void check_decoder_spec(const DecoderSpec& c) {
          fmt::format("the experts' intermediate size must be in [1, 2^24], got {}", m.expert_ff));
     need(std::isfinite(m.routing.scale) && m.routing.scale > 0,
          fmt::format("the expert weights' scale must be finite and > 0, got {}", m.routing.scale));
+    need(std::isfinite(m.swiglu_limit) && m.swiglu_limit >= 0,
+         fmt::format("swiglu_limit must be finite and >= 0 (0: no clamp), got {}", m.swiglu_limit));
+    need(std::isfinite(m.swiglu_alpha), fmt::format("swiglu_alpha must be finite, got {}", m.swiglu_alpha));
   }
   for (std::size_t i = 0; i < c.ropes.size(); ++i) {
     const RopeSpec& r = c.ropes[i];
@@ -207,6 +210,14 @@ DecoderLM::DecoderLM(DecoderSpec spec, DecoderWeights weights) : spec_(std::move
     if (!l.attn_norm || !l.ffn_norm) throw FormatError("DecoderLM: " + p + "norm weights are missing");
     if (c.attention_bias && (!l.q.bias || !l.k.bias || !l.v.bias))
       throw FormatError("DecoderLM: " + p + "q/k/v biases are missing (the spec has attention_bias)");
+    if (c.attention_out_bias && !l.o.bias)
+      throw FormatError("DecoderLM: " + p + "the output projection's bias is missing (the spec has attention_out_bias)");
+    if (c.attention_sinks && !l.sinks)
+      throw FormatError("DecoderLM: " + p + "the attention sinks are missing (the spec has attention_sinks)");
+    if (s.moe && c.moe.router_bias && !l.router.bias)
+      throw FormatError("DecoderLM: " + p + "the router's bias is missing (the spec has router_bias)");
+    if (s.moe && c.moe.expert_bias && (!l.expert_gate_bias || !l.expert_up_bias || !l.expert_down_bias))
+      throw FormatError("DecoderLM: " + p + "the experts' biases are missing (the spec has expert_bias)");
     if (s.qk_norm_whole && !s.qk_norm)
       throw FormatError("DecoderLM: " + p + "qk_norm_whole without qk_norm");
     if (s.qk_norm && (!l.q_norm || !l.k_norm))

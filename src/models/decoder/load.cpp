@@ -41,6 +41,11 @@ struct TensorSource {
   Shape shape;
 };
 
+// A slot whose vector is a matrix of floats, one row per expert ([E, n]).
+bool expert_vector_slot(Slot s) {
+  return s == Slot::ExpertGateBias || s == Slot::ExpertUpBias || s == Slot::ExpertDownBias;
+}
+
 struct OwnedFloats {
   std::vector<std::vector<float>> v;
 };
@@ -102,9 +107,12 @@ DecoderWeights assemble(DecoderSpec& c, const Architecture& a, const std::map<st
     const TensorSource* s = find(name, shape, true);
     return s ? kernels::qmatrix(s->type, s->data, shape[0], shape[1]) : kernels::QMatrix{};
   };
-  auto read_vector = [&](const std::string& name, i64 n, float offset) -> const float* {
-    const TensorSource* s = find(name, {n}, false);
+  // A vector [n], or a matrix of floats ([E, n] expert biases) read whole as `shape`.
+  auto read_vector = [&](const std::string& name, const Shape& shape, float offset) -> const float* {
+    const TensorSource* s = find(name, shape, false);
     if (!s) return nullptr;
+    i64 n = 1;
+    for (i64 d : shape) n *= d;
     owned->v.emplace_back(static_cast<std::size_t>(n));
     float* v = owned->v.back().data();
     kernels::dequantize_row(s->type, s->data, v, n);
@@ -141,8 +149,12 @@ DecoderWeights assemble(DecoderSpec& c, const Architecture& a, const std::map<st
       }
       if (!slot_is_matrix(tn.slot)) {
         const float offset = !gguf && slot_is_norm(tn.slot) ? a.norm_offset : 0.f;
-        const float* v = read_vector(name, shape[0], offset);
+        const float* v = read_vector(name, shape, offset);
         if (!v) continue;
+        if (expert_vector_slot(tn.slot)) {
+          *vector_slot(w, tn.slot, l) = v;
+          continue;
+        }
         std::vector<float> vec(v, v + shape[0]);
         switch (tn.slot) {
           case Slot::RopeFreqs: c.ropes.front().freq_factors = vec; break;
@@ -299,25 +311,35 @@ std::shared_ptr<DecoderLM> load_decoder(const std::string& path) {
   } else {
     files.push_back((fs::path(path) / "model.safetensors").string());
   }
-  std::map<std::string, TensorSource> t;
+  std::map<std::string, FolderTensor> ft;
+  std::map<std::string, std::string> file_of;
   std::vector<std::shared_ptr<const void>> keep;
   for (const std::string& file : files) {
     auto st = std::make_shared<io::SafetensorsFile>(io::SafetensorsFile::open(file));
     for (const io::StTensorInfo& info : st->tensors()) {
-      const auto qt = st_qtype(info.dtype);
-      if (!qt)
-        throw FormatError(fmt::format("{}: tensor {} has dtype {} ({} weights must be F32, F16 or BF16)", file, info.name,
-                                      io::st_dtype_name(info.dtype), a.display));
-      if (t.count(info.name)) throw FormatError(file + ": tensor " + info.name + " is also in another shard");
-      t[info.name] = TensorSource{*qt, st->data(info), info.shape};
+      if (ft.count(info.name)) throw FormatError(file + ": tensor " + info.name + " is also in another shard");
+      ft[info.name] = FolderTensor{st_qtype(info.dtype), st->data(info), info.shape, io::st_dtype_name(info.dtype)};
+      file_of[info.name] = file;
     }
     keep.push_back(st);
   }
   if (a.hf_rename) {  // the table's names (a multimodal checkpoint's text model, say)
-    std::map<std::string, TensorSource> renamed;
-    for (auto& [name, s] : t)
-      if (const auto n = a.hf_rename(name)) renamed[*n] = s;
-    t = std::move(renamed);
+    std::map<std::string, FolderTensor> renamed;
+    std::map<std::string, std::string> renamed_file;
+    for (auto& [name, s] : ft)
+      if (const auto n = a.hf_rename(name)) renamed[*n] = s, renamed_file[*n] = file_of[name];
+    ft = std::move(renamed);
+    file_of = std::move(renamed_file);
+  }
+  if (a.hf_convert) a.hf_convert(ft, keep, c, path);
+  std::map<std::string, TensorSource> t;
+  for (const auto& [name, s] : ft) {
+    if (!s.qtype) {
+      auto f = file_of.find(name);
+      throw FormatError(fmt::format("{}: tensor {} has dtype {} ({} weights must be F32, F16 or BF16)",
+                                    f != file_of.end() ? f->second : path, name, s.dtype, a.display));
+    }
+    t[name] = TensorSource{*s.qtype, s.data, s.shape};
   }
   DecoderWeights w = assemble(c, a, t, files.size() == 1 ? files[0] : path, /*gguf=*/false);
   for (auto& k : keep) w.keep_alive.push_back(k);

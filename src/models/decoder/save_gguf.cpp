@@ -116,6 +116,13 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, const GgufQu
         case Slot::ExpertDown:
           t.add_experts(gname, L->expert_down);
           break;
+        case Slot::ExpertGateBias:
+        case Slot::ExpertUpBias:
+        case Slot::ExpertDownBias: {  // [E, n] F32, as the converter writes gpt-oss's
+          const Shape sh = slot_shape(c, tn.slot, l);
+          t.add_float_matrix(gname, vector_of(w, tn.slot, l), sh[0], sh[1], sh[1]);
+          break;
+        }
         case Slot::QBias:
         case Slot::KBias: {
           const std::vector<i64>& perm = tn.slot == Slot::QBias ? pq : pk;
@@ -161,6 +168,14 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, const GgufQu
     // llama.cpp fixes how each architecture weighs its experts (GGUF says nothing of it): a model
     // whose router normalises otherwise would read back as another model.
     const DecoderSpec back = decoder_spec_from_gguf(io::GGUFFile::open_header(path));
+    if (back.moe.swiglu_limit != c.moe.swiglu_limit || back.moe.swiglu_alpha != c.moe.swiglu_alpha) {
+      std::filesystem::remove(path);
+      throw ValueError(fmt::format("convert: {}'s experts clamp their SwiGLU at limit {} with alpha {}, but llama.cpp's "
+                                   "{} architecture uses {} and {}; the file would hold another model, so none was "
+                                   "written",
+                                   c.arch, c.moe.swiglu_limit, c.moe.swiglu_alpha, a->gguf_name, back.moe.swiglu_limit,
+                                   back.moe.swiglu_alpha));
+    }
     if (back.moe.routing.renormalize != c.moe.routing.renormalize) {
       std::filesystem::remove(path);
       throw ValueError(fmt::format("convert: {} {} the experts' weights, but llama.cpp's {} architecture {}; "

@@ -83,6 +83,17 @@ void geglu_tanh_f32(float* y, const float* g, const float* u, i64 n) {
   }
 }
 
+// y = gpt-oss's clamped SwiGLU of g and u (y may equal g): g = min(g, limit), u = clamp(u, -limit,
+// limit), y = (u + 1) * g * sigmoid(alpha g), in float32 as transformers' GptOssExperts (and
+// llama.cpp's swiglu_oai); NaN stays NaN.
+void swiglu_clamped_f32(float* y, const float* g, const float* u, i64 n, float alpha, float limit) {
+  for (i64 i = 0; i < n; ++i) {
+    const float gi = std::min(g[i], limit), ui = std::clamp(u[i], -limit, limit);
+    const float glu = gi * (1.f / (1.f + std::exp(-(gi * alpha))));
+    y[i] = (ui + 1.f) * glu;
+  }
+}
+
 // x = cap * tanh(x / cap) (transformers: x / cap, tanh, * cap in float32).
 void softcap_f32(float* x, i64 n, float cap) {
   for (i64 i = 0; i < n; ++i) x[i] = std::tanh(x[i] / cap) * cap;
@@ -146,7 +157,8 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
   float* u = ws.u.get(R * F);
   const bool post_norms = std::any_of(c.layers.begin(), c.layers.end(),
                                       [](const LayerSpec& l) { return l.post_attn_norm || l.post_ffn_norm; });
-  float* a = post_norms ? ws.a.get(R * C) : nullptr;  // a sub-layer's output before its post-norm
+  // A sub-layer's output before its post-norm (or before it is added, with an output bias).
+  float* a = post_norms || c.attention_out_bias ? ws.a.get(R * C) : nullptr;
 
   // The cos and sin tables of every RoPE at the rows' positions ([R, R_dims / 2] each). LongRope
   // takes its long factors for a sequence that reaches past the original context in this call
@@ -242,19 +254,21 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
     kernels::rms_norm_rows_f32(hm, C, nullptr, x, C, w, R, C, c.norm_eps);
     return hm;
   };
-  // A sub-layer's output: added into x by the product (accumulate), or written to `a`, normalised
-  // by rows and then added (the post-norms of Gemma). Ends after a barrier, x complete.
-  auto residual = [&](Team& tm, const float* A, i64 lda, const kernels::QMatrix& W, const float* post_norm) {
-    if (!post_norm) {
+  // A sub-layer's output: added into x by the product (accumulate), or written to `a` (with its
+  // bias, as PyTorch's linear layer adds it before the residual), normalised by rows (the
+  // post-norms of Gemma) and then added. Ends after a barrier, x complete.
+  auto residual = [&](Team& tm, const float* A, i64 lda, const kernels::QMatrix& W, const float* post_norm,
+                      const float* bias) {
+    if (!post_norm && !bias) {
       product(tm, A, lda, W, x, C, accumulate);
       tm.barrier();
       return;
     }
-    product(tm, A, lda, W, a, C, plain);
+    product(tm, A, lda, W, a, C, with_bias(bias));
     tm.barrier();
     const auto [r0, r1] = tm.part(0, R);
     for (i64 r = r0; r < r1; ++r) {
-      kernels::rms_norm_rows_f32(a + r * C, C, nullptr, a + r * C, C, post_norm, 1, C, c.norm_eps);
+      if (post_norm) kernels::rms_norm_rows_f32(a + r * C, C, nullptr, a + r * C, C, post_norm, 1, C, c.norm_eps);
       for (i64 i = 0; i < C; ++i) x[r * C + i] = x[r * C + i] + a[r * C + i];
     }
     tm.barrier();
@@ -282,9 +296,23 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
   float* eu = any_moe ? ws.eu.get(R * Kx * Fe) : nullptr;
   float* eo = any_moe ? ws.eo.get(R * Kx * C) : nullptr;
   if (any_moe && !post_norms) a = ws.a.get(R * C);
+  // The experts' activation: the spec's gated one, or gpt-oss's clamped SwiGLU.
+  auto activate_experts = [&](float* gv, const float* uv, i64 n) {
+    if (c.moe.swiglu_limit > 0)
+      swiglu_clamped_f32(gv, gv, uv, n, c.moe.swiglu_alpha, c.moe.swiglu_limit);
+    else
+      activate(gv, uv, n);
+  };
+  // An expert's product options: its row of the experts' biases [E, n] in the epilogue, if any.
+  auto expert_opt = [&](const float* bias, i64 e, i64 n) {
+    kernels::QGemmOptions o = plain;
+    if (bias) o.epilogue.bias = bias + e * n;
+    return o;
+  };
   auto experts = [&](Team& tm, i64 l, const float* hm, const DecoderLayerWeights& P, const float* post_norm) {
     kernels::QGemmOptions exact = plain;  // the router in float32 whatever the activations: its
     exact.activations = kernels::QActivations::F32;  // choices are transformers'
+    exact.epilogue.bias = P.router.bias;
     product(tm, hm, C, P.router.w, rlog, E, exact);
     tm.barrier();
     thread_local std::vector<std::int32_t> chosen, srow, slot_of;
@@ -322,8 +350,10 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
     for (i64 e = 0; e < E; ++e) {
       const i64 n = count[static_cast<std::size_t>(e)], o = offset[static_cast<std::size_t>(e)];
       if (n == 0) continue;
-      kernels::qgemm_part(n, rows_in(e), C, P.expert_gate[static_cast<std::size_t>(e)], eg + o * Fe, Fe, plain, tm.rank(), tm.size());
-      kernels::qgemm_part(n, rows_in(e), C, P.expert_up[static_cast<std::size_t>(e)], eu + o * Fe, Fe, plain, tm.rank(), tm.size());
+      kernels::qgemm_part(n, rows_in(e), C, P.expert_gate[static_cast<std::size_t>(e)], eg + o * Fe, Fe,
+                          expert_opt(P.expert_gate_bias, e, Fe), tm.rank(), tm.size());
+      kernels::qgemm_part(n, rows_in(e), C, P.expert_up[static_cast<std::size_t>(e)], eu + o * Fe, Fe,
+                          expert_opt(P.expert_up_bias, e, Fe), tm.rank(), tm.size());
     }
     // Where each member's gate and up products wrote the same columns of every expert (the decode
     // and Q8 paths split by columns), it activates them itself: no barrier before the activation.
@@ -341,18 +371,19 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
         if (n == 0) continue;
         const auto [n0, n1] =
             *kernels::qgemm_part_columns(n, P.expert_gate[static_cast<std::size_t>(e)], plain, tm.rank(), tm.size());
-        for (i64 r = o; r < o + n; ++r) activate(eg + r * Fe + n0, eu + r * Fe + n0, n1 - n0);
+        for (i64 r = o; r < o + n; ++r) activate_experts(eg + r * Fe + n0, eu + r * Fe + n0, n1 - n0);
       }
     } else {
       tm.barrier();
       const auto [e0, e1] = tm.part(0, R * Kx * Fe, 16);
-      activate(eg + e0, eu + e0, e1 - e0);
+      activate_experts(eg + e0, eu + e0, e1 - e0);
     }
     tm.barrier();
     for (i64 e = 0; e < E; ++e) {
       const i64 n = count[static_cast<std::size_t>(e)], o = offset[static_cast<std::size_t>(e)];
       if (n == 0) continue;
-      kernels::qgemm_part(n, eg + o * Fe, Fe, P.expert_down[static_cast<std::size_t>(e)], eo + o * C, C, plain, tm.rank(), tm.size());
+      kernels::qgemm_part(n, eg + o * Fe, Fe, P.expert_down[static_cast<std::size_t>(e)], eo + o * C, C,
+                          expert_opt(P.expert_down_bias, e, C), tm.rank(), tm.size());
     }
     tm.barrier();
     const auto [r0, r1] = tm.part(0, R);
@@ -381,7 +412,7 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
     if (l > 0) {
       const DecoderLayerWeights& P = w_.layers[static_cast<std::size_t>(l - 1)];
       const LayerSpec& PS = c.layers[static_cast<std::size_t>(l - 1)];
-      residual(tm, att, HD, P.o.w, PS.post_attn_norm ? P.post_attn_norm : nullptr);
+      residual(tm, att, HD, P.o.w, PS.post_attn_norm ? P.post_attn_norm : nullptr, P.o.bias);
       const float* hm = norm(tm, P.ffn_norm);
       if (PS.moe) {
         experts(tm, l - 1, hm, P, PS.post_ffn_norm ? P.post_ffn_norm : nullptr);
@@ -407,7 +438,7 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
           activate(g + e0, u + e0, e1 - e0);
         }
         tm.barrier();
-        residual(tm, g, F, P.down.w, PS.post_ffn_norm ? P.post_ffn_norm : nullptr);
+        residual(tm, g, F, P.down.w, PS.post_ffn_norm ? P.post_ffn_norm : nullptr, P.down.bias);
       }
     }
     if (l == L) return;
@@ -504,6 +535,7 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
     dp.scale = scale_of(ls);
     dp.window = ls.window;
     dp.softcap = ls.attn_softcap;
+    dp.sinks = w_.layers[static_cast<std::size_t>(l)].sinks;
   };
   // The decode kernel's output rows back into att [R, H*D] (rows r0..r1).
   auto gather_rows = [&](i64 r0, i64 r1) {
@@ -527,6 +559,7 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
     p.causal = true;
     p.window = ls.window;
     p.softcap = ls.attn_softcap;
+    p.sinks = w_.layers[static_cast<std::size_t>(l)].sinks;  // (their share goes to no key: rows sum below 1)
     Tensor weights = Tensor::empty({H, R, R});
     std::vector<float> o(static_cast<std::size_t>(R * HD));
     kernels::attention_ref_forward<float>(o.data(), nullptr, weights.data<float>(), q, cache.keys(l).data<float>(),
@@ -551,7 +584,8 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
       if (n == 0 || q_len[static_cast<std::size_t>(b)]) continue;
       const i64 r0 = first[static_cast<std::size_t>(b)];
       cache.attend_prefill(l, b, n, k_len[static_cast<std::size_t>(b)], q + r0 * HD, D, HD, att + r0 * HD, D, HD,
-                           {.scale = scale_of(ls), .window = ls.window, .softcap = ls.attn_softcap});
+                           {.scale = scale_of(ls), .window = ls.window, .softcap = ls.attn_softcap,
+                            .sinks = w_.layers[static_cast<std::size_t>(l)].sinks});
     }
   };
   // A step where every sequence decodes (the common generation step) runs as a single team,
@@ -610,6 +644,7 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
         tm.barrier();
         const LayerSpec& ls = c.layers[static_cast<std::size_t>(l)];
         lp.scale = scale_of(ls), lp.window = ls.window, lp.softcap = ls.attn_softcap;
+        lp.sinks = w_.layers[static_cast<std::size_t>(l)].sinks;
         if (f16)
           kernels::decode_attention_forward_f16(tm, scratch, od, qd, cache.keys_f16(l), cache.values_f16(l), lp);
         else

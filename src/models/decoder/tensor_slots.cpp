@@ -29,6 +29,8 @@ const char* slot_name(Slot s) {
     case Slot::KBias: return "k_bias";
     case Slot::VBias: return "v_bias";
     case Slot::O: return "o";
+    case Slot::OBias: return "o_bias";
+    case Slot::Sinks: return "sinks";
     case Slot::QNorm: return "q_norm";
     case Slot::KNorm: return "k_norm";
     case Slot::PostAttnNorm: return "post_attn_norm";
@@ -39,9 +41,13 @@ const char* slot_name(Slot s) {
     case Slot::Down: return "down";
     case Slot::PostFfnNorm: return "post_ffn_norm";
     case Slot::Router: return "router";
+    case Slot::RouterBias: return "router_bias";
     case Slot::ExpertGate: return "expert_gate";
     case Slot::ExpertUp: return "expert_up";
     case Slot::ExpertDown: return "expert_down";
+    case Slot::ExpertGateBias: return "expert_gate_bias";
+    case Slot::ExpertUpBias: return "expert_up_bias";
+    case Slot::ExpertDownBias: return "expert_down_bias";
   }
   return "?";
 }
@@ -129,6 +135,12 @@ Need slot_need(const DecoderSpec& c, const Architecture& a, Slot slot, i64 layer
     case Slot::QBias:
     case Slot::KBias:
     case Slot::VBias: return yes(c.attention_bias);
+    case Slot::OBias: return yes(c.attention_out_bias);
+    case Slot::Sinks: return yes(c.attention_sinks);
+    case Slot::RouterBias: return yes(l->moe && c.moe.router_bias);
+    case Slot::ExpertGateBias:
+    case Slot::ExpertUpBias:
+    case Slot::ExpertDownBias: return yes(l->moe && c.moe.expert_bias);
     case Slot::QNorm:
     case Slot::KNorm: return yes(l->qk_norm);
     case Slot::PostAttnNorm: return yes(l->post_attn_norm);
@@ -156,6 +168,12 @@ Shape slot_shape(const DecoderSpec& c, Slot slot, i64 layer) {
     case Slot::KBias:
     case Slot::VBias: return {KD};
     case Slot::O: return {C, HD};
+    case Slot::OBias: return {C};
+    case Slot::Sinks: return {c.num_heads};
+    case Slot::RouterBias: return {E};
+    case Slot::ExpertGateBias:
+    case Slot::ExpertUpBias: return {E, Fe};
+    case Slot::ExpertDownBias: return {E, C};
     case Slot::QNorm: return {whole ? HD : D};
     case Slot::KNorm: return {whole ? KD : D};
     case Slot::Router: return {E, C};
@@ -183,6 +201,12 @@ const float** vector_slot(DecoderWeights& w, Slot slot, i64 layer) {
     case Slot::QBias: return &L.q.bias;
     case Slot::KBias: return &L.k.bias;
     case Slot::VBias: return &L.v.bias;
+    case Slot::OBias: return &L.o.bias;
+    case Slot::Sinks: return &L.sinks;
+    case Slot::RouterBias: return &L.router.bias;
+    case Slot::ExpertGateBias: return &L.expert_gate_bias;
+    case Slot::ExpertUpBias: return &L.expert_up_bias;
+    case Slot::ExpertDownBias: return &L.expert_down_bias;
     case Slot::QNorm: return &L.q_norm;
     case Slot::KNorm: return &L.k_norm;
     case Slot::PostAttnNorm: return &L.post_attn_norm;
