@@ -437,14 +437,17 @@ void quantize_row(QType t, const float* src, void* dst, i64 n) {
 }
 
 // Weight i of a Hugging Face block is nibble i % 2 of byte i / 2; ggml's byte j holds weights j
-// and j + 16 (llama.cpp's GptOssModel.transform_nibble_layout).
+// (low nibble) and j + 16 (llama.cpp's GptOssModel.transform_nibble_layout). So ggml's byte 2i
+// holds the low nibbles of bytes i and i + 8 (weights 2i and 2i + 16), byte 2i + 1 their high ones.
 void mxfp4_blocks_from_hf(const std::uint8_t* blocks, const std::uint8_t* scales, i64 n_blocks, void* out) {
   if (n_blocks < 0) throw ValueError("mxfp4_blocks_from_hf: n_blocks must be >= 0, got " + std::to_string(n_blocks));
   auto* o = static_cast<u8*>(out);
   for (i64 b = 0; b < n_blocks; ++b, blocks += 16, o += 17) {
-    auto nibble = [&](int i) { return (blocks[i / 2] >> (4 * (i % 2))) & 0x0F; };
     o[0] = scales[b];
-    for (int j = 0; j < 16; ++j) o[1 + j] = static_cast<u8>(nibble(j) | (nibble(j + 16) << 4));
+    for (int i = 0; i < 8; ++i) {
+      o[1 + 2 * i] = static_cast<u8>((blocks[i] & 0x0F) | ((blocks[8 + i] & 0x0F) << 4));
+      o[2 + 2 * i] = static_cast<u8>((blocks[i] >> 4) | (blocks[8 + i] & 0xF0));
+    }
   }
 }
 
