@@ -64,8 +64,8 @@ void put_half(u8* p, float x) {
 
 // N rows of K values of type t, row_bytes = dense + pad (the padding bytes are 0xFF: read, they
 // would show). Block types: random quant bytes, scales set so weights are O(1/sqrt(K)) (d > 0,
-// offsets of either sign; MXFP4's d a power of two, 0.5 to 1 unit); float types: uniform values
-// converted.
+// offsets of either sign; MXFP4's d a power of two, a quarter of a unit to one); float types:
+// uniform values converted.
 struct Weights {
   QMatrix W;
   std::vector<u8> bytes;
