@@ -157,6 +157,7 @@ void decode_codes(QType t, const u8* row, i64 K, bool signed_q8, u8* code, float
       return;
     }
     case QType::MXFP4:  // as IQ4_NL: s = 2^(e - 128), codes kMXFP4's values
+      // (Unsigned, o = -128 s overflows for e >= 249: weights of 2^121 and beyond, no model's.)
       for (i64 b = 0; b < K / 32; ++b) {
         const u8* p = row + 17 * b;
         const float sv = e8m0_half(p[0]);
