@@ -164,11 +164,11 @@ void register_all() {
   };
   const Shape shapes[] = {{QType::Q4_1, 576, 576},   {QType::Q4_1, 192, 576},   {QType::Q4_1, 1536, 576},
                           {QType::Q4_1, 576, 1536},  {QType::Q8_0, 49152, 576},
-                          // The k-quants and IQ4 types on a shape of 256-value rows (a 1.5B model's
-                          // attn_q: 1536 x 1536), to set them side by side.
+                          // The k-quants, IQ4 types and MXFP4 on a shape of 256-value rows (a 1.5B
+                          // model's attn_q: 1536 x 1536), to set them side by side.
                           {QType::Q4_K, 1536, 1536}, {QType::Q5_K, 1536, 1536}, {QType::Q6_K, 1536, 1536},
                           {QType::Q2_K, 1536, 1536}, {QType::Q3_K, 1536, 1536}, {QType::IQ4_NL, 1536, 1536},
-                          {QType::IQ4_XS, 1536, 1536},
+                          {QType::IQ4_XS, 1536, 1536}, {QType::MXFP4, 1536, 1536},
                           // Q5_0, the Q4_K_M files' type of the rows not a multiple of 256 (Gemma 3
                           // 1B's 1152 columns: its q, k, gate and up), on such a shape.
                           {QType::Q5_0, 1536, 1152}};

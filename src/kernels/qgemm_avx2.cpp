@@ -206,7 +206,7 @@ struct Dec<QType::Q5_0> : Dec4or5<6, 2, false, 16> {};
 template <>
 struct Dec<QType::Q5_1> : Dec4or5<8, 4, true, 0> {};
 
-// The k-quants' and IQ4 types' decoders (Q2_K .. Q6_K, IQ4_NL, IQ4_XS).
+// The k-quants' and the 4-bit table types' decoders (Q2_K .. Q6_K, IQ4_NL, IQ4_XS, MXFP4).
 #include "qgemm_avx2_kquants.h"
 
 // ---- the Q8 path's micro-kernel: MR rows of A x 16 columns, vpmaddubsw + vpmaddwd ----

@@ -1,7 +1,8 @@
-// The AVX2 block decoders of the k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and the IQ4 types
-// (IQ4_NL, IQ4_XS): Dec<t> as qgemm_impl.h describes it, bitwise dequantize_row's values. Part of
-// qgemm_avx2.cpp, which includes it inside its target region after its helpers (V8, half, u8x8,
-// low4, high4, cvt, convert_scales16, prep_scales): it is not a header of its own.
+// The AVX2 block decoders of the k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and the types of 4-bit
+// codes into a table of 16 values (IQ4_NL, IQ4_XS, MXFP4): Dec<t> as qgemm_impl.h describes it,
+// bitwise dequantize_row's values. Part of qgemm_avx2.cpp, which includes it inside its target
+// region after its helpers (V8, half, u8x8, low4, high4, cvt, convert_scales16, prep_scales): it
+// is not a header of its own.
 #pragma once
 
 // d * sc_j and -(dmin * m_j) of the 8 sub-blocks of nb blocks: s[16b + j], s[16b + 8 + j].
@@ -197,19 +198,19 @@ struct Dec<QType::Q3_K> {
   }
 };
 
-// The IQ4 types' 16 values as int8 (vpshufb picks them by nibble).
-inline __m128i iq4_table() { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(qkv::kernels::kIQ4NL)); }
+// A 4-bit type's 16 values as int8 (vpshufb picks them by nibble): kIQ4NL or kMXFP4.
+inline __m128i table16(const std::int8_t* values) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(values)); }
 // 16 bytes of nibbles -> their values, low nibbles (weights 0..15) and high (16..31), as int8.
-inline void iq4_values(const u8* q, __m128i& lo, __m128i& hi) {
+inline void nibble_values(__m128i table, const u8* q, __m128i& lo, __m128i& hi) {
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), m = _mm_set1_epi8(0x0F);
-  lo = _mm_shuffle_epi8(iq4_table(), _mm_and_si128(b, m));
-  hi = _mm_shuffle_epi8(iq4_table(), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+  lo = _mm_shuffle_epi8(table, _mm_and_si128(b, m));
+  hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(b, 4), m));
 }
-// f(j0 + 0..3, scale * value) for the 32 weights of one IQ4 block of nibbles at q.
+// f(j0 + 0..3, scale * value) for the 32 weights of one block of nibbles at q (IQ4_NL's layout).
 template <class F>
-inline void iq4_block32(const u8* q, float scale, int j0, F&& f) {
+inline void nibble_block32(__m128i table, const u8* q, float scale, int j0, F&& f) {
   __m128i lo, hi;
-  iq4_values(q, lo, hi);
+  nibble_values(table, q, lo, hi);
   const __m256 d = _mm256_set1_ps(scale);
   f(j0 + 0, _mm256_mul_ps(d, cvt(_mm256_cvtepi8_epi32(lo))));
   f(j0 + 1, _mm256_mul_ps(d, cvt(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
@@ -231,7 +232,7 @@ struct Dec<QType::IQ4_NL> {
   }
   template <class F>
   static inline void block(const u8* p, const float* s, F&& f) {
-    iq4_block32(p + 2, s[0], 0, f);
+    nibble_block32(table16(qkv::kernels::kIQ4NL), p + 2, s[0], 0, f);
   }
 };
 
@@ -256,6 +257,44 @@ struct Dec<QType::IQ4_XS> {
   }
   template <class F>
   static inline void block(const u8* p, const float* s, F&& f) {
-    for (int j = 0; j < 8; ++j) iq4_block32(p + 8 + 16 * j, s[j], 4 * j, f);
+    const __m128i table = table16(qkv::kernels::kIQ4NL);
+    for (int j = 0; j < 8; ++j) nibble_block32(table, p + 8 + 16 * j, s[j], 4 * j, f);
+  }
+};
+
+// MXFP4's scales 2^(e - 128) of 8 lanes of exponent bytes e, bitwise detail::e8m0_half: e - 1 in
+// the exponent field, or the subnormal 0x00200000 << e for e < 2.
+inline __m256 e8m0_half8(__m256i e) {
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+  const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
+}
+
+// MXFP4: w = d * kMXFP4[nibble], d = 2^(e - 128) converted ahead (rolling) from the exponent byte,
+// stored at s[2b] as the other 32-weight types' d (s[2b + 1] unused).
+template <>
+struct Dec<QType::MXFP4> {
+  static constexpr int kBlock = 32, kBytes = 17;
+  static constexpr bool kFloat = false;
+  static constexpr int kScales = 2;
+  static constexpr bool kRolling = true;
+  // 16 blocks' raw words (the exponent in the low byte) -> s[2i] = s[2i + 1] = d_i.
+  static inline void convert16(const std::uint32_t* raw, float* s) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(raw + 8 * h));
+      const __m256 d = e8m0_half8(_mm256_and_si256(w, _mm256_set1_epi32(0xFF)));
+      const __m256 lo = _mm256_unpacklo_ps(d, d), hi = _mm256_unpackhi_ps(d, d);  // d0 d0 d1 d1 | d4 d4 d5 d5, ...
+      _mm256_store_ps(s + 16 * h, _mm256_permute2f128_ps(lo, hi, 0x20));
+      _mm256_store_ps(s + 16 * h + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+  }
+  template <int NR>
+  static inline void prep(const u8* p, i64 rb, i64 nb, float* s, i64 ls) {
+    for (int r = 0; r < NR; ++r)
+      for (i64 b = 0; b < nb; ++b) s[r * ls + 2 * b] = qkv::kernels::detail::e8m0_half(p[r * rb + b * kBytes]);
+  }
+  template <class F>
+  static inline void block(const u8* p, const float* s, F&& f) {
+    nibble_block32(table16(qkv::kernels::kMXFP4), p + 1, s[0], 0, f);
   }
 };

@@ -358,7 +358,7 @@ struct Dec<QType::Q5_1> {
   }
 };
 
-// The k-quants' and IQ4 types' decoders (Q2_K .. Q6_K, IQ4_NL, IQ4_XS).
+// The k-quants' and the 4-bit table types' decoders (Q2_K .. Q6_K, IQ4_NL, IQ4_XS, MXFP4).
 #include "qgemm_avx512_kquants.h"
 
 // ---- the Q8 path's micro-kernel: MR rows of A x 32 columns, vpdpbusd (uint8 codes x int8 quants) ----

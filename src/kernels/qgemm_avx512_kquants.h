@@ -1,8 +1,8 @@
-// The AVX-512 block decoders of the k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and the IQ4 types
-// (IQ4_NL, IQ4_XS): Dec<t> as qgemm_impl.h describes it, bitwise dequantize_row's values. Part of
-// qgemm_avx512.cpp, which includes it inside its target region after its helpers (V16, half,
-// load16, iota, lut16, lut32, with_bit4, low4, high4, convert_scales16, prep_scales): it is not a
-// header of its own.
+// The AVX-512 block decoders of the k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and the types of 4-bit
+// codes into a table of 16 values (IQ4_NL, IQ4_XS, MXFP4): Dec<t> as qgemm_impl.h describes it,
+// bitwise dequantize_row's values. Part of qgemm_avx512.cpp, which includes it inside its target
+// region after its helpers (V16, half, load16, iota, lut16, lut32, with_bit4, low4, high4,
+// convert_scales16, prep_scales): it is not a header of its own.
 //
 // The tables: a 16-entry float table of a sub-block's possible values (computed once per
 // sub-block, each entry rounded as gguf-py rounds the weight) is indexed by the quants with
@@ -204,12 +204,15 @@ struct Dec<QType::Q3_K> {
   }
 };
 
-// The IQ4 types' 16 values as floats, and the 32 weights of one block of nibbles at q (low
-// nibbles weights 0..15, high 16..31) from the table scale * value (one product each, exact).
-inline __m512 iq4_values() { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(reinterpret_cast<const u8*>(qkv::kernels::kIQ4NL)))); }
+// A 4-bit type's 16 values (kIQ4NL or kMXFP4) as floats, and the 32 weights of one block of
+// nibbles at q (low nibbles weights 0..15, high 16..31) from the table scale * value (one product
+// each, exact).
+inline __m512 values16(const std::int8_t* values) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16(reinterpret_cast<const u8*>(values))));
+}
 template <class F>
-inline void iq4_block32(const u8* q, float scale, int j0, F&& f) {
-  const __m512 table = _mm512_mul_ps(_mm512_set1_ps(scale), iq4_values());
+inline void nibble_block32(__m512 values, const u8* q, float scale, int j0, F&& f) {
+  const __m512 table = _mm512_mul_ps(_mm512_set1_ps(scale), values);
   const __m512i b = _mm512_cvtepu8_epi32(load16(q));
   f(j0, lut16(b, table));
   f(j0 + 1, lut16(high4(b), table));
@@ -228,7 +231,7 @@ struct Dec<QType::IQ4_NL> {
   }
   template <class F>
   static inline void block(const u8* p, const float* s, F&& f) {
-    iq4_block32(p + 2, s[0], 0, f);
+    nibble_block32(values16(qkv::kernels::kIQ4NL), p + 2, s[0], 0, f);
   }
 };
 
@@ -253,12 +256,43 @@ struct Dec<QType::IQ4_XS> {
   }
   template <class F>
   static inline void block(const u8* p, const float* s, F&& f) {
-    const __m512 values = iq4_values();
+    const __m512 values = values16(qkv::kernels::kIQ4NL);
     for (int j = 0; j < 8; ++j) {
       const __m512 table = _mm512_mul_ps(_mm512_set1_ps(s[j]), values);
       const __m512i b = _mm512_cvtepu8_epi32(load16(p + 8 + 16 * j));
       f(2 * j, lut16(b, table));
       f(2 * j + 1, lut16(high4(b), table));
     }
+  }
+};
+
+// MXFP4: w = d * kMXFP4[nibble], d = 2^(e - 128) converted ahead (rolling) from the exponent byte
+// (e - 1 in the exponent field, or the subnormal 0x00200000 << e for e < 2: bitwise
+// detail::e8m0_half), stored at s[2b] as the other 32-weight types' d (s[2b + 1] unused).
+template <>
+struct Dec<QType::MXFP4> {
+  static constexpr int kBlock = 32, kBytes = 17;
+  static constexpr bool kFloat = false;
+  static constexpr int kScales = 2;
+  static constexpr bool kRolling = true;
+  // 16 blocks' raw words (the exponent in the low byte) -> s[2i] = s[2i + 1] = d_i.
+  static inline void convert16(const std::uint32_t* raw, float* s) {
+    const __m512i e = _mm512_and_si512(_mm512_load_si512(raw), _mm512_set1_epi32(0xFF));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __m512 d = _mm512_castsi512_ps(
+        _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(_mm512_set1_epi32(2), e), normal, sub));
+    const __m512i pairs = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    _mm512_store_ps(s, _mm512_permutexvar_ps(pairs, d));
+    _mm512_store_ps(s + 16, _mm512_permutexvar_ps(_mm512_add_epi32(pairs, _mm512_set1_epi32(8)), d));
+  }
+  template <int NR>
+  static inline void prep(const u8* p, i64 rb, i64 nb, float* s, i64 ls) {
+    for (int r = 0; r < NR; ++r)
+      for (i64 b = 0; b < nb; ++b) s[r * ls + 2 * b] = qkv::kernels::detail::e8m0_half(p[r * rb + b * kBytes]);
+  }
+  template <class F>
+  static inline void block(const u8* p, const float* s, F&& f) {
+    nibble_block32(values16(qkv::kernels::kMXFP4), p + 1, s[0], 0, f);
   }
 };

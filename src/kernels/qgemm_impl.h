@@ -275,6 +275,7 @@ void dot_rows_any(QType t, i64 M, i64 K, const float* A, i64 lda, const u8* W, i
     QKV_QGEMM_CASE(Q3_K)
     QKV_QGEMM_CASE(IQ4_NL)
     QKV_QGEMM_CASE(IQ4_XS)
+    QKV_QGEMM_CASE(MXFP4)
 #undef QKV_QGEMM_CASE
   }
 }
@@ -299,6 +300,7 @@ void dequant_rows_any(QType t, const u8* W, i64 rb, i64 r0, i64 nr, i64 k0, i64 
     QKV_QGEMM_CASE(Q3_K)
     QKV_QGEMM_CASE(IQ4_NL)
     QKV_QGEMM_CASE(IQ4_XS)
+    QKV_QGEMM_CASE(MXFP4)
 #undef QKV_QGEMM_CASE
   }
 }

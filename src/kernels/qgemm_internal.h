@@ -44,8 +44,8 @@ struct QGemmKernels {
   // and mr (<= kQ8MaxRows) quantized rows of A (row m at A + m * lda blocks) with, per scale block,
   // asc[m*ldas + 2*b] = d of its activation block and asc[m*ldas + 2*b + 1] = d * (sum of its q):
   //   out[m*ldo + j] = sum over scale blocks b of ws*d*(codes . q) + wo*(d * sum q).
-  // signed_codes: the codes are int8 (those of the types whose codes span 8 bits, Q8_0, IQ4_NL and
-  // IQ4_XS, when q8_signed: AVX2's vpmaddubsw would saturate on value + 128), else uint8.
+  // signed_codes: the codes are int8 (those of the types whose codes span 8 bits, Q8_0, IQ4_NL,
+  // IQ4_XS and MXFP4, when q8_signed: AVX2's vpmaddubsw would saturate on value + 128), else uint8.
   int q8_np = 0, q8_mr = 0;
   bool q8_signed = false;
   // resume: out already holds the sums of the scale blocks before these (an earlier stretch of K),

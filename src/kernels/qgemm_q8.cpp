@@ -27,7 +27,7 @@ namespace qkv::kernels::detail {
 namespace {
 
 // Codes of one row of W and its scale blocks (sb values each): w[k] = s[k/sb] * code[k] + o[k/sb].
-// signed_q8: the codes of the 8-bit-range types (Q8_0's quants, the IQ4 types' values) are the int8
+// signed_q8: the codes of the 8-bit-range types (Q8_0's quants, the IQ4 and MXFP4 values) are the int8
 // values themselves (o = 0) instead of value + 128 (o = -128 s).
 void decode_codes(QType t, const u8* row, i64 K, bool signed_q8, u8* code, float* s, float* o) {
   auto put = [&](i64 b, float sv, float ov) {
@@ -156,15 +156,30 @@ void decode_codes(QType t, const u8* row, i64 K, bool signed_q8, u8* code, float
       }
       return;
     }
+    case QType::MXFP4:  // as IQ4_NL: s = 2^(e - 128), codes kMXFP4's values
+      // (Unsigned, o = -128 s overflows for e >= 249: weights of 2^121 and beyond, no model's.)
+      for (i64 b = 0; b < K / 32; ++b) {
+        const u8* p = row + 17 * b;
+        const float sv = e8m0_half(p[0]);
+        put(b, sv, signed_q8 ? 0.0f : -128.0f * sv);
+        for (int i = 0; i < 16; ++i) {
+          const int lo = kMXFP4[p[1 + i] & 0x0F], hi = kMXFP4[p[1 + i] >> 4];
+          code[32 * b + i] = static_cast<u8>(signed_q8 ? lo : lo + 128);
+          code[32 * b + 16 + i] = static_cast<u8>(signed_q8 ? hi : hi + 128);
+        }
+      }
+      return;
     default: return;
   }
 }
 
 // The values per scale block of the Q8 path's panels: 16 for the types whose sub-blocks are 16.
 int q8_scale_block(QType t) { return t == QType::Q6_K || t == QType::Q2_K || t == QType::Q3_K ? 16 : 32; }
-// Types whose codes span 8 bits (Q8_0's quants, the IQ4 values), stored as int8 where the ISA's
-// kernel asks (q8_signed).
-bool q8_byte_codes(QType t) { return t == QType::Q8_0 || t == QType::IQ4_NL || t == QType::IQ4_XS; }
+// Types whose codes span 8 bits (Q8_0's quants, the IQ4 values; MXFP4's -12..12 as the IQ4 types':
+// + 128 they would saturate vpmaddubsw too), stored as int8 where the ISA's kernel asks (q8_signed).
+bool q8_byte_codes(QType t) {
+  return t == QType::Q8_0 || t == QType::IQ4_NL || t == QType::IQ4_XS || t == QType::MXFP4;
+}
 
 // Values of K per stretch of a panel packed by the ISA's vector packer (a multiple of 256).
 constexpr i64 kQ8Stretch = 256;

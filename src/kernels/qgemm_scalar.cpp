@@ -50,6 +50,7 @@ constexpr int bytes_of(QType t) {
     case QType::Q6_K: return 210;
     case QType::IQ4_NL: return 18;
     case QType::IQ4_XS: return 136;
+    case QType::MXFP4: return 17;
     default: return 32 * elem_bytes(t);  // F32, F16, BF16: "blocks" of 32 values
   }
 }

@@ -214,6 +214,15 @@ void deq_iq4_nl(const u8* b, float* y) {
   }
 }
 
+// MXFP4: w = d * kMXFP4[nibble], d = 2^(e - 128) (exact: a power of two times a small integer).
+void deq_mxfp4(const u8* b, float* y) {
+  const float d = detail::e8m0_half(b[0]);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(kMXFP4[b[1 + j] & 0x0F]);
+    y[j + 16] = d * static_cast<float>(kMXFP4[b[1 + j] >> 4]);
+  }
+}
+
 // The 6-bit scale of sub-block j (0..7) of an IQ4_XS block, minus 32.
 inline int iq4_xs_scale(const u8* b, int j) {
   const int lo = (b[4 + j / 2] >> (4 * (j % 2))) & 0x0F;
@@ -321,6 +330,32 @@ void q_q5_1(const float* x, u8* b) {
   pack_nibbles(q, b + 8);
 }
 
+// MXFP4 (ggml's quantize_row_mxfp4_ref; gguf-py's MXFP4.quantize_blocks on finite values):
+// e = floor(log2(amax)) - 2 + 127 (0 for a block of zeros; float arithmetic, then the float ->
+// uint8 cast of x86, so an amax below 2^-125 wraps around to e >= 232), each code the first of the
+// 16 with the smallest |kMXFP4[i] * d - x|. (NaNs are skipped in amax, as ggml's comparison does.)
+void q_mxfp4(const float* x, u8* b) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j)
+    if (amax < std::fabs(x[j])) amax = std::fabs(x[j]);
+  const u8 e = amax > 0.0f ? low_byte_of_cvtt(std::floor(std::log2(amax)) - 2.0f + 127.0f) : 0;
+  const float d = detail::e8m0_half(e);
+  auto best = [&](float v) {
+    int bi = 0;
+    float be = std::fabs(static_cast<float>(kMXFP4[0]) * d - v);
+    for (int i = 1; i < 16; ++i) {
+      const float err = std::fabs(static_cast<float>(kMXFP4[i]) * d - v);
+      if (err < be) {
+        bi = i;
+        be = err;
+      }
+    }
+    return bi;
+  };
+  b[0] = e;
+  for (int j = 0; j < 16; ++j) b[1 + j] = static_cast<u8>(best(x[j]) | (best(x[j + 16]) << 4));
+}
+
 // gguf-py's BF16 (= ggml_compute_fp32_to_bf16): NaN forced quiet (bit 22 set, low half
 // dropped), then round to nearest even on the upper 16 bits.
 std::uint16_t f32_to_bf16(float x) {
@@ -363,6 +398,7 @@ void dequantize_row(QType t, const void* src, float* dst, i64 n) {
     case QType::Q3_K: fn = deq_q3_k; break;
     case QType::IQ4_NL: fn = deq_iq4_nl; break;
     case QType::IQ4_XS: fn = deq_iq4_xs; break;
+    case QType::MXFP4: fn = deq_mxfp4; break;
     default: throw ValueError(std::string("dequantize_row: no dequantization for type ") + tr.name);
   }
   for (i64 b = 0; b < n / tr.block; ++b) fn(s + b * tr.block_bytes, dst + b * tr.block);
@@ -392,11 +428,27 @@ void quantize_row(QType t, const float* src, void* dst, i64 n) {
     case QType::Q4_1: fn = q_q4_1; break;
     case QType::Q5_0: fn = q_q5_0; break;
     case QType::Q5_1: fn = q_q5_1; break;
+    case QType::MXFP4: fn = q_mxfp4; break;
     default: fn = detail::kquantizer(t); break;
   }
   if (fn == nullptr)
     throw ValueError(std::string("quantize_row: quantization to ") + tr.name + " is not supported");
   for (i64 b = 0; b < n / tr.block; ++b) fn(src + b * tr.block, d + b * tr.block_bytes);
+}
+
+// Weight i of a Hugging Face block is nibble i % 2 of byte i / 2; ggml's byte j holds weights j
+// (low nibble) and j + 16 (llama.cpp's GptOssModel.transform_nibble_layout). So ggml's byte 2i
+// holds the low nibbles of bytes i and i + 8 (weights 2i and 2i + 16), byte 2i + 1 their high ones.
+void mxfp4_blocks_from_hf(const std::uint8_t* blocks, const std::uint8_t* scales, i64 n_blocks, void* out) {
+  if (n_blocks < 0) throw ValueError("mxfp4_blocks_from_hf: n_blocks must be >= 0, got " + std::to_string(n_blocks));
+  auto* o = static_cast<u8*>(out);
+  for (i64 b = 0; b < n_blocks; ++b, blocks += 16, o += 17) {
+    o[0] = scales[b];
+    for (int i = 0; i < 8; ++i) {
+      o[1 + 2 * i] = static_cast<u8>((blocks[i] & 0x0F) | ((blocks[8 + i] & 0x0F) << 4));
+      o[2 + 2 * i] = static_cast<u8>((blocks[i] >> 4) | (blocks[8 + i] & 0xF0));
+    }
+  }
 }
 
 }  // namespace qkv::kernels

@@ -34,6 +34,16 @@ inline std::uint32_t load_u32(const std::uint8_t* p) {
 }
 inline float load_f16(const std::uint8_t* p) { return f16_to_f32(load_u16(p)); }
 
+// MXFP4's block scale: 2^(e - 128), half the E8M0 exponent's 2^(e - 127) (the codes' values are
+// doubled), as ggml's GGML_E8M0_TO_FP32_HALF builds its bits: subnormal 2^-128 and 2^-127 for
+// e = 0 and 1, exponent field e - 1 above (e = 255, E8M0's NaN, is 2^127).
+inline float e8m0_half(std::uint8_t e) {
+  const std::uint32_t b = e < 2 ? std::uint32_t{0x00200000} << e : static_cast<std::uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
 // Byte offsets inside the blocks (kernels/quant.h).
 namespace blk {
 inline constexpr int kQ8_0 = 34, kQ4_0 = 18, kQ4_1 = 20, kQ5_0 = 22, kQ5_1 = 24;

@@ -9,7 +9,7 @@
 namespace qkv::kernels {
 namespace {
 
-constexpr std::array<QTypeTraits, 15> kTraits = {{
+constexpr std::array<QTypeTraits, 16> kTraits = {{
     {QType::F32, "F32", 1, 4},
     {QType::F16, "F16", 1, 2},
     {QType::Q4_0, "Q4_0", 32, 18},
@@ -25,6 +25,7 @@ constexpr std::array<QTypeTraits, 15> kTraits = {{
     {QType::IQ4_NL, "IQ4_NL", 32, 18},
     {QType::IQ4_XS, "IQ4_XS", 256, 136},
     {QType::BF16, "BF16", 1, 2},
+    {QType::MXFP4, "MXFP4", 32, 17},
 }};
 
 // ggml.h's enum ggml_type by id, with ggml's block sizes (gguf-py's GGML_QUANT_SIZES); name ""

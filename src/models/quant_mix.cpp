@@ -2,7 +2,7 @@
 // src/llama-quant.cpp (0c1e570) - tensor_get_category, tensor_allows_quantization,
 // llama_tensor_get_type, llama_tensor_get_type_impl and tensor_type_fallback - for the file types
 // qkv writes, without an importance matrix, type overrides or --pure unless asked. The branches of
-// the file types qkv does not write (IQ1/IQ2/IQ3, TQ, MXFP4) are left out; the architecture facts
+// the file types qkv does not write (IQ1/IQ2/IQ3, TQ) are left out; the architecture facts
 // are the ones those rules read (falcon's exceptions, the 70B models' attn_v, 8-expert models).
 #include "qkv/models/quant_mix.h"
 
@@ -32,7 +32,7 @@ constexpr FtypeName kNames[] = {
     {"Q3_K_S", LlamaFtype::Q3_K_S}, {"Q3_K_M", LlamaFtype::Q3_K_M}, {"Q3_K_L", LlamaFtype::Q3_K_L},
     {"Q4_K_S", LlamaFtype::Q4_K_S}, {"Q4_K_M", LlamaFtype::Q4_K_M}, {"Q5_K_S", LlamaFtype::Q5_K_S},
     {"Q5_K_M", LlamaFtype::Q5_K_M}, {"Q6_K", LlamaFtype::Q6_K},     {"IQ4_NL", LlamaFtype::IQ4_NL},
-    {"IQ4_XS", LlamaFtype::IQ4_XS},
+    {"IQ4_XS", LlamaFtype::IQ4_XS}, {"MXFP4_MOE", LlamaFtype::MXFP4_MOE},
 };
 // llama-quantize's aliases.
 constexpr FtypeName kAliases[] = {{"Q3_K", LlamaFtype::Q3_K_M}, {"Q4_K", LlamaFtype::Q4_K_M}, {"Q5_K", LlamaFtype::Q5_K_M}};
@@ -144,10 +144,16 @@ QType choose(State& s, QType t, const QuantMixTensor& tensor, Category cat) {
   const i64 n_gqa = s.model.n_head_kv > 0 ? s.model.n_head / s.model.n_head_kv : 0;
   if (cat == Category::Output || (s.tied && cat == Category::TokenEmbd)) {
     const i64 nx = tensor.dims.empty() ? 1 : tensor.dims[0];
-    if (falcon || nx % block_of(t) != 0)
+    if (ftype == F::MXFP4_MOE || falcon || nx % block_of(t) != 0)
       t = QType::Q8_0;
     else if (t != QType::Q8_0)
       t = QType::Q6_K;
+  } else if (ftype == F::MXFP4_MOE) {
+    // The experts' matrices (3-D: [cols, rows, experts]) MXFP4, every other tensor Q8_0 (and no
+    // counter moves). bailingmoe3's 3-D MLA projections are not experts: there the FFN roles only.
+    const bool experts = tensor.dims.size() > 2 && tensor.dims[2] > 1;
+    const bool ffn = cat == Category::FfnUp || cat == Category::FfnGate || cat == Category::FfnDown;
+    t = experts && (s.model.arch != "bailingmoe3" || ffn) ? QType::MXFP4 : QType::Q8_0;
   } else if (cat == Category::TokenEmbd) {
     // (the rules for token_embd concern IQ1/IQ2/IQ3 and TQ/Q2_0 files)
   } else if (is_attn_v(cat)) {
@@ -275,6 +281,7 @@ QType llama_ftype_default_type(LlamaFtype f) {
     case LlamaFtype::Q6_K: return QType::Q6_K;
     case LlamaFtype::IQ4_NL: return QType::IQ4_NL;
     case LlamaFtype::IQ4_XS: return QType::IQ4_XS;
+    case LlamaFtype::MXFP4_MOE: return QType::MXFP4;
   }
   throw ValueError("llama_ftype_default_type: unknown file type " + std::to_string(static_cast<std::uint32_t>(f)));
 }

@@ -101,21 +101,21 @@ TEST(CliInspectGguf, TheFormatComesFromTheMagicNotTheName) {
   EXPECT_EQ(nlohmann::json::parse(s.out)["format"], "safetensors");
 }
 
-// A model holding a tensor of a GGML type qkv does not compute with (MXFP4 here, in the tiny
+// A model holding a tensor of a GGML type qkv does not compute with (Q8_1 here, in the tiny
 // llama2 fixture): inspect lists every tensor, that one marked; loading it to generate fails with
 // one line naming the tensor, its type and the types qkv computes with.
 TEST(CliInspectGguf, TypesQkvDoesNotComputeWithAreListedAndRefusedAtLoad) {
-  const fs::path dir = unique_temp("mxfp4");
+  const fs::path dir = unique_temp("q8_1");
   fs::create_directories(dir);
-  const std::string path = (dir / "llama2_mxfp4.gguf").string();
+  const std::string path = (dir / "llama2_q8_1.gguf").string();
   {
     const io::GGUFFile f = io::GGUFFile::open(fixture("arch/llama2.gguf"));
     std::vector<io::GGUFTensorData> ts;
-    std::vector<std::uint8_t> mx;
+    std::vector<std::uint8_t> q81;
     for (const io::GGUFTensorInfo& t : f.tensors()) {
-      if (t.name == "blk.0.ffn_up.weight") {  // [32, 32]: 32 rows of one 17-byte MXFP4 block
-        mx.assign(32 * 17, 0);
-        ts.push_back({t.name, static_cast<kernels::QType>(39), t.dims, mx.data(), mx.size()});
+      if (t.name == "blk.0.ffn_up.weight") {  // [32, 32]: 32 rows of one 36-byte Q8_1 block
+        q81.assign(32 * 36, 0);
+        ts.push_back({t.name, static_cast<kernels::QType>(9), t.dims, q81.data(), q81.size()});
       } else {
         ts.push_back({t.name, t.type, t.dims, f.data(t), t.nbytes});
       }
@@ -124,8 +124,8 @@ TEST(CliInspectGguf, TypesQkvDoesNotComputeWithAreListedAndRefusedAtLoad) {
   }
   const Result r = run("inspect '" + path + "'");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(blk\.0\.ffn_up\.weight\s+MXFP4\*\s+\[32, 32\]\s+1024\s+544\s)"))) << r.out;
-  EXPECT_NE(r.out.find(" 1 MXFP4*"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(blk\.0\.ffn_up\.weight\s+Q8_1\*\s+\[32, 32\]\s+1024\s+1152\s)"))) << r.out;
+  EXPECT_NE(r.out.find(" 1 Q8_1*"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("* a type qkv reads but does not compute with: the file cannot be loaded as a model"),
             std::string::npos)
       << r.out;
@@ -134,14 +134,14 @@ TEST(CliInspectGguf, TypesQkvDoesNotComputeWithAreListedAndRefusedAtLoad) {
   const nlohmann::json inspected = nlohmann::json::parse(rj.out);  // the loop must not iterate a temporary's member
   for (const auto& t : inspected["tensors"]) {
     EXPECT_EQ(t["computable"], t["name"] != "blk.0.ffn_up.weight") << t.dump();
-    if (t["name"] == "blk.0.ffn_up.weight") EXPECT_EQ(t["type"], "MXFP4");
+    if (t["name"] == "blk.0.ffn_up.weight") EXPECT_EQ(t["type"], "Q8_1");
   }
   const Result g = run("generate --model '" + path + "' --prompt hi --max-new 2");
   fs::remove_all(dir);
   EXPECT_EQ(g.code, 1);
   EXPECT_EQ(g.out, "");
   EXPECT_EQ(count_lines(g.err), 1) << g.err;
-  EXPECT_NE(g.err.find("tensor 'blk.0.ffn_up.weight' has type MXFP4, which qkv cannot compute with (it computes with "
+  EXPECT_NE(g.err.find("tensor 'blk.0.ffn_up.weight' has type Q8_1, which qkv cannot compute with (it computes with "
                        "F32, F16, Q4_0"),
             std::string::npos)
       << g.err;

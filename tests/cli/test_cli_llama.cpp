@@ -326,8 +326,8 @@ TEST(CliLlama, ConvertToGgufAndBack) {
   r = run("convert --model '" + kTiny + "' --out '" + (s.dir / "x.gguf").string() + "' --type q2_k_s");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("--type must be one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, "
-                       "q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs, q3_k, q4_k, q5_k (llama-quantize's names); "
-                       "got 'q2_k_s'"),
+                       "q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs, mxfp4_moe, q3_k, q4_k, q5_k "
+                       "(llama-quantize's names); got 'q2_k_s'"),
             std::string::npos)
       << r.err;
   // A k-quant mix (the tiny model's rows of 64 fall back to 32-value types) and --pure.

@@ -170,14 +170,14 @@ TEST(GgufReject, TensorTypes) {
   // A GGML type qkv does not compute with (IQ2_XXS: 66 bytes per 256 values) is read and laid out
   // like any other; its data is refused, naming the tensor, its type and the types qkv computes with.
   GgufBytes iq = GgufBytes::header(2, 0);
-  iq.tensor("blk.0.attn_q.weight", {256, 2}, 16, 0).tensor("m", {64}, 39, 160).pad().zeros(160).zeros(34);
+  iq.tensor("blk.0.attn_q.weight", {256, 2}, 16, 0).tensor("m", {64}, 40, 160).pad().zeros(160).zeros(36);
   const GGUFFile f = GGUFFile::parse(iq.b, kGgufSource);
   const GGUFTensorInfo& q = f.at("blk.0.attn_q.weight");
   EXPECT_FALSE(q.computable());
   EXPECT_EQ(q.type_name(), "IQ2_XXS");
   EXPECT_EQ(q.nbytes, 132u);
-  EXPECT_EQ(f.at("m").type_name(), "MXFP4");
-  EXPECT_EQ(f.at("m").nbytes, 34u);
+  EXPECT_EQ(f.at("m").type_name(), "NVFP4");
+  EXPECT_EQ(f.at("m").nbytes, 36u);
   std::string msg;
   try {
     f.data(q);
@@ -187,7 +187,7 @@ TEST(GgufReject, TensorTypes) {
   expect_message(msg, kGgufSource,
                  {"tensor 'blk.0.attn_q.weight' has type IQ2_XXS, which qkv cannot compute with",
                   "(it computes with F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, "
-                  "IQ4_XS, BF16)"});
+                  "IQ4_XS, BF16, MXFP4)"});
   EXPECT_THROW(f.view("m"), FormatError);
   // The types qkv added (issue 37) are computed with.
   GgufBytes xs = GgufBytes::header(1, 0);
@@ -195,6 +195,13 @@ TEST(GgufReject, TensorTypes) {
   const GGUFFile fx = GGUFFile::parse(xs.b, kGgufSource);
   EXPECT_TRUE(fx.at("w").computable());
   EXPECT_EQ(fx.view("w").type, kernels::QType::IQ4_XS);
+  // So is MXFP4 (gpt-oss's experts: 17 bytes per 32 values).
+  GgufBytes mx = GgufBytes::header(1, 0);
+  mx.tensor("w", {64, 2}, 39, 0).pad().zeros(68);
+  const GGUFFile fm = GGUFFile::parse(mx.b, kGgufSource);
+  EXPECT_TRUE(fm.at("w").computable());
+  EXPECT_EQ(fm.at("w").nbytes, 68u);
+  EXPECT_EQ(fm.view("w").type, kernels::QType::MXFP4);
   // An id GGML never assigned (or removed) cannot even be laid out.
   GgufBytes unassigned = GgufBytes::header(1, 0);
   unassigned.tensor("w", {32}, 1000, 0).pad().zeros(32);

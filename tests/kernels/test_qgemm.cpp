@@ -38,11 +38,12 @@ using u8 = std::uint8_t;
 
 const QType kTypes[] = {QType::F32,  QType::F16,  QType::BF16, QType::Q8_0, QType::Q4_0,   QType::Q4_1,   QType::Q5_0,
                         QType::Q5_1, QType::Q4_K, QType::Q5_K, QType::Q6_K, QType::Q2_K, QType::Q3_K,
-                        QType::IQ4_NL, QType::IQ4_XS};
+                        QType::IQ4_NL, QType::IQ4_XS, QType::MXFP4};
 
 bool is_float_type(QType t) { return t == QType::F32 || t == QType::F16 || t == QType::BF16; }
 
-// Byte offsets of a block's f16 scale fields (kernels/quant.h).
+// Byte offsets of a block's f16 scale fields (kernels/quant.h; MXFP4's scale is an exponent byte
+// instead: make_weights sets it).
 std::vector<int> scale_fields(QType t) {
   switch (t) {
     case QType::Q4_1:
@@ -63,7 +64,8 @@ void put_half(u8* p, float x) {
 
 // N rows of K values of type t, row_bytes = dense + pad (the padding bytes are 0xFF: read, they
 // would show). Block types: random quant bytes, scales set so weights are O(1/sqrt(K)) (d > 0,
-// offsets of either sign); float types: uniform values converted.
+// offsets of either sign; MXFP4's d a power of two, a quarter of a unit to one); float types:
+// uniform values converted.
 struct Weights {
   QMatrix W;
   std::vector<u8> bytes;
@@ -86,7 +88,8 @@ Weights make_weights(QType t, i64 N, i64 K, i64 pad, std::uint32_t seed) {
     }
     for (i64 i = 0; i < dense; ++i) row[i] = static_cast<u8>(rng());
     // Per-weight scale of the quants: Q8_0 |q| <= 127, 4/5-bit q <= 31, k-quants sc * q <= 63 * 31,
-    // Q2_K sc * q <= 15 * 3, Q3_K |sc * q| <= 32 * 4, IQ4_NL |value| <= 127, IQ4_XS |sc * value| <= 32 * 127.
+    // Q2_K sc * q <= 15 * 3, Q3_K |sc * q| <= 32 * 4, IQ4_NL |value| <= 127, IQ4_XS |sc * value| <= 32 * 127,
+    // MXFP4 |value| <= 12.
     const float unit = t == QType::Q8_0 || t == QType::IQ4_NL ? s / 64
                        : (t == QType::Q4_K || t == QType::Q5_K) ? s / 600
                        : t == QType::Q6_K || t == QType::IQ4_XS ? s / 2000
@@ -94,6 +97,10 @@ Weights make_weights(QType t, i64 N, i64 K, i64 pad, std::uint32_t seed) {
                        : t == QType::Q3_K ? s / 64 : s / 8;
     for (i64 b = 0; b < K / tr.block; ++b) {
       u8* blk = row + b * tr.block_bytes;
+      if (t == QType::MXFP4) {
+        blk[0] = static_cast<u8>(128 + static_cast<int>(std::floor(std::log2(unit))) - static_cast<int>(rng() % 2));
+        continue;
+      }
       const std::vector<int> f = scale_fields(t);
       put_half(blk + f[0], unit * (0.5f + 0.5f * (u(rng) + 1.0f)));
       if (f.size() > 1)
@@ -247,7 +254,7 @@ TEST_P(QGemmIsa, MatchesReferenceOverShapes) {
 TEST_P(QGemmIsa, MatchesReferenceLarger) {
   std::uint32_t seed = 900;
   for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q4_K, QType::Q6_K, QType::F16, QType::Q2_K, QType::Q3_K,
-                  QType::IQ4_NL, QType::IQ4_XS})
+                  QType::IQ4_NL, QType::IQ4_XS, QType::MXFP4})
     for (i64 M : {1, 4, 8, 9, 77}) {
       const i64 K = t == QType::F16 ? 1000 : qtype_traits(t).block == 256 ? 768 : 576;
       const Case c{t, M, 131, K, 0};
@@ -432,7 +439,8 @@ TEST_P(QGemmIsa, Q8ActivationsMatchTheirTwin) {
 // wide tiles (8 rows of A), long ones (over 32 KiB for 8 rows) its 4-row tiles.
 TEST_P(QGemmIsa, RowsAloneGiveEachRowItsOwnBits) {
   std::uint32_t seed = 6000;
-  for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q4_0, QType::Q6_K, QType::F16, QType::Q2_K, QType::IQ4_NL})
+  for (QType t : {QType::Q4_1, QType::Q8_0, QType::Q4_0, QType::Q6_K, QType::F16, QType::Q2_K, QType::IQ4_NL,
+                  QType::MXFP4})
     for (const bool long_rows : {false, true})
     for (i64 M : {qgemm_decode_max_m() + 1, i64{12}, i64{33}}) {
       if (long_rows && M == 12) continue;

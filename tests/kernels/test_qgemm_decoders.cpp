@@ -24,11 +24,12 @@ using u8 = std::uint8_t;
 
 const QType kTypes[] = {QType::F32,  QType::F16,  QType::BF16, QType::Q8_0, QType::Q4_0,   QType::Q4_1,   QType::Q5_0,
                         QType::Q5_1, QType::Q2_K, QType::Q3_K, QType::Q4_K, QType::Q5_K, QType::Q6_K, QType::IQ4_NL,
-                        QType::IQ4_XS};
+                        QType::IQ4_XS, QType::MXFP4};
 
 bool is_float_type(QType t) { return t == QType::F32 || t == QType::F16 || t == QType::BF16; }
 
-// Byte offsets of a block's f16 scale fields (kernels/quant.h).
+// Byte offsets of a block's f16 scale fields (kernels/quant.h; none for MXFP4, whose scale is an
+// exponent byte).
 std::vector<int> scale_fields(QType t) {
   switch (t) {
     case QType::Q4_1:
@@ -38,12 +39,15 @@ std::vector<int> scale_fields(QType t) {
     case QType::Q6_K: return {208};
     case QType::Q2_K: return {80, 82};
     case QType::Q3_K: return {108};
+    case QType::MXFP4: return {};
     default: return {0};
   }
 }
 
 // N rows of K values: random quant bytes with finite random scales of either sign (the decoders
 // promise dequantize_row's bits for finite scales), or random floats; rows rb = dense + 8 apart.
+// MXFP4's exponent bytes are random too (every scale, 2^-128 to 2^127: the largest codes under
+// 2^127 are inf).
 std::vector<u8> random_rows(QType t, i64 N, i64 K, i64 rb, std::uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
@@ -111,13 +115,21 @@ TEST_P(QGemmDecoders, SliversAreDequantizeRowsBits) {
 }
 
 // dot_rows with row m of A one-hot at k_m gives C[m][n] = W[n][k_m] exactly, for M = 1, 3 and 8
-// (the decode tiles of every height) and N = 7 (groups of 4 rows and single rows).
+// (the decode tiles of every height) and N = 7 (groups of 4 rows and single rows). K is 3 blocks,
+// or 35 for the 32-weight block types: past two of the groups of 16 blocks whose scales their
+// decode converts together.
 TEST_P(QGemmDecoders, DecodeRowsPickExactWeights) {
   std::uint32_t seed = 100;
   for (QType t : kTypes) {
     const i64 block = is_float_type(t) ? 32 : qtype_traits(t).block;
-    const i64 K = block * 3 + (is_float_type(t) ? 5 : 0), N = 7, rb = qtype_row_bytes(t, K) + 8;
-    const std::vector<u8> w = random_rows(t, N, K, rb, seed++);
+    const i64 blocks = block == 32 && !is_float_type(t) ? 35 : 3;
+    const i64 K = block * blocks + (is_float_type(t) ? 5 : 0), N = 7, rb = qtype_row_bytes(t, K) + 8;
+    std::vector<u8> w = random_rows(t, N, K, rb, seed++);
+    // MXFP4: exponents up to 240 (finite weights, subnormal scales included): an inf weight would
+    // make the one-hot product's other terms inf * 0 = NaN.
+    if (t == QType::MXFP4)
+      for (i64 n = 0; n < N; ++n)
+        for (i64 b = 0; b < K / 32; ++b) w[static_cast<std::size_t>(n * rb + 17 * b)] %= 241;
     std::vector<float> wd(static_cast<std::size_t>(N * K));
     for (i64 n = 0; n < N; ++n) dequantize_row(t, w.data() + n * rb, wd.data() + n * K, K);
     for (i64 M : {1, 3, 8})

@@ -52,7 +52,7 @@ bool half_nonfinite(const std::uint8_t* p) { return (detail::load_u16(p) & 0x7C0
 
 const QType kAllTypes[] = {QType::F32,  QType::F16,  QType::BF16, QType::Q8_0, QType::Q4_0,   QType::Q4_1,   QType::Q5_0,
                            QType::Q5_1, QType::Q4_K, QType::Q5_K, QType::Q6_K, QType::Q2_K, QType::Q3_K,
-                           QType::IQ4_NL, QType::IQ4_XS};
+                           QType::IQ4_NL, QType::IQ4_XS, QType::MXFP4};
 
 TEST(Quant, DequantizeEqualsGgufPyBitwise) {
   for (QType t : kAllTypes) {
@@ -65,9 +65,10 @@ TEST(Quant, DequantizeEqualsGgufPyBitwise) {
     std::vector<float> got(want.size(), 12345.0f);
     dequantize_row(t, raw.data(), got.data(), n);
     const bool two_scale = t == QType::Q4_1 || t == QType::Q5_1;
-    int mismatches = 0, nans = 0, relaxed = 0, payload_differs = 0;
+    int mismatches = 0, nans = 0, infs = 0, relaxed = 0, payload_differs = 0;
     for (i64 i = 0; i < n; ++i) {
       const std::uint8_t* block = raw.data() + (i / tr.block) * tr.block_bytes;
+      infs += std::isinf(want[i]);
       if (std::isnan(want[i])) {
         ++nans;
         const bool both_nan_add = two_scale && half_nonfinite(block) && half_nonfinite(block + 2);
@@ -83,7 +84,10 @@ TEST(Quant, DequantizeEqualsGgufPyBitwise) {
                       << want[i] << ")";
     }
     EXPECT_EQ(mismatches, 0) << name;
-    EXPECT_GT(nans, 0) << name << ": the fixture should hold NaNs (non-finite scales)";
+    if (t == QType::MXFP4)  // its scales are powers of two, never NaN; 2^127 makes the largest codes inf
+      EXPECT_GT(infs, 0) << name << ": the fixture should hold infs (exponent 255)";
+    else
+      EXPECT_GT(nans, 0) << name << ": the fixture should hold NaNs (non-finite scales)";
     std::printf("%-5s %5lld values, %4d NaN (%d under the two-NaN allowance, %d of them another payload)\n",
                 name.c_str(), static_cast<long long>(n), nans, relaxed, payload_differs);
   }
@@ -91,7 +95,7 @@ TEST(Quant, DequantizeEqualsGgufPyBitwise) {
 
 TEST(Quant, QuantizeEqualsGgufPyBitwise) {
   for (QType t : {QType::F32, QType::F16, QType::BF16, QType::Q8_0, QType::Q4_0, QType::Q4_1, QType::Q5_0,
-                  QType::Q5_1}) {
+                  QType::Q5_1, QType::MXFP4}) {
     const std::string name = qtype_name(t);
     const std::vector<float> x = read<float>("q." + name + ".input");
     const std::vector<std::uint8_t> want = read<std::uint8_t>("q." + name + ".bytes");
@@ -108,8 +112,10 @@ TEST(Quant, QuantizeEqualsGgufPyBitwise) {
   }
 }
 
-// The k-quant and IQ4 quantizers (and the 32-weight ones) against ggml's own, bit for bit, on the
-// rows of tests/reference/make_kquant_fixtures.py (ggml_quantize_chunk, what llama-quantize runs).
+// The k-quant, IQ4 and MXFP4 quantizers (and the 32-weight ones) against ggml's own, bit for bit, on
+// the rows of tests/reference/make_kquant_fixtures.py (ggml_quantize_chunk, what llama-quantize
+// runs), and MXFP4's on its edge rows (quant_cases' q.MXFP4.input: the exponent's ends, ties, amax
+// at and below powers of two, tiny blocks whose exponent wraps around).
 TEST(Quant, QuantizeEqualsGgmlBitwise) {
   static const io::SafetensorsFile f =
       io::SafetensorsFile::open(std::string(QKV_FIXTURE_DIR) + "/quant/kquant_cases.safetensors");
@@ -123,33 +129,94 @@ TEST(Quant, QuantizeEqualsGgmlBitwise) {
   std::vector<float> x(xb.size() / 4);
   std::memcpy(x.data(), xb.data(), xb.size());
   const i64 n = static_cast<i64>(x.size());
-  for (QType t : {QType::Q2_K, QType::Q3_K, QType::Q4_K, QType::Q5_K, QType::Q6_K, QType::IQ4_NL, QType::IQ4_XS,
-                  QType::Q8_0, QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1}) {
+  auto check = [&](QType t, const std::vector<float>& in, const std::string& tensor) {
     const QTypeTraits tr = qtype_traits(t);
-    const std::vector<std::uint8_t> want = get(std::string(tr.name) + ".bytes");
-    ASSERT_EQ(static_cast<i64>(want.size()), qtype_row_bytes(t, n)) << tr.name;
+    const i64 m = static_cast<i64>(in.size());
+    const std::vector<std::uint8_t> want = get(tensor);
+    ASSERT_EQ(static_cast<i64>(want.size()), qtype_row_bytes(t, m)) << tensor;
     std::vector<std::uint8_t> got(want.size(), 0xAB);
-    quantize_row(t, x.data(), got.data(), n);
+    quantize_row(t, in.data(), got.data(), m);
     int mismatches = 0;
     for (std::size_t i = 0; i < want.size(); ++i)
       if (got[i] != want[i] && mismatches++ < 5)
-        ADD_FAILURE() << tr.name << " byte " << i % tr.block_bytes << " of block " << i / tr.block_bytes << " (row "
+        ADD_FAILURE() << tensor << " byte " << i % tr.block_bytes << " of block " << i / tr.block_bytes << " (row "
                       << i / tr.block_bytes * tr.block / 256 << " of the input): got " << int(got[i]) << ", ggml "
                       << int(want[i]);
-    EXPECT_EQ(mismatches, 0) << tr.name;
-  }
+    EXPECT_EQ(mismatches, 0) << tensor;
+  };
+  for (QType t : {QType::Q2_K, QType::Q3_K, QType::Q4_K, QType::Q5_K, QType::Q6_K, QType::IQ4_NL, QType::IQ4_XS,
+                  QType::Q8_0, QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1, QType::MXFP4})
+    check(t, x, std::string(qtype_name(t)) + ".bytes");
+  check(QType::MXFP4, read<float>("q.MXFP4.input"), "MXFP4.edges.bytes");
 }
 
-// The k-quants and IQ4 types read back within a fraction of each 256-value block's largest
+// MXFP4's scale 2^(e - 128) for every exponent byte (subnormal below e = 2), and its code values.
+TEST(Quant, Mxfp4ScaleAndCodes) {
+  for (int e = 0; e < 256; ++e)
+    ASSERT_EQ(bits(detail::e8m0_half(static_cast<std::uint8_t>(e))), bits(std::ldexp(1.0f, e - 128))) << e;
+  // Block: e = 130 (d = 4), bytes 1 + j = code j (low nibble, weight j) | code 15 - j (high, weight 16 + j).
+  std::uint8_t b[17] = {130};
+  for (int j = 0; j < 16; ++j) b[1 + j] = static_cast<std::uint8_t>(j | ((15 - j) << 4));
+  const float e2m1[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  float y[32];
+  dequantize_row(QType::MXFP4, b, y, 32);
+  for (int j = 0; j < 16; ++j) {
+    const float lo = (j < 8 ? 1 : -1) * e2m1[j % 8], hi = (j >= 8 ? 1 : -1) * e2m1[(15 - j) % 8];
+    EXPECT_EQ(y[j], 8.0f * lo) << j;  // E2M1 value * 2^(130 - 127)
+    EXPECT_EQ(y[16 + j], 8.0f * hi) << j;
+  }
+  EXPECT_EQ(bits(y[8]), 0u);  // code 8 (E2M1's -0) reads as +0, as ggml's table has it
+}
+
+// Hugging Face's MXFP4 pairs (tests/reference/make_mxfp4_hf_fixture.py): mxfp4_blocks_from_hf writes
+// llama.cpp's repacked bytes, and they read back as transformers' dequantization, bit for bit but
+// for E2M1's -0, which ggml's code 8 reads as +0.
+TEST(Quant, Mxfp4FromHuggingFace) {
+  static const io::SafetensorsFile f =
+      io::SafetensorsFile::open(std::string(QKV_FIXTURE_DIR) + "/quant/mxfp4_hf.safetensors");
+  auto get = [&](const std::string& name) {
+    const io::StTensorInfo& t = f.at(name);
+    std::vector<std::uint8_t> v(t.nbytes());
+    std::memcpy(v.data(), f.data(t), t.nbytes());
+    return v;
+  };
+  const std::vector<std::uint8_t> blocks = get("hf.blocks"), scales = get("hf.scales"), want = get("ggml"),
+                                  vb = get("values");
+  const i64 nb = static_cast<i64>(scales.size());
+  ASSERT_EQ(static_cast<i64>(blocks.size()), 16 * nb);
+  std::vector<std::uint8_t> got(want.size() + 1, 0xAB);
+  mxfp4_blocks_from_hf(blocks.data(), scales.data(), nb, got.data());
+  EXPECT_EQ(got.back(), 0xAB) << "wrote past the blocks";
+  got.pop_back();
+  EXPECT_EQ(got, want);
+  std::vector<float> values(vb.size() / 4), y(values.size());
+  std::memcpy(values.data(), vb.data(), vb.size());
+  dequantize_row(QType::MXFP4, got.data(), y.data(), static_cast<i64>(y.size()));
+  int minus_zero = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    if (bits(values[i]) == 0x80000000u && bits(y[i]) == 0u) {
+      ++minus_zero;
+      continue;
+    }
+    ASSERT_EQ(bits(y[i]), bits(values[i])) << "value " << i << " (block " << i / 32 << "): " << y[i] << " vs "
+                                           << values[i];
+  }
+  EXPECT_GT(minus_zero, 0) << "the fixture should hold E2M1's -0";
+  mxfp4_blocks_from_hf(blocks.data(), scales.data(), 0, nullptr);  // nothing to write
+  EXPECT_THROW(mxfp4_blocks_from_hf(blocks.data(), scales.data(), -1, got.data()), ValueError);
+}
+
+// The k-quants, IQ4 types and MXFP4 read back within a fraction of each 256-value block's largest
 // magnitude (measured on this row: worst ratios Q2_K 0.315, Q3_K 0.220, Q4_K 0.069, Q5_K 0.031,
-// Q6_K 0.016, IQ4_NL 0.081, IQ4_XS 0.091 - about half a quantization step; the bounds leave 1.4x):
+// Q6_K 0.016, IQ4_NL 0.081, IQ4_XS 0.091 - about half a quantization step -, MXFP4 0.143 - half its
+// top step of 4 d between codes 8 and 12, or a clipped amax; the bounds leave 1.4x):
 // the layouts of quantize_row and dequantize_row agree beyond ggml's bytes.
 TEST(Quant, KQuantRoundTripWithinTheirSteps) {
   std::vector<float> x(1024);
   for (int i = 0; i < 1024; ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * (1.0f + static_cast<float>(i % 7));
   const std::pair<QType, double> bounds[] = {{QType::Q2_K, 0.45}, {QType::Q3_K, 0.31},    {QType::Q4_K, 0.1},
                                              {QType::Q5_K, 0.045}, {QType::Q6_K, 0.023}, {QType::IQ4_NL, 0.12},
-                                             {QType::IQ4_XS, 0.13}};
+                                             {QType::IQ4_XS, 0.13}, {QType::MXFP4, 0.2}};
   for (const auto& [t, bound] : bounds) {
     std::vector<std::uint8_t> q(static_cast<std::size_t>(qtype_row_bytes(t, 1024)));
     std::vector<float> y(1024);
@@ -239,6 +306,9 @@ TEST(Quant, ErrorsNameTheTypeAndSize) {
   EXPECT_EQ(ggml_type_name(23), "IQ4_XS");
   EXPECT_EQ(qtype_traits(std::uint32_t{23})->block_bytes, 136);
   EXPECT_EQ(ggml_type_block(39)->block_bytes, 17);  // MXFP4
+  EXPECT_EQ(qtype_traits(std::uint32_t{39})->type, QType::MXFP4);
+  EXPECT_FALSE(qtype_traits(std::uint32_t{40}).has_value());  // NVFP4
+  EXPECT_EQ(qtype_from_name("mxfp4"), QType::MXFP4);
   EXPECT_FALSE(ggml_type_block(31).has_value());
   EXPECT_EQ(ggml_type_name(1000), "type 1000");
   // The table of the types qkv computes with agrees with GGML's.

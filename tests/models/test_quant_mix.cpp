@@ -1,5 +1,6 @@
 // models::quant_mix_types (models/quant_mix.h) against llama-quantize itself: the type it gave
-// every tensor of two shape-only models for every file type qkv writes
+// every tensor of three shape-only models (one of them a mixture of experts) for every file type qkv
+// writes
 // (tests/reference/make_quant_mix_fixtures.py -> tests/fixtures/quant/quant_mix.json).
 #include <gtest/gtest.h>
 
@@ -33,7 +34,7 @@ QType type_named(const std::string& name) {
 
 TEST(QuantMix, EveryTensorOfEveryMixAsLlamaQuantize) {
   const nlohmann::json j = fixture();
-  ASSERT_EQ(j["models"].size(), 2u);
+  ASSERT_EQ(j["models"].size(), 3u);
   int mixes = 0;
   for (const auto& m : j["models"]) {
     const QuantMixModel model{m["model"]["arch"], m["model"]["n_layer"], m["model"]["n_head"], m["model"]["n_head_kv"],
@@ -56,7 +57,7 @@ TEST(QuantMix, EveryTensorOfEveryMixAsLlamaQuantize) {
       ++mixes;
     }
   }
-  EXPECT_EQ(mixes, 2 * 20);
+  EXPECT_EQ(mixes, 3 * 21);
 }
 
 // The order the tensors come in does not matter: llama.cpp counts attn_v / ffn_down in its own.
@@ -88,9 +89,33 @@ TEST(QuantMix, NamesAsLlamaQuantizeSpellsThem) {
   EXPECT_EQ(llama_ftype_default_type(LlamaFtype::Q5_K_S), QType::Q5_K);
   EXPECT_EQ(llama_ftype_of_type(QType::Q4_K), LlamaFtype::Q4_K_M);
   EXPECT_EQ(llama_ftype_of_type(QType::IQ4_NL), LlamaFtype::IQ4_NL);
+  EXPECT_EQ(llama_ftype_from_name("mxfp4_moe"), LlamaFtype::MXFP4_MOE);
+  EXPECT_EQ(static_cast<std::uint32_t>(LlamaFtype::MXFP4_MOE), 38u);
+  EXPECT_EQ(llama_ftype_default_type(LlamaFtype::MXFP4_MOE), QType::MXFP4);
+  EXPECT_EQ(llama_ftype_of_type(QType::MXFP4), LlamaFtype::MXFP4_MOE);
   const std::string names = llama_ftype_names();
-  for (const char* n : {"f32", "q4_k_m", "q3_k_l", "iq4_nl", "q4_k", "q5_k"})
+  for (const char* n : {"f32", "q4_k_m", "q3_k_l", "iq4_nl", "mxfp4_moe", "q4_k", "q5_k"})
     EXPECT_NE(names.find(n), std::string::npos) << names;
+}
+
+// MXFP4_MOE beyond the fixture's llama-shaped mixture (llama.cpp's rule, src/llama-quant.cpp): a
+// tensor is an expert's for its third dim above 1, not for its name; rows that are not a multiple of
+// 32 fall back to F16; bailingmoe3's 3-D tensors other than the FFN's (its MLA projections) get Q8_0.
+TEST(QuantMix, Mxfp4MoeTakesTheExpertsByTheirShape) {
+  const QuantMixModel moe{"qwen3moe", 2, 4, 1, 4};
+  const std::vector<QuantMixTensor> ts = {{"blk.0.ffn_up_exps.weight", {256, 64, 4}, QType::BF16},
+                                          {"blk.0.ffn_up_exps.weight", {256, 64, 1}, QType::BF16},
+                                          {"blk.0.ffn_down_exps.weight", {48, 256, 4}, QType::BF16},
+                                          {"blk.1.attn_k_b.weight", {64, 32, 4}, QType::BF16},
+                                          {"blk.1.ffn_norm.weight", {256}, QType::F32}};
+  const std::vector<QType> got = quant_mix_types(LlamaFtype::MXFP4_MOE, moe, ts);
+  EXPECT_EQ(got, (std::vector<QType>{QType::MXFP4, QType::Q8_0, QType::F16, QType::MXFP4, QType::F32}));
+  const QuantMixModel bailing{"bailingmoe3", 2, 4, 1, 4};
+  const std::vector<QType> b = quant_mix_types(LlamaFtype::MXFP4_MOE, bailing, ts);
+  EXPECT_EQ(b, (std::vector<QType>{QType::MXFP4, QType::Q8_0, QType::F16, QType::Q8_0, QType::F32}));
+  // --pure: every quantized tensor MXFP4 (the fallback aside).
+  EXPECT_EQ(quant_mix_types(LlamaFtype::MXFP4_MOE, moe, ts, true),
+            (std::vector<QType>{QType::MXFP4, QType::MXFP4, QType::F16, QType::MXFP4, QType::F32}));
 }
 
 // An expert model's tensors are placed by their layer number, which must be in the name.

@@ -22,7 +22,9 @@ Tensors:
   input          F32  [3584]: 14 rows of 256 values (one long row to ggml: every type's blocks are
                       independent), each a case below; all finite
   <TYPE>.bytes   U8   ggml's blocks of `input`, TYPE in Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS
-                      Q8_0 Q4_0 Q4_1 Q5_0 Q5_1
+                      Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 MXFP4
+  MXFP4.edges.bytes  U8  ggml's MXFP4 blocks of make_quant_fixtures.py's MXFP4 rows (its
+                      mxfp4_cases(), stored there as q.MXFP4.input: the format's edge cases)
 Cases (a row of 256 each): normal noise at scales 1 (two rows), 1e-3, 37 with outliers (1e4, -3e3),
 3e4; zeros; a constant, a negative constant; tiny values (1e-9: half scales underflow) and values
 below ggml's GROUP_MAX_EPS (1e-17: its all-zero branches); sub-blocks of zeros, of 1e-17 and of a
@@ -52,6 +54,7 @@ TYPES = {
     "Q4_1": (3, 32, 20, "quantize_row_q4_1_ref"),
     "Q5_0": (6, 32, 22, "quantize_row_q5_0_ref"),
     "Q5_1": (7, 32, 24, "quantize_row_q5_1_ref"),
+    "MXFP4": (39, 32, 17, "quantize_row_mxfp4_ref"),
 }
 
 
@@ -105,6 +108,12 @@ def main():
             f(xp, again.ctypes.data_as(ctypes.c_void_p), x.size)
             assert np.array_equal(again, out), name
         tensors[f"{name}.bytes"] = out
+    from make_quant_fixtures import mxfp4_cases  # beside this script
+    e = np.ascontiguousarray(mxfp4_cases()[1], dtype=np.float32)
+    out = np.zeros(e.size // 32 * 17, dtype=np.uint8)
+    written = chunk(39, e.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(ctypes.c_void_p), 0, 1, e.size, None)
+    assert written == out.size
+    tensors["MXFP4.edges.bytes"] = out
     save_file(tensors, OUT, metadata={"generator": "ggml_quantize_chunk of " + os.path.realpath(LIB)})
     print(OUT, os.path.getsize(OUT), "bytes")
 

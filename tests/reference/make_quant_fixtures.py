@@ -22,6 +22,11 @@ The C++ test compares bit patterns; the one place where numpy's own NaN payload 
 function of the inputs (an addition of two NaNs, whose result numpy takes from either operand
 depending on the array's length) is described there.
 
+MXFP4 (added later, from a generator of its own): random blocks and edge blocks whose exponent
+bytes e are 0, 1, 2 (subnormal and smallest normal scales), 127, 128, 253, 254 and 255 (2^127:
+the largest codes overflow to inf), each holding all 16 codes; its quantization inputs are
+mxfp4_quant_rows() below.
+
 Quantization inputs are finite: numpy casts NaN to an integer through undefined behaviour.
 Edge blocks: zeros, a constant, values whose scaled quotients are exact ties (x.5), the largest
 magnitude negative, two largest magnitudes of opposite sign, magnitudes that overflow a half
@@ -128,6 +133,58 @@ def deq_case_small(rng, name):
     return np.stack(raw).reshape(-1)
 
 
+def mxfp4_deq_case(rng):
+    """MXFP4: 8 random blocks, then blocks of every code (low nibbles 0..15 over the 16 bytes, high
+    nibbles 15..0) under the exponents of the format's ends and middle."""
+    raw = [rng.integers(0, 256, size=17, dtype=np.uint8) for _ in range(8)]
+    codes = (np.arange(16) | ((15 - np.arange(16)) << 4)).astype(np.uint8)
+    for e in [0, 1, 2, 127, 128, 253, 254, 255]:
+        raw.append(np.concatenate([np.array([e], np.uint8), codes]))
+    return np.stack(raw).reshape(-1)
+
+
+def mxfp4_quant_rows(rng):
+    """Blocks of 32 finite floats for MXFP4's quantizer: noise of several magnitudes; zeros, -0 and
+    both; constants; every code exactly (kvalues / 2: amax 6, e = 127); values halfway between
+    neighbouring codes (ties: the first code wins); amax exactly at and one ulp below powers of two
+    (floor(log2 amax) moves there); the largest floats (e = 252); amax 2^-125, 2^-124, 2^-123 (e =
+    0, 1, 2) and below (floor(log2 amax) - 2 + 127 < 0: the float -> uint8 cast wraps around to
+    255, 254, ..., 232, a scale of up to 2^127 that rounds every value to code 0)."""
+    f32 = np.float32
+    kv = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], f32)
+    rows = [(rng.standard_normal(32) * s).astype(f32) for s in [1.0, 1e-3, 37.0, 3e4, 1e-30, 1e20]]
+    rows.append(np.zeros(32, f32))
+    rows.append(np.full(32, -0.0, f32))
+    b = rng.standard_normal(32).astype(f32)
+    b[::2] = -0.0
+    rows.append(b)
+    rows.append(np.full(32, 0.75, f32))
+    rows.append(np.full(32, -3.0, f32))
+    rows.append(rng.permutation(np.concatenate([kv, kv])) * f32(0.5))
+    mids = (kv[:7] + kv[1:8]) / 2 * f32(0.5)  # between codes i and i + 1 (d = 0.5)
+    rows.append(np.concatenate([[6.0], mids, -mids, mids * f32(1.0000001), -mids * f32(0.9999999),
+                                [-6.0, 0.1, 0.2]]).astype(f32))
+    for amax in [1.0, 2.0, 4.0, 8.0, 0.5, 1024.0, 1.5, 6.0]:
+        for v in [amax, np.nextafter(f32(amax), f32(0))]:
+            b = (rng.uniform(-1, 1, 32) * f32(v) * f32(0.9)).astype(f32)
+            b[int(rng.integers(0, 32))] = -v if amax == 8.0 else v
+            rows.append(b)
+    rows.append(np.array([3.4028235e38, -3e38, 1e38] + [1e37] * 29, f32))
+    for amax in [2.0**-125, 2.0**-124, 2.0**-123, 2.0**-126, 1.5 * 2.0**-127, 2.0**-128, 1e-40, 1e-45]:
+        b = (rng.uniform(-1, 1, 32) * amax).astype(f32)
+        b[5] = f32(amax)
+        rows.append(b)
+    return np.concatenate(rows).astype(f32)
+
+
+def mxfp4_cases():
+    """MXFP4's dequantization bytes and quantization rows (make_kquant_fixtures.py has ggml
+    quantize the same rows)."""
+    rng = np.random.default_rng(20261207)
+    raw = mxfp4_deq_case(rng)
+    return raw, mxfp4_quant_rows(rng)
+
+
 def quant_inputs(rng, name):
     block = 32 if name.startswith("Q") else 1
     rows = []
@@ -192,6 +249,11 @@ def main():
             assert values.size * MORE_TYPES[name][1] == raw.size * MORE_TYPES[name][0], name
             tensors[f"deq.{name}.bytes"] = raw
             tensors[f"deq.{name}.values"] = values
+        raw, x = mxfp4_cases()
+        tensors["deq.MXFP4.bytes"] = raw
+        tensors["deq.MXFP4.values"] = np.asarray(dequantize(raw, T.MXFP4), dtype=np.float32).reshape(-1)
+        tensors["q.MXFP4.input"] = x
+        tensors["q.MXFP4.bytes"] = np.asarray(quantize(x, T.MXFP4)).reshape(-1).view(np.uint8).copy()
     os.makedirs(OUT_DIR, exist_ok=True)
     import gguf  # noqa: F401  (version in the metadata)
     from importlib.metadata import version

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/quant/quant_mix.json: the GGML type llama-quantize gives every tensor of
-two small shape-only models for each file type qkv writes (Q2_K, Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M,
-Q6_K, IQ4_NL, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F16, BF16, F32, and Q4_K_M --pure), for
+three small shape-only models for each file type qkv writes (Q2_K, Q3_K_S/M/L, Q4_K_S/M, Q5_K_S/M,
+Q6_K, IQ4_NL, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F16, BF16, F32, MXFP4_MOE, and Q4_K_M --pure), for
 tests/models/test_quant_mix.cpp (qkv's models::quant_mix_types must give the same type to every
 tensor of every mix).
 
@@ -20,6 +20,9 @@ the choice, the names, shapes and hyper-parameters do), written to a temporary f
   tied:  4 layers, n_embd 576 (SmolLM2's: rows of 576 are not a multiple of 256, so the k-quants
          fall back to 32-value types), n_ff 512, 9 heads and 3 key/value heads (n_gqa 3), vocab
          256, tied embeddings (no output.weight)
+  moe:   2 layers, n_embd 256, 4 heads and 2 key/value heads, vocab 320, an output.weight of its
+         own, and a mixture of 4 experts (2 used) of n_ff 128 in place of the FFN: the router
+         ffn_gate_inp (F32) and the 3-D ffn_{gate,up,down}_exps, which MXFP4_MOE makes MXFP4
 JSON: {"llama_cpp": commit, "models": [{"name", "model": {arch, n_layer, n_head, n_head_kv,
 n_expert}, "tensors": [{"name", "dims" (GGUF order), "type" (as written)}], "mixes": {"Q4_K_M":
 [type of each tensor, in "tensors" order], ..., "Q4_K_M --pure": [...]}}]}.
@@ -46,10 +49,11 @@ QUANTIZE = os.environ.get("LLAMA_QUANTIZE", "/root/peers/llama.cpp-build/bin/lla
 COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 
 MIXES = ["Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS",
-         "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "F16", "BF16", "F32"]
+         "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "F16", "BF16", "F32", "MXFP4_MOE"]
 MODELS = [
     dict(name="gqa4", n_layer=16, n_embd=256, n_ff=512, n_head=4, n_head_kv=1, vocab=320, tied=False),
     dict(name="tied", n_layer=4, n_embd=576, n_ff=512, n_head=9, n_head_kv=3, vocab=256, tied=True),
+    dict(name="moe", n_layer=2, n_embd=256, n_ff=128, n_head=4, n_head_kv=2, vocab=320, tied=False, n_expert=4),
 ]
 
 
@@ -65,6 +69,10 @@ def write_model(path, m, rng):
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(10000.0)
     w.add_vocab_size(m["vocab"])
+    X = m.get("n_expert", 0)
+    if X:
+        w.add_expert_count(X)
+        w.add_expert_used_count(2)
     w.add_file_type(1)
     E, F, V = m["n_embd"], m["n_ff"], m["vocab"]
     D = E // m["n_head"]
@@ -86,14 +94,20 @@ def write_model(path, m, rng):
         mat(p + "attn_v.weight", KV, E)
         mat(p + "attn_output.weight", E, E)
         vec(p + "ffn_norm.weight", E)
-        mat(p + "ffn_gate.weight", F, E)
-        mat(p + "ffn_up.weight", F, E)
-        mat(p + "ffn_down.weight", E, F)
+        if X:
+            order.append((p + "ffn_gate_inp.weight", (X, E), np.float32))
+            order.append((p + "ffn_gate_exps.weight", (X, F, E), np.float16))
+            order.append((p + "ffn_up_exps.weight", (X, F, E), np.float16))
+            order.append((p + "ffn_down_exps.weight", (X, E, F), np.float16))
+        else:
+            mat(p + "ffn_gate.weight", F, E)
+            mat(p + "ffn_up.weight", F, E)
+            mat(p + "ffn_down.weight", E, F)
     vec("output_norm.weight", E)
     if not m["tied"]:
         mat("output.weight", V, E)
     for name, shape, dtype in order:
-        x = (rng.standard_normal(shape) * (0.02 if len(shape) == 2 else 1.0)).astype(dtype)
+        x = (rng.standard_normal(shape) * (0.02 if len(shape) >= 2 else 1.0)).astype(dtype)
         w.add_tensor(name, x)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -154,7 +168,7 @@ def main():
             out["models"].append({
                 "name": m["name"],
                 "model": {"arch": "llama", "n_layer": m["n_layer"], "n_head": m["n_head"], "n_head_kv": m["n_head_kv"],
-                          "n_expert": 0},
+                          "n_expert": m.get("n_expert", 0)},
                 "tensors": [{"name": n, "dims": d, "type": t} for n, d, t in tensors],
                 "mixes": mixes,
             })

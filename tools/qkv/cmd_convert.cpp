@@ -127,10 +127,11 @@ QKV_TOOL_COMMAND(convert, {
           "OUT ending in .gguf: writes " + role_needs(models::ModelRole::CausalLM) + " as GGUF v3 with the "
           "names, metadata and layouts of llama.cpp's converter (llama.cpp and gguf-py load it), the tokenizer and "
           "chat template included. --type names a file type as llama-quantize does (f32, f16, bf16, q8_0, q4_0, q4_1, "
-          "q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs; q3_k, q4_k "
-          "and q5_k are its aliases of the _m mixes) and gives every tensor the type llama-quantize gives it in such a "
-          "file (q4_k_m: Q6_K for the output and for attn_v and ffn_down in about half the layers, Q4_K for the rest, "
-          "a 32-value type where rows are not a multiple of 256; norms stay F32), each block quantized as ggml "
+          "q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs, mxfp4_moe; "
+          "q3_k, q4_k and q5_k are its aliases of the _m mixes) and gives every tensor the type llama-quantize gives it "
+          "in such a file (q4_k_m: Q6_K for the output and for attn_v and ffn_down in about half the layers, Q4_K for "
+          "the rest, a 32-value type where rows are not a multiple of 256; mxfp4_moe: MXFP4 for the experts, Q8_0 for "
+          "the other matrices; norms stay F32), each block quantized as ggml "
           "quantizes it, and sets general.file_type; --pure gives every quantized tensor the file type's main type "
           "(llama-quantize --pure). Default: as stored (a family may set its own). Quantized weights are dequantized "
           "and quantized again. Written atomically.\n"
@@ -147,7 +148,8 @@ QKV_TOOL_COMMAND(convert, {
       sub.add_option("--out", opt->out, "Folder to write, or a .gguf file")->type_name("PATH")->required();
       sub.add_option("--type", opt->type,
                      "GGUF output: a llama-quantize file type (f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | "
-                     "q2_k | q3_k_s | q3_k_m | q3_k_l | q4_k_s | q4_k_m | q5_k_s | q5_k_m | q6_k | iq4_nl | iq4_xs)");
+                     "q2_k | q3_k_s | q3_k_m | q3_k_l | q4_k_s | q4_k_m | q5_k_s | q5_k_m | q6_k | iq4_nl | iq4_xs | "
+                     "mxfp4_moe)");
       sub.add_flag("--pure", opt->pure, "With --type: every quantized tensor the type's main type (llama-quantize --pure)");
       add_overwrite_flag(sub, opt->overwrite, "--out");
       return [opt] { return run_convert(*opt, std::cout); };

@@ -1,7 +1,7 @@
 // qkv inspect FILE.gguf: the header, every metadata key (type and value; long arrays and
 // strings shortened unless --full) and the tensor table (name, type, shape in PyTorch order,
 // elements, bytes, offset), read header-only by qkv::io::GGUFFile::open_header. Tensors of every
-// GGML type are listed; a type qkv does not compute with (IQ2_XXS, MXFP4, ...) is marked "*" (in
+// GGML type are listed; a type qkv does not compute with (IQ2_XXS, NVFP4, ...) is marked "*" (in
 // --json, "computable": false).
 #include <cstdio>
 #include <map>

@@ -21,7 +21,7 @@
 // is not a multiple of the type's block, an offset that is not aligned, tensors that overlap or
 // leave a hole beyond the alignment padding, data past the end of the file (truncated) or bytes
 // after the last tensor's padding. Tensors of any GGML type are read and listed, those qkv does
-// not compute with (IQ2_XXS, MXFP4, ...) included; their data is refused (data(), view(): a
+// not compute with (IQ2_XXS, NVFP4, ...) included; their data is refused (data(), view(): a
 // FormatError naming the tensor, its type and the types qkv computes with), so a model holding one
 // fails to load with that message.
 //
@@ -120,7 +120,7 @@ struct GGUFKeyValue {
 struct GGUFTensorInfo {
   std::string name;
   // The GGML type as stored: any GGML type id (kernels::ggml_type_block knows its blocks), one of
-  // the types qkv computes with (kernels/quant.h) or not (IQ2_XXS, MXFP4, ...: computable() false,
+  // the types qkv computes with (kernels/quant.h) or not (IQ2_XXS, NVFP4, ...: computable() false,
   // and qtype_traits(type) has nothing for it).
   kernels::QType type = kernels::QType::F32;
   std::vector<std::int64_t> dims;  // as stored, innermost first: dims[0] is the row length

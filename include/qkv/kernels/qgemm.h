@@ -25,7 +25,7 @@
 // panel by panel into integer codes (w = s * code + o per scale block of 32, or 16 for Q2_K, Q3_K
 // and Q6_K), and each scale block contributes s * d_a * (codes . q_a) + o * d_a * sum(q_a), with
 // AVX-512 VNNI (vpdpbusd), AVX2 (vpmaddubsw) or plain integer loops. It applies to the block types
-// (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) above the decode
+// (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4) above the decode
 // path's rows, and to every M (a decode row too, rows_alone too) for the types qgemm_q8_every_m
 // names: those the ISA unpacks with vectors (AVX2 and AVX-512 VNNI: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K
 // and Q6_K), where the integer products beat the exact decode path even for one row. Every element

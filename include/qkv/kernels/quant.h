@@ -19,6 +19,9 @@
 //   IQ4_NL 32 18   { f16 d; u8 q[16]; }                          w = d * kIQ4NL[nibble]
 //   IQ4_XS 256 136 { f16 d; u16 scales_h; u8 scales_l[4]; u8 q[128]; }  8 sub-blocks of 32
 //                  w = d * (6-bit scale - 32) * kIQ4NL[nibble]
+//   MXFP4  32 17   { u8 e; u8 q[16]; }                           w = kMXFP4[nibble] * 2^(e - 128)
+//                  (e an E8M0 exponent; kMXFP4 the FP4 E2M1 values doubled, so the scale is
+//                  halved: ggml's GGML_E8M0_TO_FP32_HALF, a subnormal float for e < 2)
 // (In Q2_K / Q3_K weight 128h + 32s + l has the 2 bits (qs[32h + l] >> 2s) & 3, and Q3_K's high
 // bit is bit (128h + 32s + l) / 32 of hmask[l]. In IQ4_XS sub-block j's 32 weights are laid out as
 // an IQ4_NL block's 32 nibbles, at q + 16 j.)
@@ -54,6 +57,7 @@ enum class QType : std::uint32_t {
   IQ4_NL = 20,
   IQ4_XS = 23,
   BF16 = 30,
+  MXFP4 = 39,
 };
 
 struct QTypeTraits {
@@ -65,9 +69,12 @@ struct QTypeTraits {
 
 // The 16 values of the non-linear 4-bit types (IQ4_NL, IQ4_XS): ggml's kvalues_iq4nl.
 inline constexpr std::int8_t kIQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// The 16 values of MXFP4's codes: the FP4 E2M1 numbers (sign bit 3; 0, 0.5, 1, 1.5, 2, 3, 4, 6)
+// doubled, ggml's kvalues_mxfp4 (code 8, E2M1's -0, is 0).
+inline constexpr std::int8_t kMXFP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 // The traits of a type id read from a file, or nullopt when qkv does not compute with it (ids of
-// GGML types qkv does not support, such as IQ2_XXS or MXFP4, included: see ggml_type_block).
+// GGML types qkv does not support, such as IQ2_XXS or NVFP4, included: see ggml_type_block).
 std::optional<QTypeTraits> qtype_traits(std::uint32_t id);
 QTypeTraits qtype_traits(QType t);
 const char* qtype_name(QType t);
@@ -94,7 +101,18 @@ void dequantize_row(QType t, const void* src, float* dst, std::int64_t n);
 // src [n] float32 -> dst: qtype_row_bytes(t, n) bytes, every type. The k-quants (Q2_K .. Q6_K)
 // and the IQ4 types give bitwise what ggml writes for them without an importance matrix (what
 // llama-quantize writes; their inputs must be finite); the others bitwise gguf-py's (which equal
-// ggml's on finite values).
+// ggml's on finite values; MXFP4 both, ggml's quantize_row_mxfp4_ref).
 void quantize_row(QType t, const float* src, void* dst, std::int64_t n);
+
+// Hugging Face's MXFP4 checkpoints (gpt-oss: `*_blocks` uint8 [..., G, 16] and `*_scales` uint8
+// [..., G]) -> ggml's MXFP4 blocks, as llama.cpp's converter repacks them:
+//   blocks [n_blocks][16]: byte i holds weight 2i (low nibble) and 2i + 1 (high nibble), codes in
+//                          kMXFP4's order (the E2M1 bit patterns)
+//   scales [n_blocks]:     E8M0 exponents s, w = E2M1(code) * 2^(s - 127)
+//   out    n_blocks * 17 bytes of MXFP4 blocks: e = s, the nibbles reordered (weights 0..15 low,
+//          16..31 high)
+// so dequantize_row(MXFP4, out) gives transformers' dequantization of the pair (E2M1 * 2^(s-127)
+// = kMXFP4 * 2^(s-128)), except that E2M1's -0 (code 8) reads as +0.
+void mxfp4_blocks_from_hf(const std::uint8_t* blocks, const std::uint8_t* scales, std::int64_t n_blocks, void* out);
 
 }  // namespace qkv::kernels

@@ -37,6 +37,7 @@ enum class LlamaFtype : std::uint32_t {
   IQ4_NL = 25,
   IQ4_XS = 30,
   BF16 = 32,
+  MXFP4_MOE = 38,  // the experts (3-D tensors) MXFP4, the other matrices Q8_0
 };
 
 // llama-quantize's name of a file type ("Q4_K_M", "F16").
