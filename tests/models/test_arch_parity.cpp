@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -28,7 +29,9 @@
 #include "qkv/core/error.h"
 #include "qkv/infer/generate.h"
 #include "qkv/infer/kv_cache.h"
+#include "qkv/io/safetensors.h"
 #include "qkv/io/tensors.h"
+#include "qkv/kernels/quant.h"
 #include "qkv/models/decoder_io.h"
 #include "decoder_parity_util.h"
 #include "testing/fixture.h"
@@ -231,6 +234,105 @@ TEST(GptOss, ClampedSwiGluMatchesTransformersAtALimitTheValuesReach) {
     moved = std::max(moved, qkv::max_abs_diff(got, prompt_logits(*m, prompts[i]).to(qkv::DType::F64).select(0, last)));
   }
   EXPECT_GT(moved, 0.5 * check["max_logit_change"].get<double>()) << "the clamp must bite";
+}
+
+// gpt-oss as OpenAI publishes it: a folder whose experts are MXFP4 pairs (*_blocks [E, rows, G, 16]
+// with weights 2i and 2i + 1 in byte i's nibbles, *_scales [E, rows, G]; gate and up rows
+// interleaved in gate_up_proj). Made here from gpt_oss.gguf (MXFP4 experts by llama-quantize):
+// its expert blocks rewritten in that layout, every other tensor dequantized to float32. Read
+// back, the experts are the GGUF's blocks and the logits the GGUF's.
+TEST(GptOss, MxFp4ExpertsOfAFolderAsPublishedAreTheGgufs) {
+  namespace fs = std::filesystem;
+  using qkv::kernels::QMatrix;
+  using qkv::kernels::QType;
+  const auto g = qkv::models::load_decoder(model_path("gpt_oss_gguf"));
+  const qkv::models::DecoderSpec& c = g->spec();
+  const qkv::models::DecoderWeights& w = g->weights();
+  const i64 E = c.moe.experts, F = c.moe.expert_ff, C = c.hidden_size;
+  ASSERT_EQ(w.layers[0].expert_gate[0].type, QType::MXFP4);
+  std::vector<std::vector<std::uint8_t>> store;  // the tensors' bytes, alive until written
+  std::vector<qkv::io::StTensorView> views;
+  auto add = [&](const std::string& name, qkv::io::StDType dt, qkv::Shape shape, std::vector<std::uint8_t> bytes) {
+    store.push_back(std::move(bytes));
+    views.push_back({name, dt, std::move(shape), store.back().data(), store.back().size()});
+  };
+  auto floats = [&](const std::string& name, qkv::Shape shape, const float* v) {
+    i64 n = 1;
+    for (i64 d : shape) n *= d;
+    std::vector<std::uint8_t> b(static_cast<std::size_t>(n) * 4);
+    std::memcpy(b.data(), v, b.size());
+    add(name, qkv::io::StDType::F32, std::move(shape), std::move(b));
+  };
+  auto matrix = [&](const std::string& name, const QMatrix& m) {
+    std::vector<float> f(static_cast<std::size_t>(m.rows * m.cols));
+    for (i64 r = 0; r < m.rows; ++r)
+      qkv::kernels::dequantize_row(m.type, static_cast<const std::uint8_t*>(m.data) + r * m.row_bytes, f.data() + r * m.cols,
+                                   m.cols);
+    floats(name, {m.rows, m.cols}, f.data());
+  };
+  // Expert matrices (rows of MXFP4 blocks) -> the published pair; `mats` interleaved by rows.
+  auto pair = [&](const std::string& name, const std::vector<const std::vector<QMatrix>*>& mats) {
+    const QMatrix& m0 = (*mats[0])[0];
+    const i64 rows = m0.rows * static_cast<i64>(mats.size()), G = m0.cols / 32;
+    std::vector<std::uint8_t> blocks, scales;
+    for (i64 e = 0; e < E; ++e)
+      for (i64 r = 0; r < rows; ++r) {
+        const QMatrix& m = (*mats[static_cast<std::size_t>(r % static_cast<i64>(mats.size()))])[static_cast<std::size_t>(e)];
+        const auto* row = static_cast<const std::uint8_t*>(m.data) + (r / static_cast<i64>(mats.size())) * m.row_bytes;
+        for (i64 b = 0; b < G; ++b) {
+          const std::uint8_t* blk = row + b * 17;  // { e; qs[16]: weight j low, j + 16 high }
+          scales.push_back(blk[0]);
+          auto code = [&](int j) { return j < 16 ? blk[1 + j] & 0x0F : blk[1 + j - 16] >> 4; };
+          for (int i = 0; i < 16; ++i) blocks.push_back(static_cast<std::uint8_t>(code(2 * i) | code(2 * i + 1) << 4));
+        }
+      }
+    add(name + "_blocks", qkv::io::StDType::U8, {E, rows, G, 16}, std::move(blocks));
+    add(name + "_scales", qkv::io::StDType::U8, {E, rows, G}, std::move(scales));
+  };
+  matrix("model.embed_tokens.weight", w.embed);
+  matrix("lm_head.weight", w.lm_head);
+  floats("model.norm.weight", {C}, w.norm);
+  for (i64 l = 0; l < c.num_layers(); ++l) {
+    const auto& L = w.layers[static_cast<std::size_t>(l)];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    for (const auto& [n, lin] : {std::pair{"q_proj", &L.q}, {"k_proj", &L.k}, {"v_proj", &L.v}, {"o_proj", &L.o}}) {
+      matrix(p + "self_attn." + n + ".weight", lin->w);
+      floats(p + "self_attn." + n + ".bias", {lin->w.rows}, lin->bias);
+    }
+    floats(p + "self_attn.sinks", {c.num_heads}, L.sinks);
+    floats(p + "input_layernorm.weight", {C}, L.attn_norm);
+    floats(p + "post_attention_layernorm.weight", {C}, L.ffn_norm);
+    matrix(p + "mlp.router.weight", L.router.w);
+    floats(p + "mlp.router.bias", {E}, L.router.bias);
+    pair(p + "mlp.experts.gate_up_proj", {&L.expert_gate, &L.expert_up});
+    pair(p + "mlp.experts.down_proj", {&L.expert_down});
+    std::vector<float> gub(static_cast<std::size_t>(E * 2 * F));
+    for (i64 e = 0; e < E; ++e)
+      for (i64 j = 0; j < F; ++j) {
+        gub[static_cast<std::size_t>(e * 2 * F + 2 * j)] = L.expert_gate_bias[e * F + j];
+        gub[static_cast<std::size_t>(e * 2 * F + 2 * j + 1)] = L.expert_up_bias[e * F + j];
+      }
+    floats(p + "mlp.experts.gate_up_proj_bias", {E, 2 * F}, gub.data());
+    floats(p + "mlp.experts.down_proj_bias", {E, C}, L.expert_down_bias);
+  }
+  const fs::path dir = fs::path(::testing::TempDir()) / "qkv_gpt_oss_mxfp4_folder";
+  fs::create_directories(dir);
+  fs::copy_file(model_path("gpt_oss") + "/config.json", dir / "config.json", fs::copy_options::overwrite_existing);
+  qkv::io::write_safetensors((dir / "model.safetensors").string(), views);
+  const auto f = qkv::models::load_decoder(dir.string());
+  for (const auto* list : {&f->weights().layers[1].expert_gate, &f->weights().layers[1].expert_down})
+    for (const QMatrix& m : *list) EXPECT_EQ(m.type, QType::MXFP4);
+  for (i64 l = 0; l < c.num_layers(); ++l)
+    for (i64 e = 0; e < E; ++e)
+      for (const auto& [a, b] : {std::pair{&w.layers[l].expert_up, &f->weights().layers[l].expert_up},
+                                 {&w.layers[l].expert_down, &f->weights().layers[l].expert_down}}) {
+        const QMatrix& x = (*a)[static_cast<std::size_t>(e)];
+        const QMatrix& y = (*b)[static_cast<std::size_t>(e)];
+        EXPECT_EQ(std::memcmp(x.data, y.data, static_cast<std::size_t>(x.rows * x.row_bytes)), 0) << "layer " << l << " expert " << e;
+      }
+  for (const auto& ids : prompts_of("gpt_oss_gguf"))
+    EXPECT_LE(qkv::max_abs_diff(prompt_logits(*f, ids), prompt_logits(*g, ids)), 1e-4);
+  fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ArchParity, ::testing::ValuesIn(variants()),

@@ -20,6 +20,7 @@
 #include "../hf_json.h"
 #include "common.h"
 #include "qkv/core/error.h"
+#include "qkv/kernels/quant.h"
 
 namespace qkv::models {
 namespace {
@@ -74,18 +75,52 @@ void convert_experts(std::map<std::string, FolderTensor>& t, std::vector<std::sh
   auto elem = [](const FolderTensor& f) { return static_cast<i64>(*f.qtype == kernels::QType::F32 ? 4 : 2); };
   for (i64 l = 0; l < c.num_layers(); ++l) {
     const std::string p = fmt::format("model.layers.{}.mlp.experts.", l);
-    if (t.count(p + "gate_up_proj_blocks") || t.count(p + "down_proj_blocks"))
-      throw FormatError(fmt::format("{}: {}*_blocks: experts stored in MXFP4 blocks are not read from a folder yet "
-                                    "(convert the model to GGUF with llama.cpp's converter, which keeps them MXFP4)",
-                                    source, p));
-    const FolderTensor gu = take(p + "gate_up_proj", {E, C, 2 * Fe});
-    const auto* g = static_cast<const std::uint8_t*>(gu.data);
-    t[p + "gate_proj"] = {gu.qtype, owned(experts_transposed(g, E, C, 2 * Fe, elem(gu), 0, 2)), {E, Fe, C}, gu.dtype};
-    t[p + "up_proj"] = {gu.qtype, owned(experts_transposed(g, E, C, 2 * Fe, elem(gu), 1, 2)), {E, Fe, C}, gu.dtype};
-    const FolderTensor dn = take(p + "down_proj", {E, Fe, C});
-    t[p + "down_proj"] = {dn.qtype, owned(experts_transposed(static_cast<const std::uint8_t*>(dn.data), E, Fe, C,
-                                                             elem(dn), 0, 1)),
-                          {E, C, Fe}, dn.dtype};
+    if (t.count(p + "gate_up_proj_blocks")) {  // MXFP4 (the published checkpoints)
+      if (C % 32 || Fe % 32)
+        throw FormatError(fmt::format("{}: MXFP4 experts need hidden_size and intermediate_size multiples of 32, got "
+                                      "{} and {}", source, C, Fe));
+      // Rows of `n` weights, from the pair (blocks [rows, n / 32, 16], scales [rows, n / 32]) as
+      // ggml's MXFP4 rows, every `step`-th row from `first` on.
+      auto mxfp4 = [&](const std::string& name, i64 rows, i64 n, i64 first, i64 step) {
+        const FolderTensor& b = t.at(name + "_blocks");
+        const FolderTensor& sc = t.at(name + "_scales");
+        const i64 G = n / 32, out_rows = E * rows / step;
+        std::vector<std::uint8_t> out(static_cast<std::size_t>(out_rows * G * 17));
+        for (i64 r = 0; r < out_rows; ++r) {
+          const i64 src = first + r * step;  // (expert e's rows are rows e * rows .. of all)
+          kernels::mxfp4_blocks_from_hf(static_cast<const std::uint8_t*>(b.data) + src * G * 16,
+                                        static_cast<const std::uint8_t*>(sc.data) + src * G, G,
+                                        out.data() + r * G * 17);
+        }
+        return owned(std::move(out));
+      };
+      for (const auto& [name, rows, n] : {std::tuple{p + "gate_up_proj", 2 * Fe, C}, {p + "down_proj", C, Fe}}) {
+        for (const auto& [suffix, shape] : {std::pair{"_blocks", Shape{E, rows, n / 32, 16}}, {"_scales", Shape{E, rows, n / 32}}}) {
+          auto it = t.find(name + suffix);
+          if (it == t.end())
+            throw FormatError(fmt::format("{}: does not match the gpt_oss config: missing {}{}", source, name, suffix));
+          if (it->second.shape != shape)
+            throw FormatError(fmt::format("{}: {}{} is {}, the config needs {}", source, name, suffix,
+                                          shape_str(it->second.shape), shape_str(shape)));
+          if (it->second.dtype != "U8")
+            throw FormatError(fmt::format("{}: {}{} has dtype {} (U8 expected)", source, name, suffix, it->second.dtype));
+        }
+      }
+      t[p + "gate_proj"] = {kernels::QType::MXFP4, mxfp4(p + "gate_up_proj", 2 * Fe, C, 0, 2), {E, Fe, C}, "MXFP4"};
+      t[p + "up_proj"] = {kernels::QType::MXFP4, mxfp4(p + "gate_up_proj", 2 * Fe, C, 1, 2), {E, Fe, C}, "MXFP4"};
+      t[p + "down_proj"] = {kernels::QType::MXFP4, mxfp4(p + "down_proj", C, Fe, 0, 1), {E, C, Fe}, "MXFP4"};
+      for (const char* n : {"gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales"})
+        t.erase(p + n);
+    } else {  // as PyTorch computes them, x @ W
+      const FolderTensor gu = take(p + "gate_up_proj", {E, C, 2 * Fe});
+      const auto* g = static_cast<const std::uint8_t*>(gu.data);
+      t[p + "gate_proj"] = {gu.qtype, owned(experts_transposed(g, E, C, 2 * Fe, elem(gu), 0, 2)), {E, Fe, C}, gu.dtype};
+      t[p + "up_proj"] = {gu.qtype, owned(experts_transposed(g, E, C, 2 * Fe, elem(gu), 1, 2)), {E, Fe, C}, gu.dtype};
+      const FolderTensor dn = take(p + "down_proj", {E, Fe, C});
+      t[p + "down_proj"] = {dn.qtype, owned(experts_transposed(static_cast<const std::uint8_t*>(dn.data), E, Fe, C,
+                                                               elem(dn), 0, 1)),
+                            {E, C, Fe}, dn.dtype};
+    }
     // The biases [E, 2 F_e] split the same way (an [E, 1, 2 F_e] tensor's columns).
     const FolderTensor gb = take(p + "gate_up_proj_bias", {E, 2 * Fe});
     const auto* b = static_cast<const std::uint8_t*>(gb.data);
