@@ -37,6 +37,7 @@ set(QKV_SOURCES
   infer/sampling.cpp
   infer/generate.cpp
   infer/text_stream.cpp     # generated tokens -> text with stop strings (CLI, Python, serve)
+  infer/reply.cpp           # a reply's reasoning, answer and markup (<think>, gpt-oss's harmony)
   infer/session.cpp
   models/attention_maps.cpp
   models/text_attention.cpp

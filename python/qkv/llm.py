@@ -41,14 +41,19 @@ class Generation:
     tokens_per_s: float
     #: per new token, with ``logprobs=N``: (token id, log-probability, [(id, logprob) of the N most likely])
     logprobs: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
+    #: a chat reply's reasoning (a reasoning model's <think> block or gpt-oss's analysis channel; ``text`` is the
+    #: answer alone), "" otherwise
+    reasoning: str = ""
 
 
 class _Stops:
-    """Per-sequence text with stop strings: qkv's TextStream (the CLI's rule: a stop string ends the
-    text where it ends; the end-of-sequence tokens show no text unless ignore_eos)."""
+    """Per-sequence text with stop strings: qkv's ReplyStream (the CLI's rule: a stop string ends the
+    text where it ends; the end-of-sequence tokens show no text unless ignore_eos; a chat reply of a
+    reasoning model is its answer, the reasoning apart)."""
 
-    def __init__(self, impl: Any, n: int, stop: Sequence[str], text: bool, ignore_eos: bool) -> None:
-        self.streams = [_qkv._TextStream(impl, list(stop), ignore_eos) for _ in range(n)] if text else []
+    def __init__(self, impl: Any, prompts: list[list[int]], stop: Sequence[str], text: bool, ignore_eos: bool,
+                 chat: bool) -> None:
+        self.streams = [_qkv._ReplyStream(impl, list(stop), ignore_eos, p, chat) for p in prompts] if text else []
         self.finished = [""] * n
 
     def stopped(self, seq: int) -> bool:
@@ -63,6 +68,9 @@ class _Stops:
 
     def text(self, seq: int) -> str:
         return str(self.streams[seq].text) if self.streams else ""
+
+    def reasoning(self, seq: int) -> str:
+        return str(self.streams[seq].reasoning) if self.streams else ""
 
 
 @dataclass(frozen=True)
@@ -177,7 +185,7 @@ class LLM:
              top_k: int | None, top_p: float, seed: int, stop: Sequence[str] | str | None,
              logprobs: int | None, ignore_eos: bool = False, on_text: Any = None,
              cancel: threading.Event | None = None,
-             penalties: _Penalties = _Penalties()) -> tuple[list[Generation], list[str]]:
+             penalties: _Penalties = _Penalties(), chat: bool = False) -> tuple[list[Generation], list[str]]:
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         if any(not s for s in stops):
             raise ValueError("generate: an empty stop string would stop at once")
@@ -185,7 +193,7 @@ class LLM:
             raise ValueError(f"generate: top_k must be >= 1, got {top_k}")
         if stops and not self._impl.has_tokenizer:
             raise ValueError(f"generate: stop strings need the tokenizer: '{self.path}' has none")
-        state = _Stops(self._impl, len(prompts), stops, text and self._impl.has_tokenizer, ignore_eos)
+        state = _Stops(self._impl, prompts, stops, text and self._impl.has_tokenizer, ignore_eos, chat)
 
         def on_token(seq: int, token: int) -> bool:
             piece = state.push(seq, token)
@@ -205,7 +213,7 @@ class LLM:
                 on_text(b, rest)
             reason = "stop" if state.stopped(b) else reason
             out.append(Generation(text=state.text(b), ids=list(ids), finish_reason=reason, tokens_per_s=tps,
-                                  logprobs=[(i, lp, list(top)) for i, lp, top in lps]))
+                                  logprobs=[(i, lp, list(top)) for i, lp, top in lps], reasoning=state.reasoning(b)))
         return out, [g.text for g in out]
 
     @overload
@@ -274,7 +282,7 @@ class LLM:
 
     def _stream(self, ids: list[int], max_new_tokens: int, temperature: float, top_k: int | None, top_p: float,
                 seed: int, stop: Sequence[str] | str | None, ignore_eos: bool,
-                penalties: _Penalties = _Penalties()) -> Iterator[str]:
+                penalties: _Penalties = _Penalties(), chat: bool = False) -> Iterator[str]:
         pieces: queue.Queue[Any] = queue.Queue()
         cancel = threading.Event()
         done = object()
@@ -282,7 +290,7 @@ class LLM:
         def work() -> None:
             try:
                 self._run([ids], True, max_new_tokens, temperature, top_k, top_p, seed, stop, None, ignore_eos,
-                          on_text=lambda _seq, piece: pieces.put(piece), cancel=cancel, penalties=penalties)
+                          on_text=lambda _seq, piece: pieces.put(piece), cancel=cancel, penalties=penalties, chat=chat)
                 pieces.put(done)
             except BaseException as e:  # noqa: BLE001 (handed to the consumer)
                 pieces.put(e)
@@ -331,11 +339,15 @@ class LLM:
         :meth:`generate` does, to the first end-of-sequence token: the same tokens as
         ``qkv generate --chat``. Other keys of a message (``tool_calls``, ...) reach the template, and
         ``chat_template_kwargs`` its variables (``{"enable_thinking": False}`` for Qwen3).
+        A reasoning model's reply (Qwen3's ``<think>`` block, gpt-oss's harmony channels) is its
+        answer; the reasoning is ``Generation.reasoning`` and the format's markup is dropped, as
+        ``qkv chat`` and the server show them.
         Returns the reply's text, or a :class:`Generation` with ``details=True``. ValueError for a
         message without a string role or content, or a model without a chat template.
         """
         gens, _ = self._run([self._chat_ids(messages, chat_template_kwargs)], True, max_new_tokens, temperature, top_k, top_p, seed, stop,
-                            None, ignore_eos, penalties=_Penalties.of(min_p, repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty, logit_bias))
+                            None, ignore_eos, penalties=_Penalties.of(min_p, repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty, logit_bias),
+                            chat=True)
         return gens[0] if details else gens[0].text
 
     def stream_chat(self, messages: Sequence[Mapping[str, Any]], max_new_tokens: int = 256, temperature: float = 0.0,
@@ -346,7 +358,8 @@ class LLM:
                  logit_bias: Mapping[int, float] | None = None) -> Iterator[str]:
         """Yields :meth:`chat`'s reply as it is made (whole characters only), as :meth:`stream` does."""
         ids = self._chat_ids(messages, chat_template_kwargs)  # errors here, not at the first next()
-        return self._stream(ids, max_new_tokens, temperature, top_k, top_p, seed, stop, ignore_eos, _Penalties.of(min_p, repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty, logit_bias))
+        return self._stream(ids, max_new_tokens, temperature, top_k, top_p, seed, stop, ignore_eos, _Penalties.of(min_p, repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty, logit_bias),
+                            chat=True)
 
     def _chat_ids(self, messages: Sequence[Mapping[str, Any]],
                   chat_template_kwargs: Mapping[str, Any] | None = None) -> list[int]:

@@ -19,6 +19,7 @@
 #include "qkv/core/error.h"
 #include "qkv/infer/generate.h"
 #include "qkv/infer/language_model.h"
+#include "qkv/infer/reply.h"
 #include "qkv/infer/text_stream.h"
 #include "qkv/models/registry.h"
 #include "qkv/tokenize/chat_template.h"
@@ -158,19 +159,24 @@ void register_language_model(nb::module_& m) {
            nb::arg("logit_bias"));
 
   // A sequence's text, whole UTF-8 characters only, ended where a stop string ends: the CLI's
-  // infer::TextStream (StopMode::Keep); the eos tokens show no text unless ignore_eos.
-  nb::class_<infer::TextStream>(m, "_TextStream")
+  // infer::ReplyStream (StopMode::Keep); the eos tokens show no text unless ignore_eos. A chat
+  // reply of a reasoning model (chat true) is its answer, its reasoning apart (infer/reply.h).
+  nb::class_<infer::ReplyStream>(m, "_ReplyStream")
       .def("__init__",
-           [](infer::TextStream* self, const PyLanguageModel& p, const std::vector<std::string>& stops, bool ignore_eos) {
-             new (self) infer::TextStream(p.lm.tokenizer, {.stops = stops,
-                                                       .skip = ignore_eos ? std::vector<std::int64_t>{} : p.lm.eos_ids,
-                                                       .mode = infer::StopMode::Keep});
+           [](infer::ReplyStream* self, const PyLanguageModel& p, const std::vector<std::string>& stops, bool ignore_eos,
+              const std::vector<std::int64_t>& prompt, bool chat) {
+             new (self) infer::ReplyStream(
+                 p.lm.tokenizer, chat ? infer::reply_format(p.lm.tok()) : infer::ReplyFormat::Plain, prompt,
+                 {.stops = stops, .skip = ignore_eos ? std::vector<std::int64_t>{} : p.lm.eos_ids,
+                  .mode = infer::StopMode::Keep});
            },
-           nb::arg("model"), nb::arg("stops"), nb::arg("ignore_eos"), nb::keep_alive<1, 2>())
-      .def("push", &infer::TextStream::push, nb::arg("id"))
-      .def("finish", &infer::TextStream::finish)
-      .def_prop_ro("stopped", &infer::TextStream::stopped)
-      .def_prop_ro("text", &infer::TextStream::text);
+           nb::arg("model"), nb::arg("stops"), nb::arg("ignore_eos"), nb::arg("prompt"), nb::arg("chat"),
+           nb::keep_alive<1, 2>())
+      .def("push", [](infer::ReplyStream& s, std::int64_t id) { return s.push(id).content; }, nb::arg("id"))
+      .def("finish", [](infer::ReplyStream& s) { return s.finish().content; })
+      .def_prop_ro("stopped", &infer::ReplyStream::stopped)
+      .def_prop_ro("text", &infer::ReplyStream::text)
+      .def_prop_ro("reasoning", &infer::ReplyStream::reasoning);
 }
 
 }  // namespace qkv::python

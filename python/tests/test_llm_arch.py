@@ -57,6 +57,26 @@ def test_qwen3_template_variables_change_the_prompt() -> None:
         llm.render_chat(CHAT, chat_template_kwargs={"messages": []})
 
 
+def test_a_reasoning_reply_is_its_answer_and_its_reasoning_apart() -> None:
+    # The tiny Qwen3 (<think> and </think> in its vocabulary) under a template that leaves <think>
+    # open: its reply is reasoning until a </think>; with enable_thinking false (closed in the
+    # prompt) all of it is the answer. The parts are the token ids' text either side of </think>.
+    open_think = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                  "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
+    llm = qkv.LLM(path_of("qwen3"), chat_template=open_think)
+    g = llm.chat(CHAT, max_new_tokens=12, ignore_eos=True, details=True)
+    close = llm.tokenize("</think>")[0]
+    cut = g.ids.index(close) if close in g.ids else len(g.ids)
+    assert g.reasoning == llm.detokenize(g.ids[:cut]) and g.reasoning
+    assert g.text == llm.detokenize(g.ids[cut + 1:]).lstrip()
+    assert "".join(llm.stream_chat(CHAT, max_new_tokens=12, ignore_eos=True)) == g.text
+    plain = qkv.LLM(path_of("qwen3")).chat(CHAT, max_new_tokens=12, ignore_eos=True, details=True,
+                                             chat_template_kwargs={"enable_thinking": False})
+    assert plain.reasoning == "" and plain.text == llm.detokenize(plain.ids).lstrip()
+    # A completion is the raw text.
+    assert qkv.LLM(path_of("qwen3")).generate("<think>", max_new_tokens=4, ignore_eos=True, details=True).reasoning == ""
+
+
 def test_supported_models_come_from_the_registry() -> None:
     families = {f["name"]: f for f in qkv.supported_models()}
     for name in ("gemma2", "gemma3", "gpt2", "llama", "phi3", "qwen2", "qwen3", "smollm3"):
@@ -72,7 +92,7 @@ MOE = FIXTURES / "moe"
 MOE_REFERENCE = json.loads((MOE / "reference.json").read_text(encoding="utf-8"))
 
 
-@pytest.mark.parametrize("name", ["mixtral", "qwen3_moe", "olmoe"])
+@pytest.mark.parametrize("name", ["mixtral", "qwen3_moe", "olmoe", "gpt_oss"])
 def test_mixtures_of_experts_give_transformers_tokens(name: str) -> None:
     # The GGUF files llama.cpp's converter wrote (the folders carry no tokenizer): Mixtral's says llama.
     ref = MOE_REFERENCE[name + "_gguf"]

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/tokenize/utf8.h"
+#include "qkv/infer/reply.h"
 #include "qkv/infer/text_stream.h"
 #include "server_impl.h"
 
@@ -113,34 +114,43 @@ json bytes_of(const std::string& s) {
   return b;
 }
 
-// One response: its text stream, token count, logprobs and metrics.
+// One response: its text stream, token count, logprobs and metrics. A chat reply of a reasoning
+// model (infer/reply.h: <think> ... </think>, gpt-oss's harmony channels) is split: the answer is
+// the message's content, the reasoning its reasoning_content (as llama.cpp's server and vLLM name
+// it), the format's markup neither; completions keep the raw text.
 class Generation {
  public:
   Generation(Server::Impl& s, Prepared p, std::shared_ptr<infer::Sequence> seq)
       : s_(s), p_(std::move(p)), m_(*p_.model), seq_(std::move(seq)),
-        text_(m_.lm->tokenizer, {.stops = p_.params.stop, .skip = m_.lm->eos_ids, .mode = infer::StopMode::Drop}), id_(new_id(chat() ? "chatcmpl-" : "cmpl-")),
-        created_(std::time(nullptr)), start_(detail::request_start()) {}
+        text_(m_.lm->tokenizer,
+              chat() && m_.lm->tokenizer ? infer::reply_format(*m_.lm->tokenizer) : infer::ReplyFormat::Plain,
+              p_.request.prompt, {.stops = p_.params.stop, .skip = m_.lm->eos_ids, .mode = infer::StopMode::Drop}),
+        id_(new_id(chat() ? "chatcmpl-" : "cmpl-")), created_(std::time(nullptr)), start_(detail::request_start()) {}
 
   bool chat() const { return p_.params.kind == ApiKind::Chat; }
 
   // Non-streaming: waits for the end and answers with the whole completion.
   void complete(httplib::Response& res) {
-    std::string content;
+    std::string content, reasoning;
     json lp = logprobs_init();
-    if (!pump([&](const std::string& piece, const infer::GeneratedToken& t) {
+    if (!pump([&](const std::string& piece, const std::string& thought, const infer::GeneratedToken& t) {
           content += piece;
+          reasoning += thought;
           add_logprob(lp, t, piece);
           return true;
         })) {
       res.status = 499;  // the client left; nobody reads this
       return;
     }
-    content += text_.finish();
+    const infer::ReplyStream::Piece tail = text_.finish();
+    content += tail.content;
+    reasoning += tail.reasoning;
     if (const auto err = failure()) return answer_error(res, *err);
     json choice = {{"index", 0}, {"logprobs", p_.params.logprobs ? lp : json(nullptr)}, {"finish_reason", finish_reason()}};
-    if (chat())
+    if (chat()) {
       choice["message"] = {{"role", "assistant"}, {"content", content}};
-    else
+      if (!reasoning.empty()) choice["message"]["reasoning_content"] = reasoning;
+    } else
       choice["text"] = content;
     json out = {{"id", id_}, {"object", chat() ? "chat.completion" : "text_completion"}, {"created", created_},
                 {"model", m_.id}, {"system_fingerprint", "qkv"}, {"choices", json::array({choice})}, {"usage", usage()}};
@@ -155,16 +165,22 @@ class Generation {
       if (!send(sink, chunk(delta, nullptr, nullptr, usage_chunks))) return false;
     }
     const bool ok = pump(
-        [&](const std::string& piece, const infer::GeneratedToken& t) {
-          if (piece.empty() && !p_.params.logprobs) return true;
+        [&](const std::string& piece, const std::string& thought, const infer::GeneratedToken& t) {
+          if (!thought.empty() && !send(sink, chunk({{"reasoning_content", thought}}, nullptr, nullptr, usage_chunks)))
+            return false;
+          if (piece.empty() && (!p_.params.logprobs || !thought.empty())) return true;
           json lp = logprobs_init();
           add_logprob(lp, t, piece);
           return send(sink, chunk(content_delta(piece), p_.params.logprobs ? lp : json(nullptr), nullptr, usage_chunks));
         },
         &sink);
     if (!ok) return false;
-    const std::string tail = text_.finish();
-    if (!tail.empty() && !send(sink, chunk(content_delta(tail), nullptr, nullptr, usage_chunks))) return false;
+    const infer::ReplyStream::Piece tail = text_.finish();
+    if (!tail.reasoning.empty() &&
+        !send(sink, chunk({{"reasoning_content", tail.reasoning}}, nullptr, nullptr, usage_chunks)))
+      return false;
+    if (!tail.content.empty() && !send(sink, chunk(content_delta(tail.content), nullptr, nullptr, usage_chunks)))
+      return false;
     if (const auto err = failure()) {
       if (!send(sink, json::parse(error_json(*err)))) return false;
     } else {
@@ -198,8 +214,8 @@ class Generation {
       const bool ended = seq_->wait(got, kPoll);
       for (const auto& t : got) {
         observe(t);
-        const std::string piece = text_.push(t.id);
-        if (!on_token(piece, t)) {
+        const infer::ReplyStream::Piece piece = text_.push(t.id);
+        if (!on_token(piece.content, piece.reasoning, t)) {
           abandon();
           return false;
         }
@@ -307,7 +323,7 @@ class Generation {
       lp["tokens"].push_back(text_of(t.id));
       lp["token_logprobs"].push_back(t.logprob);
       lp["top_logprobs"].push_back(top);
-      lp["text_offset"].push_back(text_.released() - piece.size());
+      lp["text_offset"].push_back(text_.content_stream().released() - piece.size());
     }
   }
 
@@ -315,7 +331,7 @@ class Generation {
   Prepared p_;
   const TextModel& m_;
   std::shared_ptr<infer::Sequence> seq_;
-  infer::TextStream text_;
+  infer::ReplyStream text_;
   std::string id_;
   std::time_t created_;
   Clock::time_point start_, last_;

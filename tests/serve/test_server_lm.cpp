@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "qkv/infer/generate.h"
+#include "qkv/infer/reply.h"
 #include "serve_test_util.h"
 
 namespace {
@@ -140,7 +141,9 @@ TEST(ServerLanguageModel, ChatTemplateKwargsReachTheTemplate) {
   const auto prompt = ref["prompts"][2].get<std::vector<i64>>();
   EXPECT_EQ(j["usage"]["prompt_tokens"], static_cast<i64>(prompt.size()));
   const auto gen = ref["generated"][2].get<std::vector<i64>>();
-  EXPECT_EQ(j["choices"][0]["message"]["content"], lm->tok().decode(std::vector<i64>(gen.begin(), gen.begin() + 8)));
+  std::string want = lm->tok().decode(std::vector<i64>(gen.begin(), gen.begin() + 8));
+  want.erase(0, want.find_first_not_of(" \t\r\n"));  // (the answer after the closed <think>: its spacing dropped)
+  EXPECT_EQ(j["choices"][0]["message"]["content"], want);
   // Without it the template leaves the thinking block to the model: a shorter prompt.
   const json t = post(s.port, "/v1/chat/completions", {{"messages", chat}, {"max_tokens", 1}}, 200);
   EXPECT_EQ(t["usage"]["prompt_tokens"],
@@ -150,6 +153,73 @@ TEST(ServerLanguageModel, ChatTemplateKwargsReachTheTemplate) {
     const json e = post(s.port, "/v1/chat/completions", {{"messages", chat}, {"chat_template_kwargs", bad}}, 400);
     EXPECT_EQ(e["error"]["param"], "chat_template_kwargs") << e;
   }
+}
+
+// A reasoning model's chat reply: the reasoning in reasoning_content (a delta of its own when
+// streaming), the answer in content, the <think> markup in neither; completions keep the raw
+// text. The tiny Qwen3 (its vocabulary has <think> and </think>) under a template that leaves
+// <think> open, and under its own with enable_thinking false (the block closed in the prompt);
+// the expected parts are the library's split (infer::ReplySplitter) of the greedy reply.
+TEST(ServerLanguageModel, ReasoningIsApartFromTheAnswer) {
+  const std::string dir = std::string(QKV_FIXTURE_DIR) + "/arch/qwen3";
+  auto base = qkv::infer::load_language_model(dir, {});
+  auto open = std::make_shared<qkv::infer::LanguageModel>(base);
+  open->chat_template = std::make_shared<const qkv::tokenize::ChatTemplate>(qkv::tokenize::ChatTemplate::parse(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}",
+      "open_think.jinja"));
+  auto mo = qkv::serve::make_text_model(open, kSched);
+  mo.id = "open";
+  auto mc = qkv::serve::make_text_model(std::make_shared<const qkv::infer::LanguageModel>(base), kSched);
+  mc.id = "closed";
+  TestServer s({}, {mo, mc});
+  const json chat = json::array({{{"role", "user"}, {"content", "Who divided the light from the darkness?"}}});
+  for (const auto& [model, kwargs] : {std::pair{std::string("open"), json::object()},
+                                      {std::string("closed"), json{{"enable_thinking", false}}}}) {
+    const qkv::infer::LanguageModel& lm = model == "open" ? *open : base;
+    std::map<std::string, std::string> vars;
+    for (const auto& [k, v] : kwargs.items()) vars[k] = v.dump();
+    const auto prompt = lm.chat_prompt({{.role = "user", .content = chat[0]["content"]}}, true, vars);
+    const auto ids = qkv::infer::generate(*lm.model, {prompt}, {.max_new_tokens = 12})[0].new_ids;
+    qkv::infer::ReplySplitter split(lm.tok(), qkv::infer::ReplyFormat::Think, prompt);
+    std::vector<i64> thought, answer;
+    for (i64 id : ids) {
+      const auto part = split.push(id);
+      if (part == qkv::infer::ReplyPart::Reasoning) thought.push_back(id);
+      if (part == qkv::infer::ReplyPart::Content) answer.push_back(id);
+    }
+    std::string want_answer = lm.tok().decode(answer);
+    want_answer.erase(0, want_answer.find_first_not_of(" \t\r\n"));
+    const std::string want_thought = lm.tok().decode(thought);
+    EXPECT_EQ(model == "open", !want_thought.empty()) << model;
+    const json body = {{"model", model}, {"messages", chat}, {"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true},
+                       {"chat_template_kwargs", kwargs}};
+    const json j = post(s.port, "/v1/chat/completions", body, 200);
+    EXPECT_EQ(j["choices"][0]["message"]["content"], want_answer) << model;
+    EXPECT_EQ(j["choices"][0]["message"].value("reasoning_content", ""), want_thought) << model;
+    // Streamed: reasoning_content deltas, then content deltas; the same texts.
+    json sb = body;
+    sb["stream"] = true;
+    httplib::Client c("127.0.0.1", s.port);
+    auto r = c.Post("/v1/chat/completions", sb.dump(), "application/json");
+    ASSERT_TRUE(r);
+    std::string thought_text, answer_text;
+    for (const std::string& e : sse_events(r->body)) {
+      if (e == "[DONE]") continue;
+      const json d = json::parse(e)["choices"][0]["delta"];
+      if (d.contains("reasoning_content")) thought_text += d["reasoning_content"].get<std::string>();
+      if (d.contains("content")) answer_text += d["content"].get<std::string>();
+    }
+    EXPECT_EQ(thought_text, want_thought) << model;
+    EXPECT_EQ(answer_text, want_answer) << model;
+  }
+  // A completion is the raw text, <think> and all.
+  const auto prompt = base.encode_prompt("<think>");
+  const auto ids = qkv::infer::generate(*base.model, {prompt}, {.max_new_tokens = 6})[0].new_ids;
+  const json j = post(s.port, "/v1/completions",
+                      {{"model", "closed"}, {"prompt", "<think>"}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}},
+                      200);
+  EXPECT_EQ(j["choices"][0]["text"], base.tok().decode(ids));
 }
 
 }  // namespace

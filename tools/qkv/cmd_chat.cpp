@@ -22,6 +22,7 @@
 #include "qkv/core/error.h"
 #include "qkv/infer/language_model.h"
 #include "qkv/infer/sampling.h"
+#include "qkv/infer/reply.h"
 #include "qkv/infer/session.h"
 #include "qkv/io/files.h"
 #include "sampling_flags.h"
@@ -37,6 +38,7 @@ struct ChatOptions {
   i64 ctx = 0;
   bool no_context_shift = false;
   bool no_history = false;
+  bool hide_reasoning = false;
   SamplingFlags sampling;
 };
 
@@ -264,8 +266,25 @@ int run_chat(const ChatOptions& o) {
     so.seed = sampling_now.seed + turn;  // each turn its own stream, the same for the same seed
     infer::Sampler sampler(so);
     sampler.add_prompt(ids.data(), static_cast<i64>(ids.size()));  // the conversation so far, for --repeat-penalty
-    tokenize::StreamDecoder dec(lm.tokenizer);
+    // A reasoning model's reply (infer/reply.h): its reasoning printed dimmed (or not at all with
+    // --hide-reasoning), the markup of its format never; the answer alone joins the conversation.
+    infer::ReplyStream text(lm.tokenizer, infer::reply_format(lm.tok()), ids, {});
+    const bool dim_out = ::isatty(STDOUT_FILENO);
+    bool in_thought = false;
     std::string reply;
+    auto show = [&](const infer::ReplyStream::Piece& p) {
+      if (!p.reasoning.empty() && !o.hide_reasoning) {
+        if (!in_thought && dim_out) std::cout << "\x1b[2m";
+        in_thought = true;
+        std::cout << p.reasoning;
+      }
+      if (!p.content.empty() && in_thought) {
+        std::cout << (dim_out ? "\x1b[0m" : "") << "\n";
+        in_thought = false;
+      }
+      reply += p.content;
+      std::cout << p.content << std::flush;
+    };
     i64 n = 0;
     const char* why = "length";
     while (n < max_new) {
@@ -274,9 +293,7 @@ int run_chat(const ChatOptions& o) {
         why = "eos";
         break;
       }
-      const std::string piece = dec.push(id);
-      reply += piece;
-      std::cout << piece << std::flush;
+      show(text.push(id));
       ++n;
       if (g_interrupted.load()) {
         why = "interrupted";
@@ -288,9 +305,9 @@ int run_chat(const ChatOptions& o) {
       }
       session.push(id);
     }
-    const std::string rest = dec.finish();
-    reply += rest;
-    std::cout << rest << "\n" << std::flush;
+    show(text.finish());
+    if (in_thought && dim_out) std::cout << "\x1b[0m";
+    std::cout << "\n" << std::flush;
     messages.push_back({.role = "assistant", .content = reply});
     const double prefill = std::chrono::duration<double>(t1 - t0).count();
     const double decode = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
@@ -328,6 +345,9 @@ QKV_TOOL_COMMAND(chat, {
       sub.add_flag("--no-history", opt->no_history,
                    "Do not read or write the history of messages ($XDG_STATE_HOME/qkv/chat_history, else "
                    "~/.local/state/qkv/chat_history)");
+      sub.add_flag("--hide-reasoning", opt->hide_reasoning,
+                   "Do not print a reasoning model's reasoning (<think> ... </think>, gpt-oss's analysis channel); "
+                   "it is printed dimmed otherwise, and never kept in the conversation");
       sub.add_flag("--no-context-shift", opt->no_context_shift,
                    "When the context is full, refuse the message instead of dropping the oldest turns");
       sub.add_option("--chat-template", opt->chat_template, "A Jinja chat template file instead of the model's")

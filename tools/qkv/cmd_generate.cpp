@@ -18,6 +18,7 @@
 #include "qkv/infer/embed.h"
 #include "qkv/infer/generate.h"
 #include "qkv/infer/language_model.h"
+#include "qkv/infer/reply.h"
 #include "qkv/infer/text_stream.h"
 #include "qkv/io/files.h"
 #include "sampling_flags.h"
@@ -132,13 +133,16 @@ int run_generate(GenerateOptions o, std::ostream& out) {
   // Prompts given as ids have no text: with a tokenizer their continuation is shown as text alone.
   const bool have_text = !texts.empty();
   const bool stream = !o.json && prompts.size() == 1 && tok && have_text;
-  // Per prompt: its text so far (whole characters; a --stop string ends it where it ends).
-  std::vector<std::optional<infer::TextStream>> streams(prompts.size());
+  // Per prompt: its text so far (whole characters; a --stop string ends it where it ends). A chat
+  // reply of a reasoning model is its answer; its reasoning is apart ("reasoning" with --json) and
+  // the markup of its format dropped (infer/reply.h).
+  std::vector<std::optional<infer::ReplyStream>> streams(prompts.size());
   if (tok)
-    for (auto& s : streams)
-      s.emplace(lm.tokenizer, infer::TextStreamOptions{.stops = o.stop,
-                                               .skip = o.ignore_eos ? std::vector<i64>{} : lm.eos_ids,
-                                               .mode = infer::StopMode::Keep});
+    for (std::size_t b = 0; b < streams.size(); ++b)
+      streams[b].emplace(lm.tokenizer, o.chat ? infer::reply_format(*tok) : infer::ReplyFormat::Plain, prompts[b],
+                         infer::TextStreamOptions{.stops = o.stop,
+                                                  .skip = o.ignore_eos ? std::vector<i64>{} : lm.eos_ids,
+                                                  .mode = infer::StopMode::Keep});
   // The prompt is shown before its continuation, except a chat's templated conversation (the
   // reply alone, as llama-cli shows it; --verbose-prompt shows it too) or with --no-display-prompt.
   const bool show_prompt = o.chat ? o.verbose_prompt : !o.no_display_prompt;
@@ -146,17 +150,17 @@ int run_generate(GenerateOptions o, std::ostream& out) {
   auto on_token = [&](i64 b, i64 id) {
     auto& s = streams[static_cast<std::size_t>(b)];
     if (!s) return true;
-    const std::string piece = s->push(id);
-    if (stream) out << piece << std::flush;
+    const infer::ReplyStream::Piece piece = s->push(id);
+    if (stream) out << piece.content << std::flush;
     return !s->stopped();
   };
   infer::GenerationStats st;
   const auto results = infer::generate(*lm.model, prompts, g, on_token, &st);
   const double seconds = st.prefill_seconds + st.decode_seconds;
-  for (auto& s : streams)
-    if (s) {
-      const std::string rest = s->finish();
-      if (stream) out << rest;
+  for (std::size_t b = 0; b < streams.size(); ++b)
+    if (streams[b]) {
+      const infer::ReplyStream::Piece rest = streams[b]->finish();
+      if (stream) out << rest.content;
     }
   // An id past the tokenizer's vocabulary (a padded embedding row) has no text.
   auto token_text = [&](i64 id) { return !tok ? std::to_string(id) : id < tok->vocab_size() ? tok->decode({id}) : ""; };
@@ -180,6 +184,7 @@ int run_generate(GenerateOptions o, std::ostream& out) {
       j["prompt_ids"] = prompts[b];
       j["new_ids"] = r.new_ids;
       if (tok) j["text"] = streams[b]->text();
+      if (streams[b] && streams[b]->format() != infer::ReplyFormat::Plain) j["reasoning"] = streams[b]->reasoning();
       j["tokens_per_s"] = tps;
       j["stop_reason"] = streams[b] && streams[b]->stopped() ? "stop" : infer::stop_reason_name(r.reason);
       if (o.logprobs >= 0) {
