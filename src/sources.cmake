@@ -102,6 +102,7 @@ set(QKV_ARCH_SOURCES
   models/arch/olmoe.cpp
   models/arch/phi3.cpp
   models/arch/qwen2.cpp
+  models/arch/qwen2_moe.cpp
   models/arch/qwen3.cpp
   models/arch/qwen3_moe.cpp
   models/arch/smollm3.cpp

@@ -92,7 +92,7 @@ MOE = FIXTURES / "moe"
 MOE_REFERENCE = json.loads((MOE / "reference.json").read_text(encoding="utf-8"))
 
 
-@pytest.mark.parametrize("name", ["mixtral", "qwen3_moe", "olmoe", "gpt_oss"])
+@pytest.mark.parametrize("name", ["mixtral", "qwen3_moe", "olmoe", "qwen2_moe", "gpt_oss"])
 def test_mixtures_of_experts_give_transformers_tokens(name: str) -> None:
     # The GGUF files llama.cpp's converter wrote (the folders carry no tokenizer): Mixtral's says llama.
     ref = MOE_REFERENCE[name + "_gguf"]

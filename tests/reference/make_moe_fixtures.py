@@ -122,8 +122,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 from transformers import (AutoModelForCausalLM, AutoTokenizer, GptOssConfig, GptOssForCausalLM,  # noqa: E402
-                          MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM, Qwen3MoeConfig,
-                          Qwen3MoeForCausalLM)
+                          MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM, Qwen2MoeConfig,
+                          Qwen2MoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 gguf = A.gguf
 OUT = A.ROOT / "tests" / "fixtures" / "moe"
@@ -148,6 +148,8 @@ ARCHS = {
                       norm_w=True, seed=81, steps=300),
     "olmoe": dict(cls=OlmoeForCausalLM, dtype=torch.float16, outtype="q8_0", gguf_arch="olmoe", norm_w=False,
                   seed=91, steps=300),
+    "qwen2_moe": dict(cls=Qwen2MoeForCausalLM, dtype=torch.bfloat16, outtype="q8_0", gguf_arch="qwen2moe",
+                      norm_w=False, seed=111, steps=300),
     # gpt-oss: converted to bf16, then llama-quantize MXFP4_MOE (the experts MXFP4, as the published files are).
     "gpt_oss": dict(cls=GptOssForCausalLM, dtype=torch.bfloat16, outtype="bf16", gguf_arch="gpt-oss", norm_w=None,
                     seed=101, steps=300, quantize="MXFP4_MOE"),
@@ -175,6 +177,12 @@ def make_config(arch: str, tok) -> transformers.PretrainedConfig:
         return OlmoeConfig(**common, intermediate_size=EXPERT_FF, num_experts=N_EXPERTS, norm_topk_prob=False,
                            clip_qkv=None, rms_norm_eps=1e-5,
                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    if arch == "qwen2_moe":
+        # A shared expert (as wide as the routed ones) beside them; biases on q, k and v (qkv_bias, as Qwen1.5-MoE).
+        return Qwen2MoeConfig(**common, intermediate_size=EXPERT_FF, moe_intermediate_size=EXPERT_FF,
+                              shared_expert_intermediate_size=EXPERT_FF, num_experts=N_EXPERTS, norm_topk_prob=False,
+                              decoder_sparse_step=1, mlp_only_layers=[], use_sliding_window=False, qkv_bias=True,
+                              rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
     if arch == "gpt_oss":
         # Untied (llama.cpp's gpt-oss needs output.weight), a sliding window of 8 on layer 0 (layer_types' default:
         # even layers slide) so the prompts and generations cross it, YaRN past an original context of 64 with
@@ -249,7 +257,9 @@ def expert_use(rts) -> list[list[int]]:
 
 # ------------------------------------------------------------------------------------------------ GGUF
 
-GGUF_MOE_NAMES = dict(A.GGUF_NAMES, ffn_norm="post_attention_layernorm", ffn_gate_inp="mlp.gate")
+GGUF_MOE_NAMES = dict(A.GGUF_NAMES, ffn_norm="post_attention_layernorm", ffn_gate_inp="mlp.gate",
+                      ffn_gate_shexp="mlp.shared_expert.gate_proj", ffn_up_shexp="mlp.shared_expert.up_proj",
+                      ffn_down_shexp="mlp.shared_expert.down_proj", ffn_gate_inp_shexp="mlp.shared_expert_gate")
 
 
 def gpt_oss_gguf_reference(path: Path, folder_cfg, folder_sd: dict):
@@ -364,9 +374,11 @@ def gguf_reference(arch: str, path: Path, folder_cfg, folder_sd: dict):
     same(TOP_K, f"{a}.expert_used_count")
     same(cfg.intermediate_size, f"{a}.feed_forward_length")
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    if arch == "qwen3_moe":
+    if arch in ("qwen3_moe", "qwen2_moe"):
         same(cfg.moe_intermediate_size, f"{a}.expert_feed_forward_length")
-    expert_ffn = cfg.moe_intermediate_size if arch == "qwen3_moe" else cfg.intermediate_size
+    if arch == "qwen2_moe":
+        same(cfg.shared_expert_intermediate_size, f"{a}.expert_shared_feed_forward_length")
+    expert_ffn = cfg.moe_intermediate_size if arch in ("qwen3_moe", "qwen2_moe") else cfg.intermediate_size
     if f"{a}.attention.key_length" in kv:
         same(head_dim, f"{a}.attention.key_length")
         same(head_dim, f"{a}.attention.value_length")
@@ -392,9 +404,9 @@ def gguf_reference(arch: str, path: Path, folder_cfg, folder_sd: dict):
         elif name == "output.weight":
             hf = "lm_head.weight"
         else:
-            m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.weight", name)
+            m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias)", name)
             assert m, name
-            i, g = int(m.group(1)), m.group(2)
+            i, g, kind = int(m.group(1)), m.group(2), m.group(3)
             if g in ("ffn_gate_exps", "ffn_up_exps"):
                 assert shape == [N_EXPERTS, expert_ffn, cfg.hidden_size], (name, shape)
                 exps[(i, g)] = w
@@ -403,7 +415,9 @@ def gguf_reference(arch: str, path: Path, folder_cfg, folder_sd: dict):
                 assert shape == [N_EXPERTS, cfg.hidden_size, expert_ffn], (name, shape)
                 hf = f"model.layers.{i}.mlp.experts.down_proj"
             else:
-                hf = f"model.layers.{i}.{GGUF_MOE_NAMES[g]}.weight"
+                hf = f"model.layers.{i}.{GGUF_MOE_NAMES[g]}.{kind}"
+            if g == "ffn_gate_inp_shexp":  # a Linear(hidden, 1): [1, C] in the class, [C] in the file
+                w = w.reshape(1, -1)
             if arch == "mixtral" and g == "attn_q":
                 w = A.unpermute(w, cfg.num_attention_heads)
             elif arch == "mixtral" and g == "attn_k":

@@ -19,7 +19,9 @@
 //     (+ br)) picks k of E experts with weights (kernels/moe.h), f = sum over them of p_e *
 //     expert_e(h), each expert a gated feed-forward of its own (F_e wide, with biases in gpt-oss,
 //     whose experts' activation is the clamped SwiGLU: g = min(g, limit), u = clamp(u, -limit,
-//     limit), (u + 1) * g * sigmoid(alpha g)); only the chosen experts' weights are read
+//     limit), (u + 1) * g * sigmoid(alpha g)); only the chosen experts' weights are read; with a
+//     shared expert (Qwen2-MoE), f += sigmoid(h . w_sg) * shared(h), a gated feed-forward every
+//     token runs
 //   x = x + f, or x = x + RMSNorm(f) * post_ffn_norm
 // then logits = RMSNorm(x) * norm @ lm_head^T (lm_head = the embedding when tied), and
 // logits = cap * tanh(logits / cap) with a final soft-cap (Gemma 2).
@@ -95,6 +97,9 @@ struct MoeSpec {
   // (the spec's activation otherwise).
   float swiglu_limit = 0.f;
   float swiglu_alpha = 1.702f;
+  // > 0: a shared expert of this width beside the routed ones (Qwen2-MoE): every token runs it,
+  // its output weighed by sigmoid(h . shared_expert_gate) and added after the routed experts'.
+  std::int64_t shared_ff = 0;
 };
 
 // The most experts a layer may have (published models have up to 512).
@@ -153,6 +158,10 @@ struct DecoderLayerWeights {
   const float* expert_gate_bias = nullptr;
   const float* expert_up_bias = nullptr;
   const float* expert_down_bias = nullptr;
+  // With MoeSpec::shared_ff: the shared expert's gate / up [F_s, C] and down [C, F_s] (gate_proj,
+  // up_proj, down_proj of its feed-forward), and the weight [C] of its sigmoid gate.
+  DecoderLinear shared_gate, shared_up, shared_down;
+  const float* shared_expert_gate = nullptr;
 };
 
 // The weights of a model and what keeps their memory alive (file mappings, owned buffers).

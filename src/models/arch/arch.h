@@ -63,6 +63,10 @@ enum class Slot : std::uint8_t {
   ExpertGateBias, // [E, F_e] (gpt-oss)
   ExpertUpBias,   // [E, F_e]
   ExpertDownBias, // [E, C]
+  SharedGate,     // the shared expert's gate / up [F_s, C] and down [C, F_s] (Qwen2-MoE)
+  SharedUp,
+  SharedDown,
+  SharedExpertGate,  // [1, C]: the weight of the shared expert's sigmoid gate
 };
 const char* slot_name(Slot s);
 bool slot_is_per_layer(Slot s);

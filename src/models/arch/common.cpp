@@ -333,6 +333,22 @@ void moe_from_config(const json& j, const std::string& src, const MoeConfig& m, 
   for (LayerSpec& l : c.layers) l.moe = true;
 }
 
+void sparse_layers_from_config(const json& j, const std::string& src, DecoderSpec& c) {
+  const i64 step = hf::get_int(j, "decoder_sparse_step", src, 1);
+  if (step < 1) hf::bad(src, fmt::format("decoder_sparse_step must be >= 1, got {}", step));
+  std::vector<i64> dense;
+  if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) hf::bad(src, "mlp_only_layers must be a list of layer indices");
+    for (const auto& v : *it) {
+      if (!v.is_number_integer() || v.get<i64>() < 0 || v.get<i64>() >= c.num_layers())
+        hf::bad(src, fmt::format("mlp_only_layers holds {}, not a layer index below {}", v.dump(), c.num_layers()));
+      dense.push_back(v.get<i64>());
+    }
+  }
+  for (i64 i = 0; i < c.num_layers(); ++i)
+    c.layers[static_cast<std::size_t>(i)].moe = std::find(dense.begin(), dense.end(), i) == dense.end() && (i + 1) % step == 0;
+}
+
 void window_on_every_layer(const json& j, const std::string& src, DecoderSpec& c) {
   if (auto it = j.find("sliding_window"); it != j.end() && !it->is_null()) {
     const i64 w = hf::get_int(j, "sliding_window", src);

@@ -79,6 +79,9 @@ struct MoeConfig {
   bool renormalize = false;
 };
 void moe_from_config(const json& j, const std::string& src, const MoeConfig& m, DecoderSpec& c);
+// The Qwen-MoE rule of which layers are mixtures: those not in mlp_only_layers and on the
+// decoder_sparse_step (default 1: all); the others keep a dense feed-forward of intermediate_size.
+void sparse_layers_from_config(const json& j, const std::string& src, DecoderSpec& c);
 
 // The keys spec_from_gguf reads, written for `spec` under `prefix` ("llama." ...).
 void write_common_gguf_metadata(const DecoderSpec& spec, const std::string& prefix, io::GGUFMetadata& meta);

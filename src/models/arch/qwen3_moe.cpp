@@ -4,11 +4,6 @@
 // renormalised with norm_topk_prob; the layers listed in mlp_only_layers, or not on the
 // decoder_sparse_step, keep a dense feed-forward of intermediate_size. llama.cpp's architecture
 // qwen3moe (it always renormalises, and has no dense layers).
-#include <algorithm>
-
-#include <fmt/format.h>
-
-#include "../hf_json.h"
 #include "common.h"
 
 namespace qkv::models {
@@ -22,20 +17,7 @@ Architecture qwen3_moe() {
   a.from_config = [](const nlohmann::json& j, const std::string& src) {
     DecoderSpec c = find_architecture("qwen3")->from_config(j, src);  // Qwen3's attention
     arch::moe_from_config(j, src, {.renormalize = false}, c);
-    const std::int64_t step = hf::get_int(j, "decoder_sparse_step", src, 1);
-    if (step < 1) hf::bad(src, fmt::format("decoder_sparse_step must be >= 1, got {}", step));
-    std::vector<std::int64_t> dense;
-    if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
-      if (!it->is_array()) hf::bad(src, "mlp_only_layers must be a list of layer indices");
-      for (const auto& v : *it) {
-        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= c.num_layers())
-          hf::bad(src, fmt::format("mlp_only_layers holds {}, not a layer index below {}", v.dump(), c.num_layers()));
-        dense.push_back(v.get<std::int64_t>());
-      }
-    }
-    for (std::int64_t i = 0; i < c.num_layers(); ++i)
-      c.layers[static_cast<std::size_t>(i)].moe =
-          std::find(dense.begin(), dense.end(), i) == dense.end() && (i + 1) % step == 0;
+    arch::sparse_layers_from_config(j, src, c);
     return c;
   };
   a.from_gguf = [](const io::GGUFFile& f) {

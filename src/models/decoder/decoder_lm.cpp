@@ -62,6 +62,8 @@ void check_decoder_spec(const DecoderSpec& c) {
     need(std::isfinite(m.swiglu_limit) && m.swiglu_limit >= 0,
          fmt::format("swiglu_limit must be finite and >= 0 (0: no clamp), got {}", m.swiglu_limit));
     need(std::isfinite(m.swiglu_alpha), fmt::format("swiglu_alpha must be finite, got {}", m.swiglu_alpha));
+    need(m.shared_ff >= 0 && m.shared_ff <= (i64{1} << 24),
+         fmt::format("the shared expert's intermediate size must be in [0, 2^24], got {}", m.shared_ff));
   }
   for (std::size_t i = 0; i < c.ropes.size(); ++i) {
     const RopeSpec& r = c.ropes[i];
@@ -99,7 +101,8 @@ DecoderLM::Rows8Buffer::~Rows8Buffer() { aligned_free(p); }  // to the system, n
 std::vector<kernels::QMatrix*> DecoderLM::matrices() {
   std::vector<kernels::QMatrix*> ms;
   for (DecoderLayerWeights& L : w_.layers) {
-    for (DecoderLinear* lin : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.router})
+    for (DecoderLinear* lin : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.router, &L.shared_gate,
+                               &L.shared_up, &L.shared_down})
       if (lin->w.data) ms.push_back(&lin->w);
     for (std::size_t e = 0; e < L.expert_gate.size(); ++e)
       for (auto* list : {&L.expert_gate, &L.expert_up, &L.expert_down}) ms.push_back(&(*list)[e]);
@@ -218,6 +221,12 @@ DecoderLM::DecoderLM(DecoderSpec spec, DecoderWeights weights) : spec_(std::move
       throw FormatError("DecoderLM: " + p + "the router's bias is missing (the spec has router_bias)");
     if (s.moe && c.moe.expert_bias && (!l.expert_gate_bias || !l.expert_up_bias || !l.expert_down_bias))
       throw FormatError("DecoderLM: " + p + "the experts' biases are missing (the spec has expert_bias)");
+    if (s.moe && c.moe.shared_ff > 0) {
+      check_matrix(l.shared_gate.w, c.moe.shared_ff, C, p + "shared expert gate_proj");
+      check_matrix(l.shared_up.w, c.moe.shared_ff, C, p + "shared expert up_proj");
+      check_matrix(l.shared_down.w, C, c.moe.shared_ff, p + "shared expert down_proj");
+      if (!l.shared_expert_gate) throw FormatError("DecoderLM: " + p + "the shared expert's gate weight is missing");
+    }
     if (s.qk_norm_whole && !s.qk_norm)
       throw FormatError("DecoderLM: " + p + "qk_norm_whole without qk_norm");
     if (s.qk_norm && (!l.q_norm || !l.k_norm))
@@ -246,7 +255,8 @@ i64 DecoderLM::weight_bytes() const {
   auto bytes = [](const kernels::QMatrix& m) { return m.rows * m.row_bytes; };
   i64 n = bytes(w_.lm_head);
   for (const DecoderLayerWeights& l : w_.layers) {
-    n += bytes(l.q.w) + bytes(l.k.w) + bytes(l.v.w) + bytes(l.o.w) + bytes(l.gate.w) + bytes(l.up.w) + bytes(l.down.w);
+    n += bytes(l.q.w) + bytes(l.k.w) + bytes(l.v.w) + bytes(l.o.w) + bytes(l.gate.w) + bytes(l.up.w) + bytes(l.down.w) +
+         bytes(l.shared_gate.w) + bytes(l.shared_up.w) + bytes(l.shared_down.w);
     if (l.expert_gate.empty()) continue;
     // A token reads the router and k experts' matrices (their mean size: all experts alike).
     i64 experts = 0;

@@ -41,9 +41,9 @@ struct TensorSource {
   Shape shape;
 };
 
-// A slot whose vector is a matrix of floats, one row per expert ([E, n]).
+// A slot whose floats form a matrix: the experts' biases [E, n], the shared expert's gate [1, C].
 bool expert_vector_slot(Slot s) {
-  return s == Slot::ExpertGateBias || s == Slot::ExpertUpBias || s == Slot::ExpertDownBias;
+  return s == Slot::ExpertGateBias || s == Slot::ExpertUpBias || s == Slot::ExpertDownBias || s == Slot::SharedExpertGate;
 }
 
 struct OwnedFloats {

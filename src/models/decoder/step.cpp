@@ -57,6 +57,7 @@ class Buf {
 struct Workspace {
   Buf x, h, hp, q, k, v, att, a, g, u, qd, od, last, dscratch;
   Buf router, eh, eg, eu, eo;  // a mixture of experts: router logits, the experts' rows in and out
+  Buf sg, su, so;              // its shared expert's gate / up rows and output rows
   std::vector<std::unique_ptr<Buf>> cos, sin;  // per RoPE of the spec
   Buf& cos_of(std::size_t i) { return at(cos, i); }
   Buf& sin_of(std::size_t i) { return at(sin, i); }
@@ -296,6 +297,10 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
   float* eu = any_moe ? ws.eu.get(R * Kx * Fe) : nullptr;
   float* eo = any_moe ? ws.eo.get(R * Kx * C) : nullptr;
   if (any_moe && !post_norms) a = ws.a.get(R * C);
+  const i64 Fs = any_moe ? c.moe.shared_ff : 0;
+  float* sg = Fs > 0 ? ws.sg.get(R * Fs) : nullptr;
+  float* su = Fs > 0 ? ws.su.get(R * Fs) : nullptr;
+  float* so = Fs > 0 ? ws.so.get(R * C) : nullptr;
   // The experts' activation: the spec's gated one, or gpt-oss's clamped SwiGLU.
   auto activate_experts = [&](float* gv, const float* uv, i64 n) {
     if (c.moe.swiglu_limit > 0)
@@ -386,6 +391,17 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
                           expert_opt(P.expert_down_bias, e, C), tm.rank(), tm.size());
     }
     tm.barrier();
+    // The shared expert (Qwen2-MoE) over every row: its gate and up products, activation, down.
+    if (Fs > 0) {
+      product(tm, hm, C, P.shared_gate.w, sg, Fs, plain);
+      product(tm, hm, C, P.shared_up.w, su, Fs, plain);
+      tm.barrier();
+      const auto [e0, e1] = tm.part(0, R * Fs, 16);
+      activate(sg + e0, su + e0, e1 - e0);
+      tm.barrier();
+      product(tm, sg, Fs, P.shared_down.w, so, C, plain);
+      tm.barrier();
+    }
     const auto [r0, r1] = tm.part(0, R);
     std::vector<std::pair<std::int32_t, i64>> order(static_cast<std::size_t>(Kx));  // (expert, choice)
     for (i64 r = r0; r < r1; ++r) {
@@ -397,6 +413,12 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
         const float wj = weight[static_cast<std::size_t>(r * Kx + j)];
         const float* y = eo + slot_of[static_cast<std::size_t>(r * Kx + j)] * C;
         for (i64 i = 0; i < C; ++i) f[i] = f[i] + y[i] * wj;
+      }
+      if (Fs > 0) {  // + sigmoid(h . w_sg) * shared(h), after the routed experts (transformers' order)
+        float dot = 0.f;
+        for (i64 i = 0; i < C; ++i) dot += hm[r * C + i] * P.shared_expert_gate[i];
+        const float sig = 1.f / (1.f + std::exp(-dot));
+        for (i64 i = 0; i < C; ++i) f[i] = f[i] + sig * so[r * C + i];
       }
       if (post_norm) kernels::rms_norm_rows_f32(f, C, nullptr, f, C, post_norm, 1, C, c.norm_eps);
       for (i64 i = 0; i < C; ++i) x[r * C + i] = x[r * C + i] + f[i];

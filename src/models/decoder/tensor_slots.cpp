@@ -48,6 +48,10 @@ const char* slot_name(Slot s) {
     case Slot::ExpertGateBias: return "expert_gate_bias";
     case Slot::ExpertUpBias: return "expert_up_bias";
     case Slot::ExpertDownBias: return "expert_down_bias";
+    case Slot::SharedGate: return "shared_gate";
+    case Slot::SharedUp: return "shared_up";
+    case Slot::SharedDown: return "shared_down";
+    case Slot::SharedExpertGate: return "shared_expert_gate";
   }
   return "?";
 }
@@ -80,7 +84,10 @@ bool slot_is_matrix(Slot s) {
     case Slot::Router:
     case Slot::ExpertGate:
     case Slot::ExpertUp:
-    case Slot::ExpertDown: return true;
+    case Slot::ExpertDown:
+    case Slot::SharedGate:
+    case Slot::SharedUp:
+    case Slot::SharedDown: return true;
     default: return false;
   }
 }
@@ -141,6 +148,10 @@ Need slot_need(const DecoderSpec& c, const Architecture& a, Slot slot, i64 layer
     case Slot::ExpertGateBias:
     case Slot::ExpertUpBias:
     case Slot::ExpertDownBias: return yes(l->moe && c.moe.expert_bias);
+    case Slot::SharedGate:
+    case Slot::SharedUp:
+    case Slot::SharedDown:
+    case Slot::SharedExpertGate: return yes(l->moe && c.moe.shared_ff > 0);
     case Slot::QNorm:
     case Slot::KNorm: return yes(l->qk_norm);
     case Slot::PostAttnNorm: return yes(l->post_attn_norm);
@@ -174,6 +185,10 @@ Shape slot_shape(const DecoderSpec& c, Slot slot, i64 layer) {
     case Slot::ExpertGateBias:
     case Slot::ExpertUpBias: return {E, Fe};
     case Slot::ExpertDownBias: return {E, C};
+    case Slot::SharedGate:
+    case Slot::SharedUp: return {c.moe.shared_ff, C};
+    case Slot::SharedDown: return {C, c.moe.shared_ff};
+    case Slot::SharedExpertGate: return {1, C};  // (a Linear(hidden, 1), as both kinds of files store it)
     case Slot::QNorm: return {whole ? HD : D};
     case Slot::KNorm: return {whole ? KD : D};
     case Slot::Router: return {E, C};
@@ -207,6 +222,7 @@ const float** vector_slot(DecoderWeights& w, Slot slot, i64 layer) {
     case Slot::ExpertGateBias: return &L.expert_gate_bias;
     case Slot::ExpertUpBias: return &L.expert_up_bias;
     case Slot::ExpertDownBias: return &L.expert_down_bias;
+    case Slot::SharedExpertGate: return &L.shared_expert_gate;
     case Slot::QNorm: return &L.q_norm;
     case Slot::KNorm: return &L.k_norm;
     case Slot::PostAttnNorm: return &L.post_attn_norm;
@@ -229,6 +245,9 @@ kernels::QMatrix* matrix_slot(DecoderWeights& w, Slot slot, i64 layer) {
     case Slot::Up: return &L.up.w;
     case Slot::Down: return &L.down.w;
     case Slot::Router: return &L.router.w;
+    case Slot::SharedGate: return &L.shared_gate.w;
+    case Slot::SharedUp: return &L.shared_up.w;
+    case Slot::SharedDown: return &L.shared_down.w;
     default: throw ValueError(std::string("matrix_slot: ") + slot_name(slot) + " is not a matrix of the weights");
   }
 }
