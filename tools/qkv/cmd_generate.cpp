@@ -39,10 +39,24 @@ struct GenerateOptions {
   std::vector<std::string> stop;
   std::vector<std::string> positional;  // PROMPT given without --prompt
   i64 logprobs = -1;
+  // Speculative decoding: "ngram" (prompt lookup) or a draft model's path; the most tokens per
+  // draft; prompt lookup's longest n-gram (unset: kDefaultDraftNgram).
+  std::string draft;
+  std::optional<i64> draft_max, draft_ngram;
   bool no_cache = false, json = false, chat = false, ignore_eos = false;
   bool verbose_prompt = false, no_display_prompt = false;
 };
 
+// Prompt lookup's longest n-gram when --draft-ngram is not given (llama.cpp's lookup and
+// transformers' prompt lookup match 2 to 4 tokens).
+constexpr i64 kDefaultDraftNgram = 3;
+
+// One line of speculative decoding's counts for stderr.
+std::string draft_summary(const infer::SpeculativeStats& sp) {
+  return "speculative: " + std::to_string(sp.accepted) + " of " + std::to_string(sp.drafted) + " drafted tokens accepted (" +
+         std::to_string(static_cast<int>(std::lround(100 * sp.acceptance()))) + "%), " + std::to_string(sp.target_passes) +
+         " target passes, " + std::to_string(sp.tokens_per_pass()).substr(0, 4) + " tokens per pass";
+}
 
 int run_generate(GenerateOptions o, std::ostream& out) {
   // Every check before the model is read.
@@ -77,14 +91,42 @@ int run_generate(GenerateOptions o, std::ostream& out) {
     throw ValueError("--activations must be f32 or q8, got '" + o.activations + "'");
   if (o.no_cache && infer::parse_kv_type(o.kv_cache, "--kv-cache") != infer::KVType::F32)
     throw ValueError("--kv-cache " + o.kv_cache + " sets the KV cache's type; it cannot go with --no-cache");
+  const bool ngram = o.draft == "ngram";
+  if (o.draft.empty() && (o.draft_max || o.draft_ngram))
+    throw ValueError(std::string(o.draft_max ? "--draft-max" : "--draft-ngram") +
+                     " sets how speculative decoding drafts; it needs --draft ngram or --draft MODEL");
+  if (o.draft_ngram && !ngram)
+    throw ValueError("--draft-ngram sets prompt lookup's n-gram length; it goes with --draft ngram, not a draft model");
+  if (!o.draft.empty() && o.no_cache)
+    throw ValueError("--draft verifies drafted tokens through the KV cache; it cannot go with --no-cache");
+  if (!o.draft.empty() && !ngram) {
+    if (!fs::exists(o.draft))
+      throw IOError("--draft: '" + o.draft + "' does not exist (give ngram for prompt lookup, or a draft model's "
+                    "GGUF file or folder)");
+    require_model_role(o.draft, models::ModelRole::CausalLM, "generate --draft");
+  }
   std::vector<tokenize::ChatMessage> messages;
   if (!o.messages_file.empty())
     messages = tokenize::parse_chat_messages_json(io::read_file(o.messages_file, "--messages"), o.messages_file);
 
-  const infer::LanguageModel lm = infer::load_language_model(
-      o.model, {.chat_template_file = o.chat_template,
-                .activations = o.activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32,
-                .kv_cache = infer::parse_kv_type(o.kv_cache, "--kv-cache")});
+  const infer::LanguageModelOptions load_options{
+      .chat_template_file = o.chat_template,
+      .activations = o.activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32,
+      .kv_cache = infer::parse_kv_type(o.kv_cache, "--kv-cache")};
+  const infer::LanguageModel lm = infer::load_language_model(o.model, load_options);
+  if (!o.draft.empty()) {
+    g.draft.max = o.draft_max.value_or(infer::kExactDraftMax);
+    if (ngram) {
+      g.draft.ngram = o.draft_ngram.value_or(kDefaultDraftNgram);
+    } else {
+      const infer::LanguageModel draft = infer::load_language_model(o.draft, {.activations = load_options.activations,
+                                                                              .kv_cache = load_options.kv_cache});
+      // Two tokenizers: token by token (the error names the first that differs); else the
+      // vocabulary sizes (check_generation).
+      if (lm.tokenizer && draft.tokenizer) infer::check_same_vocabulary(*lm.tokenizer, o.model, *draft.tokenizer, o.draft);
+      g.draft.model = draft.model;
+    }
+  }
   const bool ids_only = !o.prompt_ids.empty();
   const tokenize::Tokenizer* tok = lm.tokenizer.get();
   if (!ids_only && !tok) load_tokenizer(o.model, true, "to read text prompts; or give --prompt-ids");  // names what is missing
@@ -168,6 +210,7 @@ int run_generate(GenerateOptions o, std::ostream& out) {
               << st.prefill_seconds << " s; " << decode_tps << " tokens/s decoding, "
               << (g.use_cache ? "KV cache" : "no cache") << ", stop: "
               << (streams[0] && streams[0]->stopped() ? "stop" : infer::stop_reason_name(r.reason)) << ")\n";
+    if (g.draft.on()) std::cerr << draft_summary(st.speculative) << "\n";
     return 0;
   }
   if (stream) out << "\n";
@@ -182,6 +225,14 @@ int run_generate(GenerateOptions o, std::ostream& out) {
       if (tok) j["text"] = streams[b]->text();
       j["tokens_per_s"] = tps;
       j["stop_reason"] = streams[b] && streams[b]->stopped() ? "stop" : infer::stop_reason_name(r.reason);
+      if (g.draft.on()) {
+        const infer::SpeculativeStats& sp = st.speculative;
+        j["speculative"] = {{"drafted", sp.drafted},
+                            {"accepted", sp.accepted},
+                            {"acceptance", sp.acceptance()},
+                            {"target_passes", sp.target_passes},
+                            {"tokens_per_pass", sp.tokens_per_pass()}};
+      }
       if (o.logprobs >= 0) {
         auto& lp = j["logprobs"] = nlohmann::ordered_json::array();
         for (const infer::TokenLogprob& t : r.logprobs) {
@@ -214,9 +265,11 @@ int run_generate(GenerateOptions o, std::ostream& out) {
       }
   }
   out << std::flush;
-  if (!o.json)
+  if (!o.json) {
     std::cerr << st.new_tokens << " tokens for " << results.size() << " prompts in " << seconds << " s ("
               << static_cast<double>(st.new_tokens) / std::max(seconds, 1e-9) << " tokens/s)\n";
+    if (g.draft.on()) std::cerr << draft_summary(st.speculative) << "\n";
+  }
   return 0;
 }
 
@@ -241,11 +294,19 @@ QKV_TOOL_COMMAND(generate, {
           "(generated ids only), text (the continuation only, without the end-of-sequence token, ending at a stop "
           "string), tokens_per_s, stop_reason (length | eos | stop), logprobs with --logprobs N (each token's "
           "log-probability and the N most likely). --no-cache recomputes the whole sequence "
-          "every step (same tokens, for comparison).\n\n"
+          "every step (same tokens, for comparison). "
+          "--draft turns on speculative decoding: a drafter guesses up to --draft-max tokens (default 3: the longest draft the model checks with the bits of one-token steps) that the model "
+          "checks in one pass, keeping those it agrees with (greedy output is the same token for token; sampled output "
+          "keeps its distribution). --draft ngram drafts by prompt lookup (the tokens that followed the latest earlier "
+          "match of the last --draft-ngram tokens, default 3, or fewer); --draft MODEL by a smaller model of the same "
+          "vocabulary. Its counts go to stderr, or with --json to each object's speculative: drafted, accepted, "
+          "acceptance, target_passes, tokens_per_pass (over all prompts).\n\n"
           "Examples:\n"
           "  qkv generate --model tests/fixtures/gpt2_tiny \"In the beginning\" --max-new 40\n"
           "  qkv generate --model models/SmolLM2-135M-Instruct.Q4_1.gguf --chat \"What is the capital of France?\"\n"
-          "  qkv generate --model DIR --prompts-file prompts.txt --temperature 0.8 --top-p 0.9 --seed 1 --json");
+          "  qkv generate --model DIR --prompts-file prompts.txt --temperature 0.8 --top-p 0.9 --seed 1 --json\n"
+          "  qkv generate --model models/SmolLM2-135M-Instruct.Q4_1.gguf --chat \"Rewrite in the past tense: ...\" "
+          "--draft ngram");
       auto opt = std::make_shared<GenerateOptions>();
       add_lm_model_option(sub, opt->model, "The model: a GGUF file or a model folder")->required();
       sub.add_option("--prompt", opt->prompt, "Prompt text (or give it as the PROMPT argument)");
@@ -282,6 +343,15 @@ QKV_TOOL_COMMAND(generate, {
                      "step reads at depth; keys and values rounded to half precision once)")
           ->capture_default_str();
       sub.add_flag("--no-cache", opt->no_cache, "Recompute the whole sequence every step");
+      sub.add_option("--draft", opt->draft,
+                     "Speculative decoding: ngram (prompt lookup) or a draft model (a GGUF file or folder of the same "
+                     "vocabulary)")
+          ->type_name("ngram|MODEL");
+      sub.add_option("--draft-max", opt->draft_max, "With --draft: the most tokens per draft (1-32, default 3)")
+          ->check(int_range(1, infer::kMaxDraftTokens));
+      sub.add_option("--draft-ngram", opt->draft_ngram,
+                     "With --draft ngram: the longest n-gram prompt lookup matches (1-16, default 3)")
+          ->check(int_range(1, infer::kMaxDraftNgram));
       sub.add_flag("--json", opt->json, "One JSON object per prompt");
       return [opt] { return run_generate(*opt, std::cout); };
     }});
