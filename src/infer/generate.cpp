@@ -190,6 +190,7 @@ std::vector<GenerationResult> generate(const CausalLM& model, const std::vector<
   std::vector<double> residual;
   std::vector<std::vector<i64>> feed = prompts;
   for (i64 step = 0;; ++step) {
+    const auto t0 = Clock::now();  // a step's time includes its drafting
     std::vector<i64> n_new(static_cast<std::size_t>(B), 0);
     for (i64 b = 0; b < B; ++b) {
       if (done[b]) continue;
@@ -205,7 +206,6 @@ std::vector<GenerationResult> generate(const CausalLM& model, const std::vector<
       }
       n_new[b] = static_cast<i64>(feed[b].size());
     }
-    const auto t0 = Clock::now();
     Tensor logits;
     if (o.use_cache) {
       logits = model.forward_cached(pack(feed), n_new, cache, drafter && step > 0);

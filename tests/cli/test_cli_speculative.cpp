@@ -55,10 +55,12 @@ TEST(CliSpeculative, PromptLookupGivesTheSameTokensAndCountsThem) {
   EXPECT_NE(text.err.find("drafted tokens accepted"), std::string::npos) << text.err;
 }
 
-// The model as its own draft: its one-token steps are the target's, so every guess is kept.
+// The model as its own draft, both with Q8 activations (a draft always has them): its one-token
+// steps are the target's, so every guess is kept.
 TEST(CliSpeculative, DraftModelOfItselfIsAlwaysAccepted) {
   need_smol();
-  const std::string base = "generate --model '" + kSmol + "' --chat 'Name three colours.' --max-new 24 --json";
+  const std::string base =
+      "generate --model '" + kSmol + "' --chat 'Name three colours.' --max-new 24 --activations q8 --json";
   const auto plain = generated(base);
   const auto spec = generated(base + " --draft '" + kSmol + "'");
   EXPECT_EQ(spec["new_ids"], plain["new_ids"]);

@@ -119,7 +119,9 @@ int run_generate(GenerateOptions o, std::ostream& out) {
     if (ngram) {
       g.draft.ngram = o.draft_ngram.value_or(kDefaultDraftNgram);
     } else {
-      const infer::LanguageModel draft = infer::load_language_model(o.draft, {.activations = load_options.activations,
+      // The draft's guesses need not be exact (the target checks each), so its quantized products
+      // take Q8 activations, their fastest path.
+      const infer::LanguageModel draft = infer::load_language_model(o.draft, {.activations = kernels::QActivations::Q8,
                                                                               .kv_cache = load_options.kv_cache});
       // Two tokenizers: token by token (the error names the first that differs); else the
       // vocabulary sizes (check_generation).
@@ -299,7 +301,7 @@ QKV_TOOL_COMMAND(generate, {
           "checks in one pass, keeping those it agrees with (greedy output is the same token for token; sampled output "
           "keeps its distribution). --draft ngram drafts by prompt lookup (the tokens that followed the latest earlier "
           "match of the last --draft-ngram tokens, default 3, or fewer); --draft MODEL by a smaller model of the same "
-          "vocabulary. Its counts go to stderr, or with --json to each object's speculative: drafted, accepted, "
+          "vocabulary (a quantized copy of the model, say), run with Q8 activations (its guesses need not be exact). Its counts go to stderr, or with --json to each object's speculative: drafted, accepted, "
           "acceptance, target_passes, tokens_per_pass (over all prompts).\n\n"
           "Examples:\n"
           "  qkv generate --model tests/fixtures/gpt2_tiny \"In the beginning\" --max-new 40\n"

@@ -62,7 +62,7 @@ struct GenerationResult {
 
 struct GenerationStats {
   double prefill_seconds = 0;  // the prompts' forward pass (first token's logits)
-  double decode_seconds = 0;   // every later step
+  double decode_seconds = 0;   // every later step (with a drafter, its drafting included)
   std::int64_t new_tokens = 0; // over all sequences
   SpeculativeStats speculative; // with GenerationOptions::draft: drafted, accepted, passes
 };
