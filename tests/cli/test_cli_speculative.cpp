@@ -1,6 +1,6 @@
-// End-to-end tests of speculative decoding in `qkv generate` (--draft ngram | MODEL, --draft-max,
-// --draft-ngram): the same tokens as without, the counts in --json, and every bad draft a clear
-// one-line error before any work.
+// End-to-end tests of speculative decoding in `qkv generate` and `qkv bench generate` (--draft
+// ngram | MODEL, --draft-max, --draft-ngram): the same tokens as without, the counts in --json,
+// and every bad draft a clear one-line error before any work.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -78,6 +78,29 @@ TEST(CliSpeculative, TinyArchitecturesGiveTheSameIds) {
     EXPECT_EQ(generated(base + " --draft ngram")["new_ids"], plain["new_ids"]) << f;
     EXPECT_EQ(generated(base + " --draft '" + kFixtures + f + "' --draft-max 2")["new_ids"], plain["new_ids"]) << f;
   }
+}
+
+// bench generate --draft times speculative decoding beside plain decoding and says whether the
+// tokens are the same.
+TEST(CliSpeculative, BenchGenerateReportsAcceptanceAndSpeedUp) {
+  const std::string base = "bench generate --model '" + kFixtures +
+                           "llama_family/mistral' --prompt-len 8 --new 24 --repeat 1 --bandwidth-mb 1 --json ";
+  const Result r = run(base + "--draft ngram --draft-max 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = json_lines(r.out).at(0);
+  const auto& s = j.at("speculative");
+  EXPECT_EQ(s["draft"], "ngram");
+  EXPECT_EQ(s["draft_max"], 2);
+  EXPECT_EQ(s["same_ids"], true);
+  EXPECT_LE(s["accepted"].get<int>(), s["drafted"].get<int>());
+  EXPECT_GE(s["tokens_per_pass"].get<double>(), 1.0);
+  EXPECT_GT(s["speedup"].get<double>(), 0.0);
+  const Result plain = run(base);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_FALSE(json_lines(plain.out).at(0).contains("speculative"));
+  const Result bad = run(base + "--draft-ngram 2");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("needs --draft ngram or --draft MODEL"), std::string::npos) << bad.err;
 }
 
 // Each bad draft: a non-zero exit and one line naming the problem, before the model is read.

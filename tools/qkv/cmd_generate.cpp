@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "draft_flags.h"
 #include "model_dir.h"
 #include "qkv/core/error.h"
 #include "qkv/infer/embed.h"
@@ -39,24 +40,10 @@ struct GenerateOptions {
   std::vector<std::string> stop;
   std::vector<std::string> positional;  // PROMPT given without --prompt
   i64 logprobs = -1;
-  // Speculative decoding: "ngram" (prompt lookup) or a draft model's path; the most tokens per
-  // draft; prompt lookup's longest n-gram (unset: kDefaultDraftNgram).
-  std::string draft;
-  std::optional<i64> draft_max, draft_ngram;
+  DraftFlags draft;
   bool no_cache = false, json = false, chat = false, ignore_eos = false;
   bool verbose_prompt = false, no_display_prompt = false;
 };
-
-// Prompt lookup's longest n-gram when --draft-ngram is not given (llama.cpp's lookup and
-// transformers' prompt lookup match 2 to 4 tokens).
-constexpr i64 kDefaultDraftNgram = 3;
-
-// One line of speculative decoding's counts for stderr.
-std::string draft_summary(const infer::SpeculativeStats& sp) {
-  return "speculative: " + std::to_string(sp.accepted) + " of " + std::to_string(sp.drafted) + " drafted tokens accepted (" +
-         std::to_string(static_cast<int>(std::lround(100 * sp.acceptance()))) + "%), " + std::to_string(sp.target_passes) +
-         " target passes, " + std::to_string(sp.tokens_per_pass()).substr(0, 4) + " tokens per pass";
-}
 
 int run_generate(GenerateOptions o, std::ostream& out) {
   // Every check before the model is read.
@@ -91,20 +78,7 @@ int run_generate(GenerateOptions o, std::ostream& out) {
     throw ValueError("--activations must be f32 or q8, got '" + o.activations + "'");
   if (o.no_cache && infer::parse_kv_type(o.kv_cache, "--kv-cache") != infer::KVType::F32)
     throw ValueError("--kv-cache " + o.kv_cache + " sets the KV cache's type; it cannot go with --no-cache");
-  const bool ngram = o.draft == "ngram";
-  if (o.draft.empty() && (o.draft_max || o.draft_ngram))
-    throw ValueError(std::string(o.draft_max ? "--draft-max" : "--draft-ngram") +
-                     " sets how speculative decoding drafts; it needs --draft ngram or --draft MODEL");
-  if (o.draft_ngram && !ngram)
-    throw ValueError("--draft-ngram sets prompt lookup's n-gram length; it goes with --draft ngram, not a draft model");
-  if (!o.draft.empty() && o.no_cache)
-    throw ValueError("--draft verifies drafted tokens through the KV cache; it cannot go with --no-cache");
-  if (!o.draft.empty() && !ngram) {
-    if (!fs::exists(o.draft))
-      throw IOError("--draft: '" + o.draft + "' does not exist (give ngram for prompt lookup, or a draft model's "
-                    "GGUF file or folder)");
-    require_model_role(o.draft, models::ModelRole::CausalLM, "generate --draft");
-  }
+  o.draft.check(o.no_cache, "generate");
   std::vector<tokenize::ChatMessage> messages;
   if (!o.messages_file.empty())
     messages = tokenize::parse_chat_messages_json(io::read_file(o.messages_file, "--messages"), o.messages_file);
@@ -114,21 +88,7 @@ int run_generate(GenerateOptions o, std::ostream& out) {
       .activations = o.activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32,
       .kv_cache = infer::parse_kv_type(o.kv_cache, "--kv-cache")};
   const infer::LanguageModel lm = infer::load_language_model(o.model, load_options);
-  if (!o.draft.empty()) {
-    g.draft.max = o.draft_max.value_or(infer::kExactDraftMax);
-    if (ngram) {
-      g.draft.ngram = o.draft_ngram.value_or(kDefaultDraftNgram);
-    } else {
-      // The draft's guesses need not be exact (the target checks each), so its quantized products
-      // take Q8 activations, their fastest path.
-      const infer::LanguageModel draft = infer::load_language_model(o.draft, {.activations = kernels::QActivations::Q8,
-                                                                              .kv_cache = load_options.kv_cache});
-      // Two tokenizers: token by token (the error names the first that differs); else the
-      // vocabulary sizes (check_generation).
-      if (lm.tokenizer && draft.tokenizer) infer::check_same_vocabulary(*lm.tokenizer, o.model, *draft.tokenizer, o.draft);
-      g.draft.model = draft.model;
-    }
-  }
+  if (o.draft.on()) g.draft = o.draft.options(lm.tokenizer.get(), o.model, load_options.kv_cache);
   const bool ids_only = !o.prompt_ids.empty();
   const tokenize::Tokenizer* tok = lm.tokenizer.get();
   if (!ids_only && !tok) load_tokenizer(o.model, true, "to read text prompts; or give --prompt-ids");  // names what is missing
@@ -345,15 +305,7 @@ QKV_TOOL_COMMAND(generate, {
                      "step reads at depth; keys and values rounded to half precision once)")
           ->capture_default_str();
       sub.add_flag("--no-cache", opt->no_cache, "Recompute the whole sequence every step");
-      sub.add_option("--draft", opt->draft,
-                     "Speculative decoding: ngram (prompt lookup) or a draft model (a GGUF file or folder of the same "
-                     "vocabulary)")
-          ->type_name("ngram|MODEL");
-      sub.add_option("--draft-max", opt->draft_max, "With --draft: the most tokens per draft (1-32, default 3)")
-          ->check(int_range(1, infer::kMaxDraftTokens));
-      sub.add_option("--draft-ngram", opt->draft_ngram,
-                     "With --draft ngram: the longest n-gram prompt lookup matches (1-16, default 3)")
-          ->check(int_range(1, infer::kMaxDraftNgram));
+      add_draft_flags(sub, opt->draft);
       sub.add_flag("--json", opt->json, "One JSON object per prompt");
       return [opt] { return run_generate(*opt, std::cout); };
     }});
