@@ -7,7 +7,7 @@
 // rejected position. Decoding one sequence is bound by the memory bandwidth that reads the
 // weights; every accepted guess is a token that did not need its own pass.
 //
-//   GenerationOptions o{.max_new_tokens = 128, .draft = {.ngram = 3, .max = 8}};  // prompt lookup
+//   GenerationOptions o{.max_new_tokens = 128, .draft = {.ngram = 3}};           // prompt lookup
 //   GenerationOptions o{.max_new_tokens = 128, .draft = {.model = small.model}};  // a draft model
 //   auto out = infer::generate(*lm.model, {ids}, o);                           // infer/generate.h
 //
