@@ -237,8 +237,9 @@ std::vector<GenerationResult> generate(const CausalLM& model, const std::vector<
         const i64 tok = i < nd ? judge(samplers[b], row, V, d, i, o.sampling.temperature == 0.0, residual, agreed)
                                : samplers[b].next(row, V);
         ++made;
-        if (emit(b, tok, row) || !agreed) break;
-        ++kept;
+        const bool stop = emit(b, tok, row);
+        if (agreed) ++kept;
+        if (stop || !agreed) break;
       }
       if (drafter && step > 0) {
         SpeculativeStats& sp = st.speculative;

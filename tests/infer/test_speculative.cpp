@@ -123,9 +123,15 @@ TEST(Speculative, StopsAtEosInsideAnAcceptedDraft) {
   GenerationOptions o{.max_new_tokens = 12, .eos_id = free_run[5]};
   const auto want = generate(*m, {kPrompts[1]}, o)[0];
   o.draft = {.model = m, .max = 8, .adaptive = false};
-  const auto got = generate(*m, {kPrompts[1]}, o)[0];
+  GenerationStats st;
+  const auto got = generate(*m, {kPrompts[1]}, o, {}, &st)[0];
   EXPECT_EQ(got.new_ids, want.new_ids);
   EXPECT_EQ(got.reason, StopReason::Eos);
+  // The model drafting for itself: the prefill gives token 0, the one draft of 8 guesses tokens
+  // 1 to 8, of which 1 to 5 are kept (the end-of-sequence token counted), the rest never judged.
+  EXPECT_EQ(st.speculative.drafted, 8);
+  EXPECT_EQ(st.speculative.accepted, 5);
+  EXPECT_EQ(st.speculative.target_passes, 1);
 }
 
 TEST(Speculative, PromptLookupDraftsWhatFollowedTheLongestLatestMatch) {
