@@ -44,6 +44,9 @@ class Generation:
     #: a chat reply's reasoning (a reasoning model's <think> block or gpt-oss's analysis channel; ``text`` is the
     #: answer alone), "" otherwise
     reasoning: str = ""
+    #: with a draft (``qkv.LLM(draft=...)``), the call's counts over all its prompts: ``drafted``,
+    #: ``accepted``, ``acceptance``, ``target_passes``, ``tokens_per_pass``; empty without one
+    speculative: dict[str, float] = field(default_factory=dict)
 
 
 class _Stops:
@@ -114,17 +117,39 @@ class LLM:
             VNNI faster decoding of Q4_0 / Q4_1 / Q8_0 weights; as ``qkv generate --activations q8``).
         kv_cache: ``"f32"`` (the default) or ``"f16"``: the KV cache in half precision (half its
             memory and of what each step reads at long contexts; as ``qkv generate --kv-cache f16``).
+        draft: speculative decoding for every generation (as ``qkv generate --draft``): ``"ngram"``
+            (prompt lookup: the tokens that followed the latest earlier match of the last
+            ``draft_ngram`` tokens, default 3, or fewer), or a draft model: a path (loaded with
+            ``activations="q8"``: its guesses need not be exact) or an :class:`LLM` of the same
+            vocabulary. Greedy output stays the same token for token, sampled output keeps its
+            distribution; :class:`Generation` ``speculative`` holds the counts.
+        draft_max: the most tokens per draft (1-32, default 3).
+        draft_ngram: with ``draft="ngram"``, the longest n-gram matched (1-16, default 3).
 
     Raises OSError when ``path`` does not exist, ValueError (qkv's message) for a file or folder
     that is not a causal LM qkv reads, or a chat template it cannot parse.
     """
 
     def __init__(self, path: str | os.PathLike[str], threads: int | None = None,
-                 chat_template: str | None = None, activations: str = "f32", kv_cache: str = "f32") -> None:
+                 chat_template: str | None = None, activations: str = "f32", kv_cache: str = "f32",
+                 draft: str | os.PathLike[str] | LLM | None = None, draft_max: int | None = None,
+                 draft_ngram: int | None = None) -> None:
         if threads is not None:
             set_num_threads(threads)
+        if draft is None and (draft_max is not None or draft_ngram is not None):
+            raise ValueError("qkv.LLM: draft_max and draft_ngram set how speculative decoding drafts; they need "
+                             "draft='ngram' or a draft model")
+        if draft_ngram is not None and draft != "ngram":
+            raise ValueError("qkv.LLM: draft_ngram sets prompt lookup's n-gram length; it goes with draft='ngram'")
         self.path = os.fspath(path)
         self._impl = _qkv._LanguageModel(self.path, chat_template, activations, kv_cache)
+        #: the draft model (an LLM) when ``draft`` names one
+        self.draft: LLM | None = None
+        if draft == "ngram":
+            self._impl.set_draft(None, 3 if draft_ngram is None else draft_ngram, 3 if draft_max is None else draft_max)
+        elif draft is not None:
+            self.draft = draft if isinstance(draft, LLM) else LLM(draft, activations="q8", kv_cache=kv_cache)
+            self._impl.set_draft(self.draft._impl, 0, 3 if draft_max is None else draft_max)
 
     @property
     def vocab_size(self) -> int:
@@ -202,10 +227,14 @@ class LLM:
             return not state.stopped(seq) and not (cancel is not None and cancel.is_set())
 
         pen = penalties
-        results, tps = self._impl.generate(prompts, max_new_tokens, temperature, top_k or 0, top_p, seed,
+        results, tps, spec = self._impl.generate(prompts, max_new_tokens, temperature, top_k or 0, top_p, seed,
                                            -1 if logprobs is None else logprobs, ignore_eos, on_token, pen.min_p,
                                            pen.repeat_penalty, pen.repeat_last_n, pen.frequency_penalty,
                                            pen.presence_penalty, list(pen.logit_bias))
+        drafted, accepted, passes, per_pass = spec
+        speculative: dict[str, float] = {} if not self._impl.drafts else {
+            "drafted": drafted, "accepted": accepted, "acceptance": accepted / drafted if drafted else 0.0,
+            "target_passes": passes, "tokens_per_pass": per_pass}
         out = []
         for b, (ids, reason, lps) in enumerate(results):
             rest = state.finish(b)
@@ -213,7 +242,8 @@ class LLM:
                 on_text(b, rest)
             reason = "stop" if state.stopped(b) else reason
             out.append(Generation(text=state.text(b), ids=list(ids), finish_reason=reason, tokens_per_s=tps,
-                                  logprobs=[(i, lp, list(top)) for i, lp, top in lps], reasoning=state.reasoning(b)))
+                                  logprobs=[(i, lp, list(top)) for i, lp, top in lps], reasoning=state.reasoning(b),
+                                  speculative=dict(speculative)))
         return out, [g.text for g in out]
 
     @overload

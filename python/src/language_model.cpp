@@ -20,6 +20,7 @@
 #include "qkv/infer/generate.h"
 #include "qkv/infer/language_model.h"
 #include "qkv/infer/reply.h"
+#include "qkv/infer/speculative.h"
 #include "qkv/infer/text_stream.h"
 #include "qkv/models/registry.h"
 #include "qkv/tokenize/chat_template.h"
@@ -29,6 +30,8 @@ namespace {
 
 struct PyLanguageModel {
   infer::LanguageModel lm;
+  // Speculative decoding for every generate() call (qkv.LLM(draft=...)); set once, at construction.
+  infer::DraftOptions draft;
 
   // The conversation (OpenAI-style messages as JSON) through the model's chat template, with the
   // package's own hint when there is no template (the library's names the CLI flag).
@@ -50,6 +53,8 @@ struct PyLanguageModel {
 // [(id, logprob, [(id, logprob), ...])]).
 using LogprobRow = std::tuple<std::int64_t, double, std::vector<std::pair<std::int64_t, double>>>;
 using PyResult = std::tuple<std::vector<std::int64_t>, std::string, std::vector<LogprobRow>>;
+// Speculative decoding's counts over a call: (drafted, accepted, target passes, tokens per pass).
+using PySpeculative = std::tuple<std::int64_t, std::int64_t, std::int64_t, double>;
 
 }  // namespace
 
@@ -89,6 +94,28 @@ void register_language_model(nb::module_& m) {
       .def_prop_ro("eos_ids", [](const PyLanguageModel& p) { return p.lm.eos_ids; })
       .def_prop_ro("bos_id", [](const PyLanguageModel& p) { return p.lm.bos_id; })
       .def_prop_ro("has_tokenizer", [](const PyLanguageModel& p) { return p.lm.tokenizer != nullptr; })
+      .def_prop_ro("drafts", [](const PyLanguageModel& p) { return p.draft.on(); })
+      // Speculative decoding for every later generate(): a draft model (another _LanguageModel,
+      // its tokenizer checked token by token against this one's when both have one) or prompt
+      // lookup over n-grams of up to `ngram` tokens (draft None); at most `max` tokens per draft.
+      // The library's checks (speculative.h: ranges, vocabulary sizes) run here, before any work.
+      .def("set_draft",
+           [](PyLanguageModel& p, const PyLanguageModel* draft, std::int64_t ngram, std::int64_t max) {
+             infer::DraftOptions d{.max = max};
+             if (draft) {
+               if (p.lm.tokenizer && draft->lm.tokenizer)
+                 infer::check_same_vocabulary(*p.lm.tokenizer, p.lm.path, *draft->lm.tokenizer, draft->lm.path);
+               d.model = draft->lm.model;
+             } else {
+               if (ngram < 1 || ngram > infer::kMaxDraftNgram)
+                 throw ValueError("qkv.LLM: draft_ngram must be in [1, " + std::to_string(infer::kMaxDraftNgram) +
+                                  "], got " + std::to_string(ngram));
+               d.ngram = ngram;
+             }
+             infer::check_draft(*p.lm.model, d, 1);
+             p.draft = d;
+           },
+           nb::arg("draft").none(), nb::arg("ngram"), nb::arg("max"))
       .def("tokenize",
            [](const PyLanguageModel& p, const std::string& text, bool add_bos) {
              return add_bos ? p.lm.encode_prompt(text) : p.lm.tok().encode(text);
@@ -108,7 +135,7 @@ void register_language_model(nb::module_& m) {
              return p.lm.chat_prompt(p.messages(messages_json), add_generation_prompt, PyLanguageModel::kwargs(kwargs_json));
            },
            nb::arg("messages_json"), nb::arg("add_generation_prompt"), nb::arg("kwargs_json"))
-      // prompts (token ids) -> (results, tokens/s over all sequences). on_token(seq, token) -> bool
+      // prompts (token ids) -> (results, tokens/s over all sequences, speculative counts). on_token(seq, token) -> bool
       // (False stops that sequence), called in generation order with the GIL held. Every eos id
       // of the model ends a sequence (GenerationOptions eos_id and stop_ids) unless ignore_eos.
       .def("generate",
@@ -131,6 +158,7 @@ void register_language_model(nb::module_& m) {
                                         .eos_id = ignore_eos ? std::nullopt : p.lm.eos_id(),
                                         .logprobs = logprobs};
              if (!ignore_eos && !p.lm.eos_ids.empty()) o.stop_ids.assign(p.lm.eos_ids.begin() + 1, p.lm.eos_ids.end());
+             o.draft = p.draft;
              infer::TokenCallback cb = [&on_token](std::int64_t seq, std::int64_t token) {
                nb::gil_scoped_acquire gil;
                if (PyErr_CheckSignals() != 0) throw nb::python_error();
@@ -151,7 +179,9 @@ void register_language_model(nb::module_& m) {
                out.emplace_back(r.new_ids, infer::stop_reason_name(r.reason), std::move(lps));
              }
              const double seconds = stats.prefill_seconds + stats.decode_seconds;
-             return std::make_pair(out, static_cast<double>(stats.new_tokens) / std::max(seconds, 1e-9));
+             const infer::SpeculativeStats& sp = stats.speculative;
+             return std::make_tuple(out, static_cast<double>(stats.new_tokens) / std::max(seconds, 1e-9),
+                                    PySpeculative{sp.drafted, sp.accepted, sp.target_passes, sp.tokens_per_pass()});
            },
            nb::arg("prompts"), nb::arg("max_new_tokens"), nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"),
            nb::arg("seed"), nb::arg("logprobs"), nb::arg("ignore_eos"), nb::arg("on_token").none(), nb::arg("min_p"),

@@ -93,8 +93,10 @@ std::int64_t Sampler::next(const float* logits, std::int64_t V) {
   return id;
 }
 
-std::int64_t Sampler::choose(const float* logits, std::int64_t V) {
-  if (opt_.temperature == 0.0 || V <= 1) return argmax(logits, V);
+// The sampled (temperature > 0) case's candidates after every filter: scratch_[i] (logit, id)
+// with probability probs_[i] for i < the returned count (they sum to 1); 0 when no logit is
+// finite or above -inf.
+std::size_t Sampler::keep(const float* logits, std::int64_t V) {
   // Candidates sorted by logit, largest first (ties by id); NaN and -inf dropped.
   scratch_.clear();
   for (std::int64_t i = 0; i < V; ++i)
@@ -154,6 +156,14 @@ std::int64_t Sampler::choose(const float* logits, std::int64_t V) {
     n = m;
     for (std::size_t i = 0; i < n; ++i) p[i] /= kept;
   }
+  return n;
+}
+
+std::int64_t Sampler::choose(const float* logits, std::int64_t V) {
+  if (opt_.temperature == 0.0 || V <= 1) return argmax(logits, V);
+  const std::size_t n = keep(logits, V);
+  if (n == 0) return 0;
+  const std::vector<double>& p = probs_;
   const double u = gen_.uniform();
   double acc = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -161,6 +171,38 @@ std::int64_t Sampler::choose(const float* logits, std::int64_t V) {
     if (u < acc) return scratch_[i].second;
   }
   return scratch_[n - 1].second;
+}
+
+const std::vector<double>& Sampler::distribution(const float* logits, std::int64_t V) {
+  const float* l = adjusted(logits, V);
+  dense_.assign(static_cast<std::size_t>(V), 0.0);
+  if (opt_.temperature == 0.0 || V <= 1) {
+    dense_[static_cast<std::size_t>(argmax(l, V))] = 1.0;
+    return dense_;
+  }
+  const std::size_t n = keep(l, V);
+  if (n == 0) dense_[0] = 1.0;  // choose()'s answer when nothing is finite
+  for (std::size_t i = 0; i < n; ++i) dense_[static_cast<std::size_t>(scratch_[i].second)] = probs_[i];
+  return dense_;
+}
+
+std::int64_t sample_index(const std::vector<double>& p, double u) {
+  double sum = 0;
+  std::int64_t last = -1;
+  for (std::size_t i = 0; i < p.size(); ++i)
+    if (p[i] > 0) {
+      sum += p[i];
+      last = static_cast<std::int64_t>(i);
+    }
+  if (last < 0) return -1;
+  const double target = u * sum;
+  double acc = 0;
+  for (std::size_t i = 0; i < p.size(); ++i)
+    if (p[i] > 0) {
+      acc += p[i];
+      if (target < acc) return static_cast<std::int64_t>(i);
+    }
+  return last;
 }
 
 double token_logprob(const float* logits, std::int64_t V, std::int64_t id,

@@ -313,7 +313,7 @@ QKV_TOOL_COMMAND(bench, {
           "qkv bench encoder-step --batch B --len L --d-model E --heads H --d-ff F --layers N\n"
           "qkv bench peak [--seconds S]\n"
           "qkv bench generate (--model DIR | --layers L --d-model D --heads H --vocab V) [--batch B] "
-          "[--prompt-len P] [--new N] [--no-cache]\n"
+          "[--prompt-len P] [--new N] [--no-cache] [--draft ngram|MODEL [--draft-max K] [--draft-ngram N]]\n"
           "qkv bench embed --model DIR [--batch B] [--json]\n"
           "Prints the median time over --repeat runs after --warmup runs, the throughput and the peak "
           "resident memory. FLOPs count the matrix products only: attention 4BHL^2D (causal half), "
@@ -322,6 +322,9 @@ QKV_TOOL_COMMAND(bench, {
           "embed: sentences/s of qkv embed on 1000 generated sentences (tokenisation included), FLOPs "
           "of the unpadded products N(8TE^2 + 4TEF + 4E sum_s L_s^2) over T tokens (padded_tokens: "
           "what per-batch padding would have computed). "
+          "generate --draft: speculative decoding timed after each plain run (interleaved), reported as "
+          "speculative: drafted, accepted, acceptance, tokens_per_pass, tokens_per_s, speedup over plain, "
+          "same_ids (the greedy tokens equal plain decoding's). "
           "--json prints one JSON object per line (median_ms, gflops, peak_rss_mb, extra_rss_mb, ...). "
           "peak: the FP32 FMA throughput of a register-only loop on --threads workers, now (a shared "
           "machine's peak moves with its load; measure it in the same run as what you divide by it). "
@@ -410,6 +413,7 @@ QKV_TOOL_COMMAND(bench, {
       s->add_flag("--no-cache", gen->no_cache, "Recompute the whole sequence every step");
       s->add_option("--bandwidth-mb", gen->bandwidth_mb, "Buffer of the read-bandwidth measurement (default 512)")
           ->check(int_range(1, 1 << 16));
+      add_draft_flags(*s, gen->draft);
       s->add_flag("--json", gen->json, "One JSON object");
       runs.emplace_back(s, [gen] { return run_bench_generate(*gen); });
       runs.push_back(add_bench_embed(sub));  // qkv bench embed (cmd_bench_embed.cpp)

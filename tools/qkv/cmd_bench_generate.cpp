@@ -1,7 +1,8 @@
 // qkv bench generate: tokens/s of greedy generation through the KV cache (or with
 // --no-cache), next to the memory-bandwidth bound measured in the same run:
 // at batch 1 every weight is read once per token, so the bound is
-// read bandwidth / weight bytes.
+// read bandwidth / weight bytes. With --draft, speculative decoding runs after each plain run
+// (interleaved): its tokens/s, the speed-up, the acceptance and whether the tokens are the same.
 #include "cmd_bench_generate.h"
 
 #include <algorithm>
@@ -29,7 +30,9 @@ int run_bench_generate(const BenchGenerateOptions& o) {
     throw ValueError("--activations must be f32 or q8, got '" + o.activations + "'");
   if (o.no_cache && infer::parse_kv_type(o.kv_cache, "--kv-cache") != infer::KVType::F32)
     throw ValueError("--kv-cache " + o.kv_cache + " sets the KV cache's type; it cannot go with --no-cache");
+  o.draft.check(o.no_cache, "bench generate");
   std::shared_ptr<const infer::CausalLM> model;
+  std::shared_ptr<const tokenize::Tokenizer> tokenizer;
   std::string arch = "gpt2";
   double weight_bytes = 0;  // bytes read per decode step
   nlohmann::ordered_json sizes;
@@ -38,6 +41,7 @@ int run_bench_generate(const BenchGenerateOptions& o) {
         o.model, {.activations = o.activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32,
                   .kv_cache = infer::parse_kv_type(o.kv_cache, "--kv-cache")});
     model = lm.model;
+    tokenizer = lm.tokenizer;
     arch = lm.architecture;
     weight_bytes = static_cast<double>(lm.weight_bytes);
     if (o.activations != "f32" && !lm.q8_activations)
@@ -79,12 +83,20 @@ int run_bench_generate(const BenchGenerateOptions& o) {
       for (std::int64_t i = 0; i < o.prompt_len; ++i) p.push_back(g.randint(0, model->vocab_size()));
   }
   infer::GenerationOptions go{.max_new_tokens = o.new_tokens, .use_cache = !o.no_cache};  // no eos: exactly N tokens
+  infer::GenerationOptions spec = go;
+  if (o.draft.on()) {
+    spec.draft = o.draft.options(tokenizer.get(), o.model.empty() ? std::string("the random GPT-2") : o.model,
+                                 infer::parse_kv_type(o.kv_cache, "--kv-cache"));
+    infer::check_generation(*model, prompts, spec);
+  }
   // Warm-up: the block cache, the thread team, first-touch of the workspaces.
   infer::generate(*model, prompts, {.max_new_tokens = std::min<std::int64_t>(4, o.new_tokens), .use_cache = go.use_cache});
   const double rss_loaded = rss_mb_now();
   reset_peak_rss();
-  std::vector<double> tps, step_ms, prefill_ms;
+  std::vector<double> tps, step_ms, prefill_ms, spec_tps, spec_step_ms;
   std::vector<std::vector<std::int64_t>> first_ids;
+  infer::SpeculativeStats spec_stats;
+  bool same_ids = true;
   for (int r = 0; r < o.repeat; ++r) {
     infer::GenerationStats st;
     const auto res = infer::generate(*model, prompts, go, {}, &st);
@@ -94,6 +106,13 @@ int run_bench_generate(const BenchGenerateOptions& o) {
     tps.push_back(static_cast<double>(st.new_tokens) / (st.prefill_seconds + st.decode_seconds));
     step_ms.push_back(1e3 * st.decode_seconds / static_cast<double>(std::max<std::int64_t>(o.new_tokens - 1, 1)));
     prefill_ms.push_back(1e3 * st.prefill_seconds);
+    if (!o.draft.on()) continue;
+    infer::GenerationStats ss;
+    const auto sres = infer::generate(*model, prompts, spec, {}, &ss);
+    for (std::size_t b = 0; b < res.size(); ++b) same_ids = same_ids && sres[b].new_ids == res[b].new_ids;
+    spec_tps.push_back(static_cast<double>(ss.new_tokens) / (ss.prefill_seconds + ss.decode_seconds));
+    spec_step_ms.push_back(1e3 * ss.decode_seconds / static_cast<double>(std::max<std::int64_t>(o.new_tokens - 1, 1)));
+    spec_stats = ss.speculative;
   }
   const double rss = peak_rss_mb();
   const kernels::ReadBandwidth bw = kernels::measure_read_bandwidth(o.bandwidth_mb << 20, 3);
@@ -135,6 +154,20 @@ int run_bench_generate(const BenchGenerateOptions& o) {
   j["peak_rss_mb"] = rss;
   j["rss_after_load_mb"] = rss_loaded;
   j["first_ids"] = first_ids;  // [B][<= 32] generated ids, to compare engines
+  if (o.draft.on()) {
+    const double spec_decode_tps = static_cast<double>(o.batch) * 1e3 / median(spec_step_ms);
+    j["speculative"] = {{"draft", o.draft.draft},
+                        {"draft_max", spec.draft.max},
+                        {"drafted", spec_stats.drafted},
+                        {"accepted", spec_stats.accepted},
+                        {"acceptance", spec_stats.acceptance()},
+                        {"tokens_per_pass", spec_stats.tokens_per_pass()},
+                        {"tokens_per_s", median(spec_tps)},
+                        {"decode_tokens_per_s", spec_decode_tps},
+                        {"speedup", median(tps) > 0 ? median(spec_tps) / median(tps) : 0.0},
+                        {"decode_speedup", spec_decode_tps / decode_tps},
+                        {"same_ids", same_ids}};
+  }
   if (o.json) {
     std::cout << j.dump() << "\n";
   } else {

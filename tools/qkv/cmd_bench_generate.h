@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string>
 
+#include "draft_flags.h"
+
 namespace qkv::tool {
 
 struct BenchGenerateOptions {
@@ -16,6 +18,7 @@ struct BenchGenerateOptions {
   bool no_cache = false, json = false;
   std::string kv_cache = "f32";     // the KV cache's element type: f32 | f16
   std::string activations = "f32";  // Llama family: f32 (exact) | q8 (activations quantized per 32, integer products)
+  DraftFlags draft;                 // speculative decoding, timed beside plain decoding
 };
 
 int run_bench_generate(const BenchGenerateOptions& o);

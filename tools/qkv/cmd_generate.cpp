@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "draft_flags.h"
 #include "model_dir.h"
 #include "qkv/core/error.h"
 #include "qkv/infer/embed.h"
@@ -40,10 +41,10 @@ struct GenerateOptions {
   std::vector<std::string> stop;
   std::vector<std::string> positional;  // PROMPT given without --prompt
   i64 logprobs = -1;
+  DraftFlags draft;
   bool no_cache = false, json = false, chat = false, ignore_eos = false;
   bool verbose_prompt = false, no_display_prompt = false;
 };
-
 
 int run_generate(GenerateOptions o, std::ostream& out) {
   // Every check before the model is read.
@@ -78,14 +79,17 @@ int run_generate(GenerateOptions o, std::ostream& out) {
     throw ValueError("--activations must be f32 or q8, got '" + o.activations + "'");
   if (o.no_cache && infer::parse_kv_type(o.kv_cache, "--kv-cache") != infer::KVType::F32)
     throw ValueError("--kv-cache " + o.kv_cache + " sets the KV cache's type; it cannot go with --no-cache");
+  o.draft.check(o.no_cache, "generate");
   std::vector<tokenize::ChatMessage> messages;
   if (!o.messages_file.empty())
     messages = tokenize::parse_chat_messages_json(io::read_file(o.messages_file, "--messages"), o.messages_file);
 
-  const infer::LanguageModel lm = infer::load_language_model(
-      o.model, {.chat_template_file = o.chat_template,
-                .activations = o.activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32,
-                .kv_cache = infer::parse_kv_type(o.kv_cache, "--kv-cache")});
+  const infer::LanguageModelOptions load_options{
+      .chat_template_file = o.chat_template,
+      .activations = o.activations == "q8" ? kernels::QActivations::Q8 : kernels::QActivations::F32,
+      .kv_cache = infer::parse_kv_type(o.kv_cache, "--kv-cache")};
+  const infer::LanguageModel lm = infer::load_language_model(o.model, load_options);
+  if (o.draft.on()) g.draft = o.draft.options(lm.tokenizer.get(), o.model, load_options.kv_cache);
   const bool ids_only = !o.prompt_ids.empty();
   const tokenize::Tokenizer* tok = lm.tokenizer.get();
   if (!ids_only && !tok) load_tokenizer(o.model, true, "to read text prompts; or give --prompt-ids");  // names what is missing
@@ -172,6 +176,7 @@ int run_generate(GenerateOptions o, std::ostream& out) {
               << st.prefill_seconds << " s; " << decode_tps << " tokens/s decoding, "
               << (g.use_cache ? "KV cache" : "no cache") << ", stop: "
               << (streams[0] && streams[0]->stopped() ? "stop" : infer::stop_reason_name(r.reason)) << ")\n";
+    if (g.draft.on()) std::cerr << draft_summary(st.speculative) << "\n";
     return 0;
   }
   if (stream) out << "\n";
@@ -187,6 +192,14 @@ int run_generate(GenerateOptions o, std::ostream& out) {
       if (streams[b] && streams[b]->format() != infer::ReplyFormat::Plain) j["reasoning"] = streams[b]->reasoning();
       j["tokens_per_s"] = tps;
       j["stop_reason"] = streams[b] && streams[b]->stopped() ? "stop" : infer::stop_reason_name(r.reason);
+      if (g.draft.on()) {
+        const infer::SpeculativeStats& sp = st.speculative;
+        j["speculative"] = {{"drafted", sp.drafted},
+                            {"accepted", sp.accepted},
+                            {"acceptance", sp.acceptance()},
+                            {"target_passes", sp.target_passes},
+                            {"tokens_per_pass", sp.tokens_per_pass()}};
+      }
       if (o.logprobs >= 0) {
         auto& lp = j["logprobs"] = nlohmann::ordered_json::array();
         for (const infer::TokenLogprob& t : r.logprobs) {
@@ -219,9 +232,11 @@ int run_generate(GenerateOptions o, std::ostream& out) {
       }
   }
   out << std::flush;
-  if (!o.json)
+  if (!o.json) {
     std::cerr << st.new_tokens << " tokens for " << results.size() << " prompts in " << seconds << " s ("
               << static_cast<double>(st.new_tokens) / std::max(seconds, 1e-9) << " tokens/s)\n";
+    if (g.draft.on()) std::cerr << draft_summary(st.speculative) << "\n";
+  }
   return 0;
 }
 
@@ -246,11 +261,19 @@ QKV_TOOL_COMMAND(generate, {
           "(generated ids only), text (the continuation only, without the end-of-sequence token, ending at a stop "
           "string), tokens_per_s, stop_reason (length | eos | stop), logprobs with --logprobs N (each token's "
           "log-probability and the N most likely). --no-cache recomputes the whole sequence "
-          "every step (same tokens, for comparison).\n\n"
+          "every step (same tokens, for comparison). "
+          "--draft turns on speculative decoding: a drafter guesses up to --draft-max tokens (default 3: the longest draft the model checks with the bits of one-token steps) that the model "
+          "checks in one pass, keeping those it agrees with (greedy output is the same token for token; sampled output "
+          "keeps its distribution). --draft ngram drafts by prompt lookup (the tokens that followed the latest earlier "
+          "match of the last --draft-ngram tokens, default 3, or fewer); --draft MODEL by a smaller model of the same "
+          "vocabulary (a quantized copy of the model, say), run with Q8 activations (its guesses need not be exact). Its counts go to stderr, or with --json to each object's speculative: drafted, accepted, "
+          "acceptance, target_passes, tokens_per_pass (over all prompts).\n\n"
           "Examples:\n"
           "  qkv generate --model tests/fixtures/gpt2_tiny \"In the beginning\" --max-new 40\n"
           "  qkv generate --model models/SmolLM2-135M-Instruct.Q4_1.gguf --chat \"What is the capital of France?\"\n"
-          "  qkv generate --model DIR --prompts-file prompts.txt --temperature 0.8 --top-p 0.9 --seed 1 --json");
+          "  qkv generate --model DIR --prompts-file prompts.txt --temperature 0.8 --top-p 0.9 --seed 1 --json\n"
+          "  qkv generate --model models/SmolLM2-135M-Instruct.Q4_1.gguf --chat \"Rewrite in the past tense: ...\" "
+          "--draft ngram");
       auto opt = std::make_shared<GenerateOptions>();
       add_lm_model_option(sub, opt->model, "The model: a GGUF file or a model folder")->required();
       sub.add_option("--prompt", opt->prompt, "Prompt text (or give it as the PROMPT argument)");
@@ -287,6 +310,7 @@ QKV_TOOL_COMMAND(generate, {
                      "step reads at depth; keys and values rounded to half precision once)")
           ->capture_default_str();
       sub.add_flag("--no-cache", opt->no_cache, "Recompute the whole sequence every step");
+      add_draft_flags(sub, opt->draft);
       sub.add_flag("--json", opt->json, "One JSON object per prompt");
       return [opt] { return run_generate(*opt, std::cout); };
     }});

@@ -20,6 +20,7 @@ set(QKV_TOOL_SOURCES
   cmd_chat.cpp
   line_reader.cpp
   sampling_flags.cpp
+  draft_flags.cpp
   cmd_tokenize.cpp
   cmd_tokenize_train.cpp
   cmd_convert.cpp

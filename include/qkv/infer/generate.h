@@ -18,6 +18,7 @@
 
 #include "qkv/infer/causal_lm.h"
 #include "qkv/infer/sampling.h"
+#include "qkv/infer/speculative.h"
 
 namespace qkv::infer {
 
@@ -38,6 +39,10 @@ struct GenerationOptions {
   // tokens' (natural log of the softmax of the float32 logits, before any sampling filter);
   // -1: none. At most 20 alternatives.
   std::int64_t logprobs = -1;
+  // Speculative decoding (infer/speculative.h): a drafter guesses tokens that the model checks
+  // several at a time; greedy tokens are plain decoding's, sampled ones keep its distribution.
+  // Needs use_cache.
+  DraftOptions draft;
 };
 
 struct TokenLogprob {
@@ -57,13 +62,15 @@ struct GenerationResult {
 
 struct GenerationStats {
   double prefill_seconds = 0;  // the prompts' forward pass (first token's logits)
-  double decode_seconds = 0;   // every later step
+  double decode_seconds = 0;   // every later step (with a drafter, its drafting included)
   std::int64_t new_tokens = 0; // over all sequences
+  SpeculativeStats speculative; // with GenerationOptions::draft: drafted, accepted, passes
 };
 
 // Checks everything before any forward pass (ValueError / IndexError naming the prompt and
 // value): at least one prompt, each non-empty, ids in [0, vocab), max_new_tokens >= 1,
-// prompt length + max_new_tokens <= model.max_positions(), the sampling options.
+// prompt length + max_new_tokens <= model.max_positions(), the sampling options, the draft
+// options (check_draft; a draft needs the cache).
 void check_generation(const CausalLM& model, const std::vector<std::vector<std::int64_t>>& prompts,
                       const GenerationOptions& o);
 

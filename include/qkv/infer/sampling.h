@@ -59,15 +59,28 @@ class Sampler {
   // win; all -inf or NaN -> id 0.
   std::int64_t next(const float* logits, std::int64_t V);
 
+  // Speculative decoding (infer/speculative.h) decides between next()'s distribution and a
+  // drafter's, so it needs that distribution whole and the stream's draws one by one:
+  //  - distribution: what next() would draw from for these logits, dense [V]: the adjusted,
+  //    filtered softmax (0 for every token the filters drop), or, greedy, 1 at next()'s argmax.
+  //    Counts nothing (the sequence's history is unchanged); valid until the next call.
+  //  - take: counts `id` as generated, as next() counts the token it returns.
+  //  - uniform: the stream's next draw in [0, 1) (next() takes one per sampled token).
+  const std::vector<double>& distribution(const float* logits, std::int64_t V);
+  void take(std::int64_t id) { remember(id, true); }
+  double uniform() { return gen_.uniform(); }
+
  private:
   void remember(std::int64_t id, bool generated);
   std::int64_t choose(const float* logits, std::int64_t V);
+  std::size_t keep(const float* logits, std::int64_t V);
   const float* adjusted(const float* logits, std::int64_t V);
 
   SamplingOptions opt_;
   Generator gen_;
   std::vector<std::pair<float, std::int64_t>> scratch_;  // candidates, reused every token
   std::vector<double> probs_;
+  std::vector<double> dense_;                           // distribution()'s result
   std::vector<float> logits_;                           // the adjusted logits
   std::deque<std::int64_t> recent_;                     // the last repeat_last_n tokens
   std::unordered_map<std::int64_t, std::int64_t> recent_count_;  // token -> times in recent_
@@ -76,6 +89,12 @@ class Sampler {
 
 // Index of the largest logit (the first one on ties; NaN ignored).
 std::int64_t argmax(const float* logits, std::int64_t V);
+
+// The token a uniform draw u in [0, 1) picks from probabilities p [V] that need not sum to 1
+// (they are normalised by their sum): the first i whose running sum exceeds u * sum, in index
+// order; the last token with probability > 0 when rounding leaves u * sum unreached. -1 when
+// nothing has a probability > 0.
+std::int64_t sample_index(const std::vector<double>& p, double u);
 
 // Natural-log softmax of logits [V] at token `id`, and the `top` most likely tokens with theirs,
 // best first (ties: lower id first), computed in double from the float32 logits. NaN logits count
