@@ -177,15 +177,54 @@ void gguf_seeds(const fuzz::Scratch& s, const fs::path& out) {
   put(out, "gguf", "metadata_only.gguf", fuzz::read_bytes(s.path("metadata_only.gguf")));
 }
 
-// A mixture of experts as llama.cpp writes one (qwen3moe: a router ffn_gate_inp and 3-D
-// ffn_*_exps tensors, 2 experts, 1 per token, tied head), small enough to run: the expert
-// metadata and tensors in the corpus.
-void moe_gguf_seed(const fuzz::Scratch& s, const fs::path& out) {
+// The tensors of a seed GGUF: float tensors of small values, Q8_0 blocks with scale 1/64 (fp16
+// 0x2400) and small integers, MXFP4 blocks with exponent 124 (scale 2^-4) and every code.
+struct SeedTensors {
+  std::vector<std::vector<std::uint8_t>> keep;
+  std::vector<io::GGUFTensorData> t;
+  SeedTensors() { keep.reserve(64); }  // (the pointers stay valid)
+  static std::size_t count(const std::vector<std::int64_t>& dims) {
+    std::size_t n = 1;
+    for (std::int64_t d : dims) n *= static_cast<std::size_t>(d);
+    return n;
+  }
+  void f32(const char* name, std::vector<std::int64_t> dims) {
+    const std::size_t n = count(dims);
+    keep.emplace_back(n * sizeof(float));
+    for (std::size_t i = 0; i < n; ++i) {
+      const float v = 0.05f * static_cast<float>(static_cast<int>(i * 7 % 11) - 5);
+      std::memcpy(keep.back().data() + i * sizeof(float), &v, sizeof(float));
+    }
+    t.push_back({name, kernels::QType::F32, dims, keep.back().data(), n * sizeof(float)});
+  }
+  void q8_0(const char* name, std::vector<std::int64_t> dims) {
+    const std::size_t blocks = count(dims) / 32;
+    keep.emplace_back(blocks * 34);
+    for (std::size_t b = 0; b < blocks; ++b) {
+      std::uint8_t* p = keep.back().data() + b * 34;
+      p[0] = 0x00, p[1] = 0x24;
+      for (int j = 0; j < 32; ++j) p[2 + j] = static_cast<std::uint8_t>(static_cast<std::int8_t>((b * 5 + j * 3) % 9 - 4));
+    }
+    t.push_back({name, kernels::QType::Q8_0, dims, keep.back().data(), blocks * 34});
+  }
+  void mxfp4(const char* name, std::vector<std::int64_t> dims) {
+    const std::size_t blocks = count(dims) / 32;
+    keep.emplace_back(blocks * 17);
+    for (std::size_t b = 0; b < blocks; ++b) {
+      std::uint8_t* p = keep.back().data() + b * 17;
+      p[0] = 124;
+      for (int j = 0; j < 16; ++j) p[1 + j] = static_cast<std::uint8_t>((b + j) % 16 | (b * 3 + j) % 16 << 4);
+    }
+    t.push_back({name, kernels::QType::MXFP4, dims, keep.back().data(), blocks * 17});
+  }
+};
+
+// The keys every seed decoder of width 32 (2 heads of 16 on 1) has, under `arch`.
+io::GGUFMetadata seed_decoder_keys(const std::string& arch) {
   using M = io::GGUFMeta;
-  using Q = kernels::QType;
-  const std::string a = "qwen3moe.";
-  const io::GGUFMetadata meta = {
-      {"general.architecture", M::string("qwen3moe")},
+  const std::string a = arch + ".";
+  return {
+      {"general.architecture", M::string(arch)},
       {a + "block_count", M::u32(1)},
       {a + "context_length", M::u32(64)},
       {a + "embedding_length", M::u32(32)},
@@ -205,54 +244,64 @@ void moe_gguf_seed(const fuzz::Scratch& s, const fs::path& out) {
       {"tokenizer.ggml.token_type", M::int_array(io::GGUFType::I32, {1, 1, 1, 1})},
       {"tokenizer.ggml.merges", M::string_array({"a b"})},
   };
-  // Float tensors of small values; Q8_0 blocks with scale 1/64 (fp16 0x2400) and small integers.
-  std::vector<std::vector<std::uint8_t>> keep;
-  auto floats = [&](std::size_t n) {
-    std::vector<float> v(n);
-    for (std::size_t i = 0; i < n; ++i) v[i] = 0.05f * static_cast<float>(static_cast<int>(i * 7 % 11) - 5);
-    keep.emplace_back(n * sizeof(float));
-    std::memcpy(keep.back().data(), v.data(), n * sizeof(float));
-    return keep.back().data();
-  };
-  auto q8 = [&](std::size_t blocks) {
-    keep.emplace_back(blocks * 34);
-    for (std::size_t b = 0; b < blocks; ++b) {
-      std::uint8_t* p = keep.back().data() + b * 34;
-      p[0] = 0x00, p[1] = 0x24;
-      for (int j = 0; j < 32; ++j) p[2 + j] = static_cast<std::uint8_t>(static_cast<std::int8_t>((b * 5 + j * 3) % 9 - 4));
-    }
-    return keep.back().data();
-  };
-  std::vector<io::GGUFTensorData> t;
-  auto f32 = [&](const char* name, std::vector<std::int64_t> dims) {
-    std::size_t n = 1;
-    for (std::int64_t d : dims) n *= static_cast<std::size_t>(d);
-    t.push_back({name, Q::F32, dims, floats(n), n * sizeof(float)});
-  };
-  auto q8_0 = [&](const char* name, std::vector<std::int64_t> dims) {
-    std::size_t n = 1;
-    for (std::int64_t d : dims) n *= static_cast<std::size_t>(d);
-    t.push_back({name, Q::Q8_0, dims, q8(n / 32), n / 32 * 34});
-  };
-  keep.reserve(32);  // (the pointers stay valid)
-  f32("token_embd.weight", {32, 4});
-  f32("blk.0.attn_norm.weight", {32});
-  q8_0("blk.0.attn_q.weight", {32, 32});
-  q8_0("blk.0.attn_k.weight", {32, 16});
-  q8_0("blk.0.attn_v.weight", {32, 16});
-  q8_0("blk.0.attn_output.weight", {32, 32});
-  f32("blk.0.attn_q_norm.weight", {16});
-  f32("blk.0.attn_k_norm.weight", {16});
-  f32("blk.0.ffn_norm.weight", {32});
-  f32("blk.0.ffn_gate_inp.weight", {32, 2});
-  q8_0("blk.0.ffn_gate_exps.weight", {32, 32, 2});
-  q8_0("blk.0.ffn_up_exps.weight", {32, 32, 2});
-  q8_0("blk.0.ffn_down_exps.weight", {32, 32, 2});
-  f32("output_norm.weight", {32});
-  const std::string path = s.path("qwen3moe.gguf");
-  io::write_gguf(path, meta, t);
+}
+
+// Writes the seed, checks that it loads, and puts it in the gguf corpus as `name`.
+void put_decoder_seed(const fuzz::Scratch& s, const fs::path& out, const std::string& name,
+                      const io::GGUFMetadata& meta, const SeedTensors& t) {
+  const std::string path = s.path(name);
+  io::write_gguf(path, meta, t.t);
   models::load_decoder(path);  // the seed loads
-  put(out, "gguf", "decoder_qwen3moe.gguf", fuzz::read_bytes(path));
+  put(out, "gguf", "decoder_" + name, fuzz::read_bytes(path));
+}
+
+// Mixtures of experts: Qwen3-MoE (router, 3-D Q8_0 experts) and gpt-oss (attention sinks, biases
+// on every projection, a router with a bias, MXFP4 experts with biases, a sliding window).
+void moe_gguf_seeds(const fuzz::Scratch& s, const fs::path& out) {
+  {
+    SeedTensors t;
+    t.f32("token_embd.weight", {32, 4});
+    t.f32("blk.0.attn_norm.weight", {32});
+    t.q8_0("blk.0.attn_q.weight", {32, 32});
+    t.q8_0("blk.0.attn_k.weight", {32, 16});
+    t.q8_0("blk.0.attn_v.weight", {32, 16});
+    t.q8_0("blk.0.attn_output.weight", {32, 32});
+    t.f32("blk.0.attn_q_norm.weight", {16});
+    t.f32("blk.0.attn_k_norm.weight", {16});
+    t.f32("blk.0.ffn_norm.weight", {32});
+    t.f32("blk.0.ffn_gate_inp.weight", {32, 2});
+    t.q8_0("blk.0.ffn_gate_exps.weight", {32, 32, 2});
+    t.q8_0("blk.0.ffn_up_exps.weight", {32, 32, 2});
+    t.q8_0("blk.0.ffn_down_exps.weight", {32, 32, 2});
+    t.f32("output_norm.weight", {32});
+    put_decoder_seed(s, out, "qwen3moe.gguf", seed_decoder_keys("qwen3moe"), t);
+  }
+  SeedTensors t;
+  t.q8_0("token_embd.weight", {32, 4});
+  t.f32("blk.0.attn_norm.weight", {32});
+  t.q8_0("blk.0.attn_q.weight", {32, 32});
+  t.q8_0("blk.0.attn_k.weight", {32, 16});
+  t.q8_0("blk.0.attn_v.weight", {32, 16});
+  t.q8_0("blk.0.attn_output.weight", {32, 32});
+  t.f32("blk.0.attn_q.bias", {32});
+  t.f32("blk.0.attn_k.bias", {16});
+  t.f32("blk.0.attn_v.bias", {16});
+  t.f32("blk.0.attn_output.bias", {32});
+  t.f32("blk.0.attn_sinks.weight", {2});
+  t.f32("blk.0.post_attention_norm.weight", {32});
+  t.f32("blk.0.ffn_gate_inp.weight", {32, 2});
+  t.f32("blk.0.ffn_gate_inp.bias", {2});
+  t.mxfp4("blk.0.ffn_gate_exps.weight", {32, 32, 2});
+  t.mxfp4("blk.0.ffn_up_exps.weight", {32, 32, 2});
+  t.mxfp4("blk.0.ffn_down_exps.weight", {32, 32, 2});
+  t.f32("blk.0.ffn_gate_exps.bias", {32, 2});
+  t.f32("blk.0.ffn_up_exps.bias", {32, 2});
+  t.f32("blk.0.ffn_down_exps.bias", {32, 2});
+  t.f32("output_norm.weight", {32});
+  t.q8_0("output.weight", {32, 4});
+  io::GGUFMetadata meta = seed_decoder_keys("gpt-oss");
+  meta.emplace_back("gpt-oss.attention.sliding_window", io::GGUFMeta::u32(4));
+  put_decoder_seed(s, out, "gpt_oss.gguf", meta, t);
 }
 
 // A tiny decoder: V tokens, width C, FFN F, H heads of D, KV key/value heads, L layers.
@@ -399,7 +448,7 @@ int main(int argc, char** argv) {
     checkpoint_seeds(scratch, out);
     model_folder_seeds(scratch, out);
     gguf_seeds(scratch, out);
-    moe_gguf_seed(scratch, out);
+    moe_gguf_seeds(scratch, out);
     decoder_seeds(scratch, out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz_make_seeds: %s\n", e.what());

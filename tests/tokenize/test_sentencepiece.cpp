@@ -43,7 +43,7 @@ TEST(TokenizerCases, FoldersGiveTransformersIdsAndText) {
   int checked = 0;
   for (const auto& [name, t] : cases().items()) {
     if (name[0] == '_') continue;
-    for (const std::string folder : t["folders"].get<std::vector<std::string>>()) {
+    for (const std::string& folder : t["folders"].get<std::vector<std::string>>()) {
       const std::string dir = qkv::testing::fixture_path("arch/" + folder);
       const auto tok = qkv::tokenize::load_tokenizer(dir);
       EXPECT_EQ(tok->vocab_size(), t["vocab_size"].get<std::int64_t>()) << folder;
@@ -69,7 +69,7 @@ TEST(TokenizerCases, ModelFilesAndGgufGiveSentencepieceIds) {
   int checked = 0;
   for (const auto& [name, t] : cases().items()) {
     if (name[0] == '_' || !t["cases"][0].contains("ids_sentencepiece")) continue;
-    for (const std::string folder : t["folders"].get<std::vector<std::string>>()) {
+    for (const std::string& folder : t["folders"].get<std::vector<std::string>>()) {
       const std::string dir = qkv::testing::fixture_path("arch/" + folder);
       std::vector<std::pair<std::string, std::shared_ptr<const qkv::tokenize::Tokenizer>>> sources;
       sources.emplace_back("tokenizer.model", std::make_shared<qkv::tokenize::SentencePiece>(
