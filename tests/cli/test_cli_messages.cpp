@@ -114,7 +114,7 @@ TEST(CliMessages, AModelFolderOfTheWrongKindIsNamed) {
   expect_error("bench embed --model '" + kGpt2 + "'", 1, "bench embed: " + kGpt2 + g + "bench embed " + enc);
   expect_error("generate --model '" + bert + "' hello", 1,
                "generate: " + bert + " is a BERT folder; qkv generate needs a causal language model: a GGUF file (");
-  expect_error("generate --model '" + bert + "' hello", 1, ") or a folder of model_type gemma2, gemma3, gemma3_text, gpt2, llama, ");
+  expect_error("generate --model '" + bert + "' hello", 1, ") or a folder of model_type gemma2, gemma3, gemma3_text, gpt2, gpt_oss, llama, ");
   const fs::path t5 = unique_temp("msg_t5");
   fs::create_directories(t5);
   std::ofstream(t5 / "config.json") << R"({"model_type": "t5"})";

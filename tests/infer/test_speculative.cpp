@@ -18,6 +18,7 @@
 #include "qkv/infer/generate.h"
 #include "qkv/infer/language_model.h"
 #include "qkv/infer/speculative.h"
+#include "qkv/kernels/decode_attention.h"
 #include "qkv/models/registry.h"
 
 namespace {
@@ -171,8 +172,39 @@ TEST(Speculative, GreedyUnchangedOnEveryFixtureArchitecture) {
 }
 
 // What exact greedy output rests on (speculative.h): verification rows of at most
-// kExactDraftMax + 1 tokens have the bits of one-token decode steps (no window, one key chunk).
+// kExactDraftMax + 1 tokens have the bits of one-token decode steps — sliding windows that cut
+// the rows' keys differently included (Gemma 2's window of 4, Mistral's), and at a depth where
+// the decode kernel splits a head's keys over chunks (SmolLM2 past 1000 keys).
+void expect_rows_are_decode_steps(const CausalLM& m, const std::vector<i64>& ids, const std::string& what) {
+  const i64 V = m.vocab_size(), n = kExactDraftMax + 1, P = static_cast<i64>(ids.size()) - n;
+  KVCache one(m.cache_options(1, P + n)), many(m.cache_options(1, P + n));
+  const std::vector<i64> prompt(ids.begin(), ids.begin() + P);
+  m.forward_cached(qkv::Tensor::from_vector(prompt, {1, P}), {P}, one);
+  m.forward_cached(qkv::Tensor::from_vector(prompt, {1, P}), {P}, many);
+  const std::vector<i64> rest(ids.begin() + P, ids.end());
+  const std::vector<float> all = m.forward_cached(qkv::Tensor::from_vector(rest, {1, n}), {n}, many, true).to_vector<float>();
+  for (i64 i = 0; i < n; ++i) {
+    const std::vector<float> row =
+        m.forward_cached(qkv::Tensor::from_vector(std::vector<i64>{rest[i]}, {1, 1}), {1}, one).to_vector<float>();
+    for (i64 v = 0; v < V; ++v) ASSERT_EQ(row[v], all[i * V + v]) << what << ": row " << i << ", logit " << v;
+  }
+}
+
 TEST(Speculative, VerificationRowsAreDecodeStepBits) {
+  for (const std::string f : {"arch/gemma2", "llama_family/mistral"}) {
+    const LanguageModel lm = load_language_model(fixture(f));
+    std::vector<i64> ids;
+    for (i64 t = 0; t < 40; ++t) ids.push_back((t * 7 + 3) % (lm.model->vocab_size() - 1) + 1);
+    expect_rows_are_decode_steps(*lm.model, ids, f);
+  }
+  const std::string smol = std::string(QKV_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (std::filesystem::exists(smol)) {
+    const LanguageModel lm = load_language_model(smol);
+    std::vector<i64> ids;
+    for (i64 t = 0; t < 1100; ++t) ids.push_back((t * 7919 + 17) % 40000 + 100);
+    ASSERT_GT(qkv::kernels::decode_attention_splits(1, 1, 1100), 1) << "the depth must split the keys";
+    expect_rows_are_decode_steps(*lm.model, ids, "SmolLM2 at 1100 keys");
+  }
   for (const std::string f : {"llama_family/llama", "arch/qwen3"}) {
     const LanguageModel lm = load_language_model(fixture(f));
     const CausalLM& m = *lm.model;

@@ -32,12 +32,11 @@
 // Exactness of greedy output: it equals plain greedy decoding's token for token when the target
 // computes each of the k + 1 rows with the bits a one-token decode step gives that position. The
 // decoder family (models/decoder.h) does so for rows <= kernels::qgemm_decode_max_m() on its
-// products and for new queries <= kDecodeKernelMaxQueries (infer/kv_cache.h) on attention over
-// one key chunk; with more rows (the prefill kernels), a sliding window (the decode kernel's key
-// blocks start at the first row's window) or long contexts split over threads (flash-decoding
-// chunks follow the keys' count) a logit may differ in its last bits, which changes a token only
-// where two logits tie within that rounding. kExactDraftMax is the longest draft kept within the
-// first rule; longer drafts trade that guarantee for fewer passes.
+// products and for new queries <= kDecodeKernelMaxQueries (infer/kv_cache.h) on attention (each
+// new query attends alone, with its own key count, at any depth and with any window); with more
+// rows (the prefill kernels) a logit may differ in its last bits, which changes a token only
+// where two logits tie within that rounding. kExactDraftMax is the longest draft kept within
+// these rules; longer drafts trade that guarantee for fewer passes.
 //
 // A model whose cache keeps token ids (KVCacheOptions::keep_ids: it may run a sequence again from
 // its first token, as LongRoPE does when a sequence passes the original context) decodes without

@@ -559,6 +559,27 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
     dp.softcap = ls.attn_softcap;
     dp.sinks = w_.layers[static_cast<std::size_t>(l)].sinks;
   };
+  // A sequence's few new queries attend one query row at a time, each as the decode step of that
+  // token alone would (its own key count, so its own split of the keys): a pass over a few new
+  // tokens (speculative decoding's verification of a draft, a short prompt) gives each token's
+  // row the bits of decoding the tokens one by one, at any depth and with any window. Row i of
+  // the calls: sequence b's query i (when it has one) over its first k_len - q_len + 1 + i keys.
+  std::vector<std::vector<i64>> row_q_len(static_cast<std::size_t>(Lq > 1 ? Lq : 0)), row_k_len(row_q_len.size());
+  for (std::size_t i = 0; i < row_q_len.size(); ++i)
+    for (i64 b = 0; b < B; ++b) {
+      const i64 n = q_len[static_cast<std::size_t>(b)], has = n > static_cast<i64>(i) ? 1 : 0;
+      row_q_len[i].push_back(has);
+      row_k_len[i].push_back(has ? k_len[static_cast<std::size_t>(b)] - n + 1 + static_cast<i64>(i) : 0);
+    }
+  // Calls `call(params, Q, O)` once for the whole step (one query per sequence) or once per row.
+  auto by_rows = [&](const kernels::DecodeParams& base, const auto& call) {
+    if (row_q_len.empty()) return call(base, qd, od);
+    for (std::size_t i = 0; i < row_q_len.size(); ++i) {
+      kernels::DecodeParams p = base;
+      p.Lq = 1, p.q_len = row_q_len[i].data(), p.k_len = row_k_len[i].data();
+      call(p, qd + static_cast<i64>(i) * base.q_st, od + static_cast<i64>(i) * base.o_st);
+    }
+  };
   // The decode kernel's output rows back into att [R, H*D] (rows r0..r1).
   auto gather_rows = [&](i64 r0, i64 r1) {
     for (i64 r = r0; r < r1; ++r) {
@@ -594,10 +615,12 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
     layer_params(l);
     if (capture) capture_weights(l);
     if (Lq) {
-      if (f16)
-        kernels::decode_attention_forward_f16(od, qd, cache.keys_f16(l), cache.values_f16(l), dp);
-      else
-        kernels::decode_attention_forward(od, qd, cache.keys(l).data<float>(), cache.values(l).data<float>(), dp);
+      by_rows(dp, [&](const kernels::DecodeParams& p, const float* Q, float* O) {
+        if (f16)
+          kernels::decode_attention_forward_f16(O, Q, cache.keys_f16(l), cache.values_f16(l), p);
+        else
+          kernels::decode_attention_forward(O, Q, cache.keys(l).data<float>(), cache.values(l).data<float>(), p);
+      });
       gather_rows(0, R);
     }
     const LayerSpec& ls = c.layers[static_cast<std::size_t>(l)];
@@ -645,7 +668,9 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
     i64 scratch_floats = 1;
     for (i64 l = 0; l < L; ++l) {
       layer_params(l);
-      scratch_floats = std::max(scratch_floats, kernels::decode_attention_team_scratch(dp));
+      by_rows(dp, [&](const kernels::DecodeParams& p, const float*, float*) {
+        scratch_floats = std::max(scratch_floats, kernels::decode_attention_team_scratch(p));
+      });
     }
     float* scratch = ws.dscratch.get(scratch_floats);
     parallel_team(num_threads(), [&](Team& tm) {
@@ -667,11 +692,13 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
         const LayerSpec& ls = c.layers[static_cast<std::size_t>(l)];
         lp.scale = scale_of(ls), lp.window = ls.window, lp.softcap = ls.attn_softcap;
         lp.sinks = w_.layers[static_cast<std::size_t>(l)].sinks;
-        if (f16)
-          kernels::decode_attention_forward_f16(tm, scratch, od, qd, cache.keys_f16(l), cache.values_f16(l), lp);
-        else
-          kernels::decode_attention_forward(tm, scratch, od, qd, cache.keys(l).data<float>(),
-                                            cache.values(l).data<float>(), lp);
+        by_rows(lp, [&](const kernels::DecodeParams& p, const float* Q, float* O) {
+          if (f16)
+            kernels::decode_attention_forward_f16(tm, scratch, O, Q, cache.keys_f16(l), cache.values_f16(l), p);
+          else
+            kernels::decode_attention_forward(tm, scratch, O, Q, cache.keys(l).data<float>(),
+                                              cache.values(l).data<float>(), p);
+        });
         if (!q_in_place) {
           const auto [r0, r1] = tm.part(0, R);
           gather_rows(r0, r1);
