@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "../infer/gpt2_test_util.h"
@@ -165,17 +167,55 @@ TEST(Gpt2Files, MissingFilesAreIOErrorsNamingThePath) {
   expect_error<qkv::IOError>([&] { qkv::models::load_gpt2(d.str()); }, {"model.safetensors"});
 }
 
+// The dtype every tensor of a folder's model.safetensors has (F32, F16, ...; "mixed" if several).
+std::string file_dtype(const std::string& dir) {
+  std::set<std::string> kinds;
+  for (const auto& t : qkv::io::SafetensorsFile::open(dir + "/model.safetensors").tensors())
+    kinds.insert(qkv::io::st_dtype_name(t.dtype));
+  return kinds.size() == 1 ? *kinds.begin() : "mixed";
+}
+
+// True when p points into a mapping of `file` (Linux's /proc/self/maps names the file of each).
+bool lies_in_mapping_of(const void* p, const std::string& file) {
+  const std::string want = fs::canonical(file).string();
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    std::istringstream fields(line);
+    std::uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    fields >> std::hex >> lo >> dash >> hi;
+    const std::size_t path = line.find('/');  // the last field; none of the others holds a '/'
+    if (path != std::string::npos && line.substr(path) == want && lo <= at && at < hi) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 // Loading builds the model without initialising it: no random number is drawn (the default
-// generator's stream is where it was), and the float32 weights are used where the file lies.
+// generator's stream is where it was), and the Conv1D weights [in, out] become transposed views,
+// not copies into [out, in]. What they view depends on the file's dtype: float32 weights are used
+// where the file lies (its mapped pages); the committed fixture is float16 (half the bytes), widened
+// to float32 once at load, and the views are of that copy. Both are checked: the fixture, and a
+// float32 copy of it written here.
 TEST(Gpt2Files, LoadingDrawsNoRandomNumbers) {
-  const std::uint64_t before = qkv::default_generator().offset();
-  const auto m = qkv::models::load_gpt2(qkv::testing::fixture_path("gpt2_tiny"));
-  EXPECT_EQ(qkv::default_generator().offset(), before);
-  // The Conv1D weights [in, out] are viewed transposed, not copied into [out, in].
-  EXPECT_FALSE(m->h[0]->self_attn->w_q->weight.is_contiguous());
-  // Training such a model gives its parameters contiguous storage first.
-  qkv::optim::AdamW opt(m->parameters(), {});
-  EXPECT_TRUE(m->h[0]->self_attn->w_q->weight.is_contiguous());
+  TempDir d;
+  const std::string fixture = qkv::testing::fixture_path("gpt2_tiny");
+  qkv::models::save_gpt2(*qkv::models::load_gpt2(fixture), d.str());  // save_gpt2 writes float32
+  ASSERT_EQ(file_dtype(fixture), "F16");
+  ASSERT_EQ(file_dtype(d.str()), "F32");
+  for (const std::string& dir : {fixture, d.str()}) {
+    SCOPED_TRACE(dir + " (" + file_dtype(dir) + ")");
+    const std::uint64_t before = qkv::default_generator().offset();
+    const auto m = qkv::models::load_gpt2(dir);
+    EXPECT_EQ(qkv::default_generator().offset(), before);
+    const Tensor& w = m->h[0]->self_attn->w_q->weight;
+    EXPECT_EQ(w.dtype(), qkv::DType::F32);
+    EXPECT_FALSE(w.is_contiguous());
+    EXPECT_EQ(lies_in_mapping_of(w.raw_data(), dir + "/model.safetensors"), file_dtype(dir) == "F32");
+    // Training such a model gives its parameters contiguous storage first.
+    qkv::optim::AdamW opt(m->parameters(), {});
+    EXPECT_TRUE(m->h[0]->self_attn->w_q->weight.is_contiguous());
+  }
 }

@@ -23,7 +23,7 @@ TEST(ParityCoverage, EveryFixtureHasATest) {
       "cross_entropy", "sinusoidal_pe", "sdpa_none",            "sdpa_causal",     "sdpa_causal_rect",
       "sdpa_padding", "sdpa_keep",     "sdpa_block",            "sdpa_additive",   "mha_self",     "mha_self_causal",
       "mha_cross",    "mha_cross_kdim", "ffn_relu",             "ffn_gelu",        "encoder_post", "encoder_pre",
-      "decoder_post", "decoder_pre",   "train_adam",            "train_adamw",     "train_sgd",
+      "decoder_post", "decoder_pre",   "train_start",           "train_adam",      "train_adamw",  "train_sgd",
       "sdpa_gqa",     "sdpa_gqa_window"};
   // Fixtures of other scripts, tested elsewhere: safetensors_ref (tests/io), gpt2_tiny_logits
   // (make_gpt2_fixtures.py, tests/models/test_gpt2_parity.cpp), decoder_attention

@@ -4,6 +4,8 @@
 // with Adam, AdamW and SGD(momentum) from the same initial parameters.
 // Compared: logits and every parameter gradient of step 1, the loss before each
 // of the 10 updates, and every parameter after the 10 updates.
+// The start the three share (samples, initial parameters, step 1's logits and
+// gradients) is one fixture, train_start; each train_<opt> holds the rest.
 #include <memory>
 
 #include "nn/parity_common.h"
@@ -80,8 +82,26 @@ bool is_w_k_bias(const std::string& n) { return n.ends_with("w_k.bias"); }
 
 using ParityTraining = ParityTest;
 
-void run_trajectory(const std::string& name, DType dt, const std::string& tag) {
+// A trajectory's fixture with its start's tensors added: train_<opt> holds out.losses and
+// out.final.*; the start its config names ("start": train_start) holds in.*, param.*,
+// out.logits0 and grad.param.*, stored once for the three optimizers (make_fixtures.py checks the
+// trajectories' own step-1 numbers equal them bit for bit). The start's config must agree with the
+// trajectory's, and no tensor may be in both files.
+Fixture load_trajectory(const std::string& name) {
   Fixture f = load(name);
+  const Fixture start = load(f.cfg.at("start").get<std::string>());
+  for (const auto& [key, value] : start.cfg.items())
+    EXPECT_EQ(f.cfg.value(key, nlohmann::json()), value)
+        << name << ": config " << key << " differs from " << start.name << "'s";
+  for (const auto& [n, t] : start.t.tensors) {
+    EXPECT_FALSE(f.has(n)) << name << " and " << start.name << " both hold " << n;
+    f.t.tensors.emplace_back(n, t);
+  }
+  return f;
+}
+
+void run_trajectory(const std::string& name, DType dt, const std::string& tag) {
+  Fixture f = load_trajectory(name);
   const auto& cfg = f.cfg;
   ASSERT_EQ(cfg.at("model"), "TinyTextClassifier");
   ASSERT_EQ(cfg.at("pooling"), "x[:,0,:]");

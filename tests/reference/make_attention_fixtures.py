@@ -12,15 +12,19 @@ Inputs:
 Outputs (tests/fixtures/attention/, float32, a few KB each):
     gpt2_tiny.safetensors     ids I64 [T], layer.{l} F32 [H, T, T] for TEXTS["gpt2_tiny"]
     minilm.safetensors        the same for TEXTS["minilm"] ("I love NLP": [CLS] ... [SEP])
-  metadata: text, the tokenizer's tokens as JSON, model_type, transformers' version.
+  metadata: text, the tokenizer's tokens as JSON, model_type, transformers' version
+  (keys sorted in the file, so a re-run rewrites the same bytes).
 
 Every number is transformers' own: model(ids, output_attentions=True) with the eager
-attention (the SDPA kernels do not return weights), float32, eval mode. The tokens
+attention (the SDPA kernels do not return weights), float32, eval mode. The models are
+loaded in float32 explicitly: gpt2_tiny is stored in float16, which transformers 5 would
+keep; widened to float32 it holds exactly what qkv loads. The tokens
 are those of the folder's fast tokenizer (GPT2TokenizerFast / BertTokenizerFast),
 the ids those qkv's tokenizers must give. The script checks each row sums to 1 and,
 for GPT-2, that no query attends to a later key.
 """
 import json
+import os
 import pathlib
 import sys
 
@@ -39,10 +43,25 @@ TEXTS = {
 }
 
 
+def canonicalize_header(path):
+    """Sort the __metadata__ keys of a safetensors header in place: the Rust writer keeps
+    them in a HashMap, whose order changes from process to process (as make_fixtures.py)."""
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    text = data[8:8 + n].decode("utf-8").rstrip(" ")
+    header = json.loads(text)
+    assert json.dumps(header, separators=(",", ":"), ensure_ascii=False) == text
+    header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    new = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    assert len(new) == len(text.encode("utf-8"))
+    path.write_bytes(data[:8] + new.ljust(n, b" ") + data[8 + n:])
+
+
 def run(name, folder, model_cls, tok_cls, causal):
     torch.manual_seed(0)
     tok = tok_cls.from_pretrained(folder)
-    model = model_cls.from_pretrained(folder, attn_implementation="eager").eval()
+    model = model_cls.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
+    assert all(p.dtype == torch.float32 for p in model.parameters()), folder
     text = TEXTS[name]
     enc = tok(text, return_tensors="pt")
     ids = enc["input_ids"]
@@ -63,7 +82,10 @@ def run(name, folder, model_cls, tok_cls, causal):
     }
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{name}.safetensors"
-    save_file(tensors, str(path), metadata=dict(sorted(meta.items())))
+    tmp = OUT / f"{name}.safetensors.tmp"
+    save_file(tensors, str(tmp), metadata=meta)
+    canonicalize_header(tmp)
+    os.replace(tmp, path)
     print(f"{path.relative_to(ROOT)}: {len(out.attentions)} layers, {w.shape[0]} heads, {w.shape[1]} tokens")
 
 

@@ -941,11 +941,48 @@ OPTIMIZERS = {
 }
 
 
-def _train_case(opt_name):
+# The start every trajectory shares is stored once, in this file; each train_<opt> file holds
+# what its optimizer changes and names the start in its config ("start").
+TRAIN_START = "train_start"
+
+# The model, the data and the loss (config of train_start, and part of every trajectory's).
+TRAIN_CFG = {"model": "TinyTextClassifier", "vocab_size": 20, "embed_dim": 16, "num_heads": 4,
+             "dim_feedforward": 32, "num_layers": 2, "num_classes": 2, "max_len": 32, "norm_first": False,
+             "activation": "relu", "eps": 1e-5, "dropout": 0.0, "pooling": "x[:,0,:]",
+             "positional_encoding": "sinusoidal interleaved, added after embedding, not a parameter",
+             "mask": "none", "num_samples": 64, "seq_len": 8, "batch": "full",
+             "loss": "cross_entropy mean"}
+
+
+def _train_start_model():
+    """The samples and the initialised model every trajectory starts from."""
     tokens, labels = _train_data()
     torch.manual_seed(SEEDS["train_init"])
     model = TinyTextClassifier()
     model.train()
+    return tokens, labels, model
+
+
+def case_train_start():
+    """What the three trajectories share, stored once instead of in each of them: the samples,
+    the initial parameters, and step 1's logits and gradients (step 1's forward and backward
+    come before any update, so they do not depend on the optimizer; _train_case checks its own
+    against this file bit for bit)."""
+    tokens, labels, model = _train_start_model()
+    init = {k: v.detach().clone() for k, v in model.named_parameters()}
+    logits = model(tokens)
+    F.cross_entropy(logits, labels).backward()
+    t = {"in.tokens": tokens, "in.labels": labels,
+         **prefixed("param", init),
+         "out.logits0": logits.detach().clone(),
+         **prefixed("grad.param", {k: p.grad.detach().clone() for k, p in model.named_parameters()})}
+    save_fixture(TRAIN_START, t, TRAIN_CFG,
+                 "The start the training trajectories share (train_adam, train_adamw, train_sgd name it in their config's `start`): the tutorial's 2-layer post-norm encoder classifier's initial parameters, its 64 samples, and the logits and gradients of step 1 (before any update, so the same for every optimizer)",
+                 "Read together with each train_<opt>.safetensors (see those): param.* = the initial parameters, out.logits0 = logits at step 1, grad.param.* = grads of step 1.")
+
+
+def _train_case(opt_name):
+    tokens, labels, model = _train_start_model()
     init = {k: v.detach().clone() for k, v in model.named_parameters()}
     make_opt, opt_cfg = OPTIMIZERS[opt_name]
     opt = make_opt(model.parameters())
@@ -961,22 +998,20 @@ def _train_case(opt_name):
         losses.append(loss.item())
         opt.step()
     assert all(math.isfinite(v) for v in losses)
-    t = {"in.tokens": tokens, "in.labels": labels,
-         **prefixed("param", init),
-         "out.logits0": logits0,
-         "out.losses": torch.tensor(losses, dtype=F64),
-         **prefixed("out.final", {k: v.detach() for k, v in model.named_parameters()}),
-         **prefixed("grad.param", first_grads)}
-    cfg = {"model": "TinyTextClassifier", "vocab_size": 20, "embed_dim": 16, "num_heads": 4,
-           "dim_feedforward": 32, "num_layers": 2, "num_classes": 2, "max_len": 32, "norm_first": False,
-           "activation": "relu", "eps": 1e-5, "dropout": 0.0, "pooling": "x[:,0,:]",
-           "positional_encoding": "sinusoidal interleaved, added after embedding, not a parameter",
-           "mask": "none", "num_samples": 64, "seq_len": 8, "steps": 10, "batch": "full",
-           "loss": "cross_entropy mean", "optimizer": opt_cfg,
+    # The shared part is train_start's, bit for bit (case_train_start runs first).
+    shared = {"in.tokens": tokens, "in.labels": labels, **prefixed("param", init), "out.logits0": logits0,
+              **prefixed("grad.param", first_grads)}
+    start = load_file(str(OUT_DIR / f"{TRAIN_START}.safetensors"))
+    assert set(start) == set(shared), set(start) ^ set(shared)
+    for key, v in shared.items():
+        assert torch.equal(start[key], v), f"train_{opt_name}: {key} differs from {TRAIN_START}'s"
+    t = {"out.losses": torch.tensor(losses, dtype=F64),
+         **prefixed("out.final", {k: v.detach() for k, v in model.named_parameters()})}
+    cfg = {**TRAIN_CFG, "start": TRAIN_START, "steps": 10, "optimizer": opt_cfg,
            "step_order": "zero_grad; logits = model(tokens); loss = CE(logits, labels); backward; step"}
     save_fixture(f"train_{opt_name}", t, cfg,
-                 f"10 full-batch {opt_name} steps of the tutorial's 2-layer post-norm encoder classifier on 64 samples; losses before each update, final params, first-step grads",
-                 f"Build TinyTextClassifier (config), load param.* (initial), {opt_name} per config; 10 steps on (in.tokens, in.labels): out.logits0 = logits at step 1, out.losses[i] = loss before update i, grad.param.* = grads of step 1, out.final.* = params after 10 steps.")
+                 f"10 full-batch {opt_name} steps of the tutorial's 2-layer post-norm encoder classifier on 64 samples, from {TRAIN_START}.safetensors (initial params, samples, step-1 logits and grads); losses before each update, final params",
+                 f"Build TinyTextClassifier (config), load {TRAIN_START}'s param.* (initial), {opt_name} per config; 10 steps on its (in.tokens, in.labels): its out.logits0 = logits at step 1, its grad.param.* = grads of step 1; here out.losses[i] = loss before update i, out.final.* = params after 10 steps.")
     return losses
 
 
@@ -1080,7 +1115,7 @@ CASES = [
     case_mha_self, case_mha_self_causal, case_mha_cross, case_mha_cross_kdim,
     case_ffn_relu, case_ffn_gelu,
     case_encoder_post, case_encoder_pre, case_decoder_post, case_decoder_pre,
-    case_train_adam, case_train_adamw, case_train_sgd,
+    case_train_start, case_train_adam, case_train_adamw, case_train_sgd,  # the start first: the others check theirs against it
 ]
 
 

@@ -14,8 +14,12 @@ Inputs (committed, written by tests/reference/make_bpe_fixtures.py):
 Outputs:
     tests/fixtures/gpt2_tiny/{config.json,model.safetensors}
         a 2-layer GPT-2 (n_embd 64, 4 heads, n_positions 128, gelu_new, tied
-        embeddings) trained for a few hundred AdamW steps on the text, saved by
-        GPT2LMHeadModel.save_pretrained (float32).
+        embeddings) trained in float32 for a few hundred AdamW steps on the
+        text, saved by GPT2LMHeadModel.save_pretrained after model.half():
+        float16, half the bytes of float32 (the fixtures stay well under 5 MB).
+        Every reference below comes from these float16 weights loaded as
+        float32 (from_pretrained(..., dtype=torch.float32)), so qkv, which
+        widens F16 to float32 at load, runs exactly the same weights.
     tests/fixtures/gpt2_tiny_reference.json
         the prompts, their ids, greedy continuations, per-step argmax margins,
         the left-padded batched run and its comparison with the single runs.
@@ -27,7 +31,7 @@ Outputs:
     tests/reference/fixture_index.md (its gpt2_tiny block)
 
 Every number is Hugging Face transformers' own (GPT2LMHeadModel, eager
-attention, float32). The script checks itself: generate (KV cache) against
+attention, float32 arithmetic on the float16-rounded weights). The script checks itself: generate (KV cache) against
 step-by-step full forwards without a cache, the eager against the SDPA
 attention, the batched against the single runs, and fails if a greedy choice
 is closer than MIN_MARGIN to a tie.
@@ -190,8 +194,18 @@ def greedy(model, ids: torch.Tensor, mask: torch.Tensor, pad_id: int):
     return new, torch.stack(out.logits, dim=1)
 
 
+def load_float32(path: Path, attn: str, **kwargs):
+    """GPT2LMHeadModel.from_pretrained in float32 whatever the checkpoint's dtype:
+    transformers 5 would keep the fixture's float16 by default. F16 -> F32 is
+    exact, so the model holds the stored weights."""
+    out = GPT2LMHeadModel.from_pretrained(str(path), attn_implementation=attn, dtype=torch.float32, **kwargs)
+    model = out[0] if isinstance(out, tuple) else out
+    assert all(p.dtype == torch.float32 for p in model.parameters()), path
+    return out
+
+
 def make_model_eager(path: Path):
-    model = GPT2LMHeadModel.from_pretrained(str(path), attn_implementation="eager").eval()
+    model = load_float32(path, "eager").eval()
     # Stop only at max_new_tokens: the model's eos would end a greedy run early.
     model.generation_config.eos_token_id = None
     return model
@@ -228,7 +242,11 @@ def train(tok: GPT2TokenizerFast) -> None:
     print(f"trained {TRAIN_STEPS} steps on {len(data)} tokens: loss {losses[0]:.3f} -> "
           f"{sum(losses[-20:]) / 20:.3f} (mean of last 20)")
     model.eval()
-    model.save_pretrained(str(MODEL_DIR))
+    # Stored in float16: half the bytes; the references are computed from these rounded weights
+    # (references() reloads the folder), never from the float32 ones trained here.
+    model.half().save_pretrained(str(MODEL_DIR))
+    stored = load_file(str(MODEL_DIR / "model.safetensors"))
+    assert all(t.dtype == torch.float16 for t in stored.values()), "model.safetensors is not all float16"
     gen_cfg = MODEL_DIR / "generation_config.json"
     if gen_cfg.exists():
         gen_cfg.unlink()  # bos/eos are in config.json; nothing else in it is used
@@ -275,7 +293,7 @@ def capture_activations(model, ids: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def references(tok: GPT2TokenizerFast) -> tuple[dict, dict[str, torch.Tensor]]:
     model = make_model_eager(MODEL_DIR)
-    sdpa = GPT2LMHeadModel.from_pretrained(str(MODEL_DIR), attn_implementation="sdpa").eval()
+    sdpa = load_float32(MODEL_DIR, "sdpa").eval()
     eos = tok.eos_token_id
     V = model.config.vocab_size
     tensors: dict[str, torch.Tensor] = {}
@@ -353,7 +371,8 @@ def references(tok: GPT2TokenizerFast) -> tuple[dict, dict[str, torch.Tensor]]:
     batch_margins = [min(margins_of(blogits[r])) for r in range(len(PROMPTS))]
 
     ref = {
-        "description": "Tiny GPT-2 reference (HF transformers, eager attention, float32). "
+        "description": "Tiny GPT-2 reference (HF transformers, eager attention, float32 arithmetic "
+                       "on the folder's float16 weights). "
                        "See tests/reference/fixture_index.md, block gpt2_tiny.",
         "model_dir": rel(MODEL_DIR),
         "logits_file": rel(LOGITS_ST),
@@ -426,8 +445,9 @@ def write_index(ref: dict, tensors: dict[str, torch.Tensor], losses: list[float]
              f"LN eps {cfg['layer_norm_epsilon']}, tied embeddings, bos = eos = {ref['eos_token_id']} "
              f"(`<|endoftext|>`), trained {TRAIN_STEPS} AdamW steps (batch {TRAIN_BATCH}, context "
              f"{TRAIN_CTX}) on `tests/fixtures/text/kjv_genesis.txt` (loss {losses[0]:.2f} -> "
-             f"{sum(losses[-20:]) / 20:.2f}). Reference numbers: transformers "
-             f"{transformers.__version__}, torch {torch.__version__}, eager attention, float32.\n")
+             f"{sum(losses[-20:]) / 20:.2f}), stored in float16. Reference numbers: transformers "
+             f"{transformers.__version__}, torch {torch.__version__}, eager attention, float32 arithmetic on "
+             f"the float16 weights (loaded with `dtype=torch.float32`).\n")
     L.append("| file | bytes | sha256[:16] |")
     L.append("|---|---|---|")
     for f in files:
@@ -435,8 +455,8 @@ def write_index(ref: dict, tensors: dict[str, torch.Tensor], losses: list[float]
     L.append("")
     L.append("- `gpt2_tiny/`: a Hugging Face folder (`save_pretrained`): `config.json` (note "
              "`\"n_inner\": null` = 4 * n_embd, `\"pad_token_id\": null`, dropouts 0), "
-             "`model.safetensors` (float32, HF names `transformer.*`, no `lm_head.weight`: tied to "
-             "`transformer.wte.weight`), `vocab.json` + `merges.txt` (byte-level BPE).")
+             "`model.safetensors` (**float16**: `model.half().save_pretrained`, half the bytes of "
+             "float32; HF names `transformer.*`, no `lm_head.weight`: tied to `transformer.wte.weight`), `vocab.json` + `merges.txt` (byte-level BPE).")
     L.append("- `gpt2_tiny_reference.json`: `prompts[i]` = {`name`, `text`, `ids` (GPT2TokenizerFast), "
              "`logits_tensor`, `new_ids` (greedy, exactly `max_new_tokens` = "
              f"{MAX_NEW}, no EOS stop), `new_text`, `margins` (top1 - top2 logit at every generated "
@@ -493,8 +513,7 @@ def check_qkv_save(directory: Path, tol: float) -> int:
     transformers.utils.logging.add_handler(handler)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model, info = GPT2LMHeadModel.from_pretrained(str(directory), output_loading_info=True,
-                                                      attn_implementation="eager")
+        model, info = load_float32(directory, "eager", output_loading_info=True)
     transformers.utils.logging.remove_handler(handler)
     transformers.utils.logging.set_verbosity_error()
     model.eval()
