@@ -1,4 +1,5 @@
-"""Random-weight benchmark models with the real shapes of Qwen3-0.6B, Gemma-3-1B, Qwen3-30B-A3B and OLMoE-1B-7B.
+"""Random-weight benchmark models with the real shapes of Qwen3-0.6B, Gemma-3-1B, Qwen3-30B-A3B, OLMoE-1B-7B
+and gpt-oss-20b.
 
 Models (--models, comma-separated keys; default qwen3,gemma3):
   qwen3     qwen3-0.6b            Qwen/Qwen3-0.6B's config (dense, 28 layers).
@@ -9,17 +10,27 @@ Models (--models, comma-separated keys; default qwen3,gemma3):
   olmoe     olmoe-1b-7b-4l        allenai/OLMoE-1B-7B-0924's config (olmoe: 64 experts, 8 per token,
                                   expert FFN 1024, norm_topk_prob false, MHA 16/16, q/k norm over the
                                   whole projection, untied) with num_hidden_layers 16 -> 4.
+  gptoss    gpt-oss-20b-4l        openai/gpt-oss-20b's config (gpt_oss: 32 experts, 4 per token, expert
+                                  FFN 2880, hidden 2880, GQA 64/8 heads of 64, attention sinks, biases,
+                                  sliding window 128 on every other layer, YaRN x32 over 4096, vocab
+                                  201088, untied) with num_hidden_layers 24 -> 4 (layer_types: sliding,
+                                  full, sliding, full); quantized with llama-quantize MXFP4_MOE (the
+                                  experts MXFP4, as OpenAI publishes them, every other matrix Q8_0)
+                                  instead of Q4_K_M.
 Why 4 layers for the mixture-of-experts models: every tensor keeps its real shape (expert
 matrices, router, attention, embedding and output), so the per-layer work of a token (router,
 8 experts' gate/up/down, attention) is the real one and a run measures it; but the full models do
 not fit the machine (Qwen3-30B-A3B is 30.5 B parameters, 61 GB in bf16; OLMoE is 6.9 B, 13.8 GB,
 plus the converter's and llama-quantize's copies on 24 GB of RAM and 2 cores). At 4 layers they are
-3.1 B and 1.9 B parameters (6.2 GB and 3.8 GB in bf16). Per-token cost of the real model ~ embedding +
-output head + layers x (per-layer cost); with 4 layers the output head (vocab x 2048) is a larger
-share of a token's time than in the real models, so compare per-layer costs, not whole-model speed.
-The MoE routers (mlp.gate) get explicitly seeded normal(0, 0.02) weights (transformers creates them
-as zeros and relies on _init_weights; a zero router routes every token to the same experts), and
-the build checks that the sample tokens pick many distinct experts.
+3.1 B and 1.9 B parameters (6.2 GB and 3.8 GB in bf16); gpt-oss-20b (20.9 B, 42 GB in bf16) is
+4.45 B (8.9 GB), of which the embedding and the output head (201088 x 2880 each) are 1.16 B.
+Per-token cost of the real model ~ embedding + output head + layers x (per-layer cost); with 4
+layers the output head (vocab x hidden) is a larger share of a token's time than in the real
+models, so compare per-layer costs, not whole-model speed.
+The MoE routers (mlp.gate; gpt-oss's mlp.router, whose bias keeps transformers' normal draw) get
+explicitly seeded normal(0, 0.02) weights (transformers creates them as zeros and relies on
+_init_weights; a zero router routes every token to the same experts), and the build checks that
+the sample tokens pick many distinct experts.
 
 For each model this script
   1. writes a Hugging Face folder (<out>/<name>-hf/): the Hub's config.json (num_hidden_layers cut
@@ -28,8 +39,8 @@ For each model this script
   2. converts it with llama.cpp's convert_hf_to_gguf.py to <name>-bf16.gguf
      (source for quantization) and, for the dense models only, <name>-q8_0.gguf (skipped for the
      MoE models to save time and disk);
-  3. quantizes the bf16 GGUF with llama-quantize to <name>-q4_k_m.gguf;
-  4. runs `llama-bench -t 1 -p 16 -n 4 -r 1` on the Q8_0 (dense only) and Q4_K_M files;
+  3. quantizes the bf16 GGUF with llama-quantize to <name>-q4_k_m.gguf (gpt-oss: <name>-mxfp4_moe.gguf);
+  4. runs `llama-bench -t 1 -p 16 -n 4 -r 1` on the Q8_0 (dense only) and quantized files;
   5. writes <out>/REPORT.md (sizes, tensor types per file, key and expert metadata, bench output,
      per-step wall time, lock wait and peak RSS); the sections of models not made in this run are
      kept from the previous REPORT.md. Converter / llama-quantize / llama-bench output goes to
@@ -52,6 +63,14 @@ Tokenizers:
     <|padding|> 1 (pad), |||EMAIL_ADDRESS||| 50277, |||PHONE_NUMBER||| 50278, <|endoftext|> 50279
     (eos; no bos), ~8k trained entries; the converter pads with [PAD<i>] up to vocab_size 50304.
     The pre-tokenizer is patched to "olmo" (what the real OLMoE GGUFs carry: GPT-2's regex).
+  * gpt-oss: its o200k_harmony tokenizer is tiktoken's o200k_base plus the harmony tokens, which
+    is not available offline; in its place the same byte-level BPE approach with o200k's
+    pre-tokenizer regex (llama.cpp's "gpt-4o", patched in as for Qwen3), ~8k trained entries and
+    the harmony special tokens at their real ids (<|startoftext|> 199998, <|endoftext|> 199999
+    (pad), <|return|> 200002 (eos), <|constrain|> 200003, <|channel|> 200005, <|start|> 200006,
+    <|end|> 200007, <|message|> 200008, <|call|> 200012, <|endofprompt|> 200018); the converter pads
+    with [PAD<i>] up to vocab_size 201088, so the embedding and output head keep their real shape.
+    A short harmony-style chat template (the real one's roles and separators, none of its tools).
   * Gemma 3: a SentencePiece BPE model (byte_fallback, no dummy prefix, digits
     split, identity normalization) with Gemma's special ids: <pad> 0, <eos> 1,
     <bos> 2, <unk> 3, <mask> 4, [@BOS@] 5, <unused0..98> 6..104,
@@ -69,7 +88,7 @@ would wait on itself). torch runs single-threaded.
 Steps skip outputs that already exist; --force redoes them.
 
 Usage:
-  python bench/make_bench_models.py [--out DIR (models/bench)] [--models qwen3,gemma3,qwen3moe,olmoe]
+  python bench/make_bench_models.py [--out DIR (models/bench)] [--models qwen3,gemma3,qwen3moe,olmoe,gptoss]
       [--llama-src DIR] [--llama-bin DIR] [--force] [--no-bench]
 """
 
@@ -230,6 +249,44 @@ OLMOE_CONFIG = {
     "vocab_size": 50304,
 }
 
+# openai/gpt-oss-20b's config.json without its quantization_config (the weights here are bf16),
+# num_hidden_layers 24 -> 4 and layer_types cut to match (see the docstring).
+GPTOSS_CONFIG = {
+    "architectures": ["GptOssForCausalLM"],
+    "attention_bias": True,
+    "attention_dropout": 0.0,
+    "eos_token_id": 200002,
+    "experts_per_token": 4,
+    "head_dim": 64,
+    "hidden_act": "silu",
+    "hidden_size": 2880,
+    "initial_context_length": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 2880,
+    "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    "max_position_embeddings": 131072,
+    "model_type": "gpt_oss",
+    "num_attention_heads": 64,
+    "num_experts_per_tok": 4,
+    "num_hidden_layers": 4,
+    "num_key_value_heads": 8,
+    "num_local_experts": 32,
+    "output_router_logits": False,
+    "pad_token_id": 199999,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+                     "rope_type": "yarn", "truncate": False},
+    "rope_theta": 150000,
+    "router_aux_loss_coef": 0.9,
+    "sliding_window": 128,
+    "swiglu_limit": 7.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.55.0.dev0",
+    "use_cache": True,
+    "vocab_size": 201088,
+}
+
 # Qwen3's added tokens: (id, content, special)
 QWEN3_ADDED = [
     (151643, "<|endoftext|>", True), (151644, "<|im_start|>", True), (151645, "<|im_end|>", True),
@@ -262,8 +319,28 @@ OLMOE_FRONT = [(0, "|||IP_ADDRESS|||", False), (1, "<|padding|>", True)]
 OLMOE_ADDED = [(50277, "|||EMAIL_ADDRESS|||", False), (50278, "|||PHONE_NUMBER|||", False),
                (50279, "<|endoftext|>", True)]
 
+# o200k_base's pre-tokenizer regex (tiktoken's, as gpt-oss's tokenizer.json has it).
+O200K_PRETOKENIZE_REGEX = "|".join([
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""",
+    r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+    r"""\s*[\r\n]+""",
+    r"""\s+(?!\S)""",
+    r"""\s+""",
+])
+# gpt-oss's named harmony tokens (o200k_harmony): (id, content); all special.
+GPTOSS_ADDED = [(199998, "<|startoftext|>"), (199999, "<|endoftext|>"), (200002, "<|return|>"),
+                (200003, "<|constrain|>"), (200005, "<|channel|>"), (200006, "<|start|>"), (200007, "<|end|>"),
+                (200008, "<|message|>"), (200012, "<|call|>"), (200018, "<|endofprompt|>")]
+GPTOSS_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{'<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{'<|start|>assistant'}}{% endif %}"
+)
+
 # hub: where the config comes from; tokenizer: which maker; pre: the converter's BPE pre-tokenizer
-# name to patch in (None: SentencePiece, nothing to patch); q8: also make a Q8_0 GGUF.
+# name to patch in (None: SentencePiece, nothing to patch); q8: also make a Q8_0 GGUF; quant: the
+# llama-quantize type of the quantized file (default Q4_K_M).
 MODELS = {
     "qwen3": dict(name="qwen3-0.6b", config=QWEN3_CONFIG, hub="Qwen/Qwen3-0.6B", tokenizer="qwen3",
                   pre="qwen2", q8=True),
@@ -273,7 +350,19 @@ MODELS = {
                      tokenizer="qwen3", pre="qwen2", q8=False),
     "olmoe": dict(name="olmoe-1b-7b-4l", config=OLMOE_CONFIG, hub="allenai/OLMoE-1B-7B-0924", tokenizer="olmoe",
                   pre="olmo", q8=False),
+    "gptoss": dict(name="gpt-oss-20b-4l", config=GPTOSS_CONFIG, hub="openai/gpt-oss-20b", tokenizer="gptoss",
+                   pre="gpt-4o", q8=False, quant="MXFP4_MOE"),
 }
+
+
+def is_moe(cfg: dict) -> bool:
+    return "num_experts" in cfg or "num_local_experts" in cfg
+
+
+def quant_file(key: str) -> Path:
+    """The quantized GGUF of a model: <name>-q4_k_m.gguf, or <name>-<its quant type>.gguf."""
+    spec = MODELS[key]
+    return ARGS.out / f"{spec['name']}-{spec.get('quant', 'Q4_K_M').lower()}.gguf"
 
 
 def log(msg: str) -> None:
@@ -471,6 +560,49 @@ def make_olmoe_tokenizer(folder: Path) -> None:
     log(f"olmoe tokenizer: {len(vocab)} entries (max id 50279), sample ids {ids}")
 
 
+def make_gptoss_tokenizer(folder: Path) -> None:
+    """Byte-level BPE with o200k's pre-tokenizer regex and the harmony special tokens at their real ids."""
+    from tokenizers import Tokenizer, Regex, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(O200K_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    trainer = trainers.BpeTrainer(vocab_size=TOKENIZER_VOCAB, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(corpus_lines(), trainer)
+    j = json.loads(tok.to_str())
+    vocab = j["model"]["vocab"]
+    assert max(vocab.values()) < GPTOSS_ADDED[0][0]
+    added = []
+    for tid, content in GPTOSS_ADDED:
+        vocab[content] = tid
+        added.append(dict(id=tid, content=content, single_word=False, lstrip=False, rstrip=False,
+                          normalized=False, special=True))
+    j["added_tokens"] = added
+    (folder / "tokenizer.json").write_text(json.dumps(j, ensure_ascii=False, indent=1), encoding="utf-8")
+    tcfg = {
+        "added_tokens_decoder": {str(t): dict(content=c, lstrip=False, normalized=False, rstrip=False,
+                                              single_word=False, special=True) for t, c in GPTOSS_ADDED},
+        "bos_token": "<|startoftext|>",
+        "chat_template": GPTOSS_CHAT_TEMPLATE,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|return|>",
+        "model_max_length": 1000000000000000019884624838656,
+        "pad_token": "<|endoftext|>",
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(tcfg, ensure_ascii=False, indent=1), encoding="utf-8")
+    from transformers import AutoTokenizer
+    t = AutoTokenizer.from_pretrained(folder)
+    ids = t.encode("hello<|start|>user<|message|>world<|end|><|return|>", add_special_tokens=False)
+    assert 200006 in ids and 200008 in ids and 200007 in ids and 200002 in ids, ids
+    assert max(t.get_vocab().values()) == 200018
+    log(f"gptoss tokenizer: {len(vocab)} entries (max id 200018), sample ids {ids}")
+
+
 def make_gemma3_tokenizer(folder: Path) -> None:
     import sentencepiece as spm
 
@@ -555,12 +687,12 @@ def make_hf_folder(key: str, folder: Path) -> None:
     torch.manual_seed(SEED)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     model.eval()
-    moe = "num_experts" in hub_cfg
+    moe = is_moe(hub_cfg)
     if moe:
         # Routers: seeded normal(0, initializer_range), whatever transformers' init did (their
         # parameters are created as zeros; a zero router sends every token to the same experts).
         gen = torch.Generator().manual_seed(SEED + 1)
-        routers = [(n, m) for n, m in model.named_modules() if n.endswith("mlp.gate")]
+        routers = [(n, m) for n, m in model.named_modules() if n.endswith(("mlp.gate", "mlp.router"))]
         assert len(routers) == hub_cfg["num_hidden_layers"], [n for n, _ in routers]
         with torch.no_grad():
             for _, m in routers:
@@ -578,7 +710,8 @@ def make_hf_folder(key: str, folder: Path) -> None:
     (tmp / "README.md").write_text(
         f"Random weights (transformers init, torch seed {SEED}) with the config of {spec['hub']}{cut}; "
         "small trained tokenizer. For speed benchmarks only; made by make_bench_models.py.\n")
-    {"qwen3": make_qwen3_tokenizer, "gemma3": make_gemma3_tokenizer, "olmoe": make_olmoe_tokenizer}[spec["tokenizer"]](tmp)
+    {"qwen3": make_qwen3_tokenizer, "gemma3": make_gemma3_tokenizer, "olmoe": make_olmoe_tokenizer,
+     "gptoss": make_gptoss_tokenizer}[spec["tokenizer"]](tmp)
     # sanity: a short forward pass stays finite (and, for MoE, routes to many experts)
     with torch.no_grad():
         ids = torch.tensor([[2, 100, 200, 300, 400, 500, 600, 700]])
@@ -749,9 +882,9 @@ def model_section(key: str) -> list[str]:
     spec = MODELS[key]
     name = spec["name"]
     out: Path = ARGS.out
-    f_bf16, f_q8, f_q4 = out / f"{name}-bf16.gguf", out / f"{name}-q8_0.gguf", out / f"{name}-q4_k_m.gguf"
+    f_bf16, f_q8, f_q4 = out / f"{name}-bf16.gguf", out / f"{name}-q8_0.gguf", quant_file(key)
     quants = [f_q8, f_q4] if spec["q8"] else [f_q4]
-    cut = f", num_hidden_layers {spec['config']['num_hidden_layers']}" if "num_experts" in spec["config"] else ""
+    cut = f", num_hidden_layers {spec['config']['num_hidden_layers']}" if is_moe(spec["config"]) else ""
     report = [f"## {name}", "", f"{spec['hub']}'s config{cut}; section written {time.strftime('%Y-%m-%d %H:%M:%S')}.", ""]
     for f in [f_bf16] + quants:
         report.append(f"- `{f}`: {f.stat().st_size:,} bytes ({f.stat().st_size / 2**20:.1f} MiB)")
@@ -763,7 +896,7 @@ def model_section(key: str) -> list[str]:
         report.append(f"### tensor types in {f.name}: " +
                       ", ".join(f"{k} {v}" for k, v in sorted(info["counts"].items())))
         report += ["```"] + summarize_types(info) + ["```", ""]
-        if f == f_q4:
+        if f == f_q4 and spec.get("quant", "Q4_K_M") == "Q4_K_M":
             notk = sorted({(re.sub(r"^blk\.\d+\.", "blk.*.", n), ty) for n, ty, _ in info["tensors"]
                            if ty not in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "F32")})
             report.append("Quantized tensors that are not K-quants: " +
@@ -830,7 +963,7 @@ def main() -> None:
         folder = out / f"{name}-hf"
         f_bf16 = out / f"{name}-bf16.gguf"
         f_q8 = out / f"{name}-q8_0.gguf"
-        f_q4 = out / f"{name}-q4_k_m.gguf"
+        f_q4 = quant_file(key)
 
         have_weights = (folder / "model.safetensors").exists() or (folder / "model.safetensors.index.json").exists()
         if ARGS.force or not have_weights:
@@ -846,7 +979,7 @@ def main() -> None:
         if spec["q8"] and (ARGS.force or not f_q8.exists()):
             convert(key, folder, f_q8, "q8_0", ARGS.llama_src)
         if ARGS.force or not f_q4.exists():
-            quantize(f_bf16, f_q4, "Q4_K_M", ARGS.llama_bin, name)
+            quantize(f_bf16, f_q4, spec.get("quant", "Q4_K_M"), ARGS.llama_bin, name)
         sections[name] = model_section(key)
 
     report = ["# Benchmark models (random weights, real shapes)", "",

@@ -194,19 +194,22 @@ std::optional<std::pair<std::int64_t, std::int64_t>> qgemm_part_columns(i64 M, c
 
 namespace {
 
-// The types with a decode layout, and the fields of their blocks it keeps apart: `halves` fp16
-// fields at byte `half_at` of each block (first in the layout), the other bytes as 4-byte words.
+// The types with a decode layout, and the fields of their blocks it keeps apart: `fields` scale
+// fields of `field_bytes` bytes (fp16 halves, MXFP4's exponent byte) at byte `field_at` of each
+// block (first in the layout), the other bytes as 4-byte words.
 struct Rows8Format {
-  int halves = 0, half_at = 0;
+  int fields = 0, field_bytes = 2, field_at = 0;
 };
 std::optional<Rows8Format> rows8_format(QType t) {
   switch (t) {
     case QType::Q4_0:
     case QType::Q8_0:
-    case QType::Q5_0: return Rows8Format{1, 0};
+    case QType::Q5_0:
+    case QType::IQ4_NL: return Rows8Format{1, 2, 0};
     case QType::Q4_1:
-    case QType::Q4_K: return Rows8Format{2, 0};
-    case QType::Q6_K: return Rows8Format{1, 208};
+    case QType::Q4_K: return Rows8Format{2, 2, 0};
+    case QType::Q6_K: return Rows8Format{1, 2, 208};
+    case QType::MXFP4: return Rows8Format{1, 1, 0};
     default: return std::nullopt;
   }
 }
@@ -215,7 +218,8 @@ bool rows8_type(QType t) { return rows8_format(t).has_value(); }
 
 void check_rows8(const QMatrix& W, const char* op) {
   if (!rows8_type(W.type))
-    throw ValueError(std::string(op) + ": the decode layout is for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K, not " +
+    throw ValueError(std::string(op) +
+                     ": the decode layout is for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K, IQ4_NL and MXFP4, not " +
                      qtype_name(W.type));
   const i64 block = qtype_traits(W.type).block;
   if (W.rows < 0 || W.cols < 0 || W.cols % block || W.row_bytes != qtype_row_bytes(W.type, W.cols) ||
@@ -224,17 +228,18 @@ void check_rows8(const QMatrix& W, const char* op) {
                      ", cols=" + std::to_string(W.cols) + ", row_bytes=" + std::to_string(W.row_bytes) + ")");
 }
 
-// A block of the type (its values' bytes), its halves (where and how many) and its code words
-// (4 bytes each, from byte code0 of the block, skipping the halves).
+// A block of the type (its values' bytes), its scale fields (where, how many, how wide) and its code
+// words (4 bytes each, from byte code0 of the block, skipping the fields).
 struct Rows8Block {
-  int bytes, scales, half_at, code0, words;
+  int bytes, scales, field, field_at, code0, words;
   i64 nblk;  // blocks per row
   explicit Rows8Block(const QMatrix& W)
       : bytes(static_cast<int>(qtype_traits(W.type).block_bytes)),
-        scales(rows8_format(W.type)->halves),
-        half_at(rows8_format(W.type)->half_at),
-        code0(half_at == 0 ? 2 * scales : 0),
-        words((bytes - 2 * scales) / 4),
+        scales(rows8_format(W.type)->fields),
+        field(rows8_format(W.type)->field_bytes),
+        field_at(rows8_format(W.type)->field_at),
+        code0(field_at == 0 ? field * scales : 0),
+        words((bytes - field * scales) / 4),
         nblk(W.cols / qtype_traits(W.type).block) {}
 };
 
@@ -267,8 +272,11 @@ void qgemm_repack_rows8(const QMatrix& W, void* out, i64 g0, i64 g1) {
       u8* dst = o + (g * nblk + b) * 8 * k.bytes;
       for (int r = 0; r < 8; ++r) {
         const u8* blk = w + (g * 8 + r) * rb + b * k.bytes;
-        for (int s = 0; s < k.scales; ++s) std::memcpy(dst + 16 * s + 2 * r, blk + k.half_at + 2 * s, 2);
-        for (int q = 0; q < k.words; ++q) std::memcpy(dst + 16 * k.scales + 32 * q + 4 * r, blk + k.code0 + 4 * q, 4);
+        for (int s = 0; s < k.scales; ++s)
+          std::memcpy(dst + 8 * k.field * s + k.field * r, blk + k.field_at + k.field * s,
+                      static_cast<std::size_t>(k.field));
+        for (int q = 0; q < k.words; ++q)
+          std::memcpy(dst + 8 * k.field * k.scales + 32 * q + 4 * r, blk + k.code0 + 4 * q, 4);
       }
     }
 }
@@ -286,8 +294,11 @@ void qgemm_rows8_row(const QMatrix& W, i64 r, void* out) {
   for (i64 b = 0; b < nblk; ++b) {
     const u8* src = p + (g * nblk + b) * 8 * k.bytes;
     u8* blk = o + b * k.bytes;
-    for (int s = 0; s < k.scales; ++s) std::memcpy(blk + k.half_at + 2 * s, src + 16 * s + 2 * j, 2);
-    for (int q = 0; q < k.words; ++q) std::memcpy(blk + k.code0 + 4 * q, src + 16 * k.scales + 32 * q + 4 * j, 4);
+    for (int s = 0; s < k.scales; ++s)
+      std::memcpy(blk + k.field_at + k.field * s, src + 8 * k.field * s + k.field * j,
+                  static_cast<std::size_t>(k.field));
+    for (int q = 0; q < k.words; ++q)
+      std::memcpy(blk + k.code0 + 4 * q, src + 8 * k.field * k.scales + 32 * q + 4 * j, 4);
   }
 }
 

@@ -206,6 +206,32 @@ struct Dec<QType::Q5_0> : Dec4or5<6, 2, false, 16> {};
 template <>
 struct Dec<QType::Q5_1> : Dec4or5<8, 4, true, 0> {};
 
+// The Q8 kernels of the k-quants, Q5_0, IQ4_NL and MXFP4 (qgemm_kq8_impl.h): their per-row integer
+// sums with vpmaddubsw (int8 codes as |code| times a signed by the code, as q8_tile), as many
+// results added in int16 as the codes allow (kMax = 12: 10, 15: 8, 31: 4, 63: 2, 127: 1; |sum| <=
+// 32767), then one vpmaddwd. The 8-bit-range codes are int8 here (q8_signed).
+template <int N, int kMax, bool kSigned>
+inline __m256i kq_isum(const __m256i* c, const std::int8_t* a) {
+  constexpr int G = 32767 / (2 * kMax * 127);
+  static_assert(G >= 1);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc = _mm256_setzero_si256();
+  for (int q0 = 0; q0 < N; q0 += G) {
+    __m256i s16 = _mm256_setzero_si256();
+    for (int q = q0; q < std::min(N, q0 + G); ++q) {
+      std::int32_t a4;
+      std::memcpy(&a4, a + 4 * q, 4);
+      const __m256i aq = _mm256_set1_epi32(a4);
+      s16 = _mm256_add_epi16(s16, kSigned ? _mm256_maddubs_epi16(_mm256_abs_epi8(c[q]), _mm256_sign_epi8(aq, c[q]))
+                                          : _mm256_maddubs_epi16(c[q], aq));
+    }
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s16, ones));
+  }
+  return acc;
+}
+constexpr bool kq_signed_bytes = true;
+#include "qgemm_kq8_impl.h"
+
 // The k-quants' and the 4-bit table types' decoders (Q2_K .. Q6_K, IQ4_NL, IQ4_XS, MXFP4).
 #include "qgemm_avx2_kquants.h"
 
@@ -362,28 +388,6 @@ void q8_pack_t(const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, float* wo
   }
 }
 
-// The k-quants' and Q5_0's Q8 kernels (qgemm_kq8_impl.h): their per-row integer sums with
-// vpmaddubsw, as many results added in int16 as the codes allow (kMax = 15: 8, 31: 4, 63: 2;
-// |sum| <= 32767), then one vpmaddwd.
-template <int N, int kMax>
-inline __m256i kq_isum(const __m256i* c, const std::int8_t* a) {
-  constexpr int G = 32767 / (2 * kMax * 127);
-  static_assert(G >= 1);
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256i acc = _mm256_setzero_si256();
-  for (int q0 = 0; q0 < N; q0 += G) {
-    __m256i s16 = _mm256_setzero_si256();
-    for (int q = q0; q < std::min(N, q0 + G); ++q) {
-      std::int32_t a4;
-      std::memcpy(&a4, a + 4 * q, 4);
-      s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(c[q], _mm256_set1_epi32(a4)));
-    }
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(s16, ones));
-  }
-  return acc;
-}
-#include "qgemm_kq8_impl.h"
-
 // Bytes ahead of the stream that the decode rows of Q4_K, Q6_K and Q5_0 prefetch (bench_qgemm on
 // the Xeon, one thread, cold rows8, medians of 3; read bandwidth ~16 GB/s: none 11.5 / 11.5 / 11.1
 // GB/s on AVX-512 and 12.2 / 11.8 / 11.0 on AVX2, 1024 bytes 12.6 / 12.5 / 12.6 and 12.6 / 12.2 / 13.1).
@@ -397,6 +401,8 @@ void q8_pack(QType t, const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, fl
     case QType::Q4_K: return kq8::pack<QType::Q4_K, 16>(W, rb, b0, nb, wq, ws, wo);
     case QType::Q6_K: return kq8::pack<QType::Q6_K, 16>(W, rb, b0, nb, wq, ws, wo);
     case QType::Q5_0: return kq8::pack<QType::Q5_0, 16>(W, rb, b0, nb, wq, ws, wo);
+    case QType::IQ4_NL: return kq8::pack<QType::IQ4_NL, 16>(W, rb, b0, nb, wq, ws, wo);
+    case QType::MXFP4: return kq8::pack<QType::MXFP4, 16>(W, rb, b0, nb, wq, ws, wo);
     default: return;
   }
 }
@@ -476,6 +482,8 @@ void q8_row(QType t, const u8* W, i64 rb, i64 nblk, const qkv::kernels::detail::
     case QType::Q4_K: return kq8::row<QType::Q4_K, 16>(W, rb, nblk, A, asc, out);
     case QType::Q6_K: return kq8::row<QType::Q6_K, 16>(W, rb, nblk, A, asc, out);
     case QType::Q5_0: return kq8::row<QType::Q5_0, 16>(W, rb, nblk, A, asc, out);
+    case QType::IQ4_NL: return kq8::row<QType::IQ4_NL, 16>(W, rb, nblk, A, asc, out);
+    case QType::MXFP4: return kq8::row<QType::MXFP4, 16>(W, rb, nblk, A, asc, out);
     default: return;
   }
 }
@@ -557,6 +565,8 @@ void q8_pack8(QType t, const u8* P, i64 nblk, i64 b0, i64 nb, u8* wq, float* ws,
     case QType::Q4_K: return kq8::pack8<QType::Q4_K, 16>(P, nblk, b0, nb, wq, ws, wo);
     case QType::Q6_K: return kq8::pack8<QType::Q6_K, 16>(P, nblk, b0, nb, wq, ws, wo);
     case QType::Q5_0: return kq8::pack8<QType::Q5_0, 16>(P, nblk, b0, nb, wq, ws, wo);
+    case QType::IQ4_NL: return kq8::pack8<QType::IQ4_NL, 16>(P, nblk, b0, nb, wq, ws, wo);
+    case QType::MXFP4: return kq8::pack8<QType::MXFP4, 16>(P, nblk, b0, nb, wq, ws, wo);
     default: return;
   }
 }
@@ -591,6 +601,8 @@ void q8_repack8(QType t, const u8* W, i64 rb, i64 nblk, i64 g0, i64 g1, u8* out)
     case QType::Q4_K: return kq8::repack8<QType::Q4_K>(W, rb, nblk, g0, g1, out);
     case QType::Q6_K: return kq8::repack8<QType::Q6_K>(W, rb, nblk, g0, g1, out);
     case QType::Q5_0: return kq8::repack8<QType::Q5_0>(W, rb, nblk, g0, g1, out);
+    case QType::IQ4_NL: return kq8::repack8<QType::IQ4_NL>(W, rb, nblk, g0, g1, out);
+    case QType::MXFP4: return kq8::repack8<QType::MXFP4>(W, rb, nblk, g0, g1, out);
     default: return;
   }
 }
@@ -603,6 +615,8 @@ void q8_row8(QType t, const u8* P, i64 nblk, const qkv::kernels::detail::Q8Act* 
     case QType::Q4_K: return kq8::row8<QType::Q4_K, 16>(P, nblk, A, asc, out, kKqAhead);
     case QType::Q6_K: return kq8::row8<QType::Q6_K, 16>(P, nblk, A, asc, out, kKqAhead);
     case QType::Q5_0: return kq8::row8<QType::Q5_0, 16>(P, nblk, A, asc, out, kKqAhead);
+    case QType::IQ4_NL: return kq8::row8<QType::IQ4_NL, 16>(P, nblk, A, asc, out, kKqAhead);
+    case QType::MXFP4: return kq8::row8<QType::MXFP4, 16>(P, nblk, A, asc, out, kKqAhead);
     default: return;
   }
 }
@@ -665,7 +679,7 @@ QGemmKernels qgemm_kernels_avx2() {
   k.dequant_rows = &dequant_rows_any<V8, Dec>;
   k.q8_np = 16;
   k.q8_mr = 2;
-  k.q8_signed = true;
+  k.q8_signed = kq_signed_bytes;
   k.q8_tile = &q8_tile;
   k.q8_pack = &q8_pack;
   k.q8_quantize = &q8_quantize;
@@ -675,7 +689,8 @@ QGemmKernels qgemm_kernels_avx2() {
   k.q8_repack8 = &q8_repack8;
   k.q8_pack_types = qkv::kernels::detail::qtype_bit(QType::Q4_0) | qkv::kernels::detail::qtype_bit(QType::Q4_1) |
                     qkv::kernels::detail::qtype_bit(QType::Q8_0) | qkv::kernels::detail::qtype_bit(QType::Q4_K) |
-                    qkv::kernels::detail::qtype_bit(QType::Q6_K) | qkv::kernels::detail::qtype_bit(QType::Q5_0);
+                    qkv::kernels::detail::qtype_bit(QType::Q6_K) | qkv::kernels::detail::qtype_bit(QType::Q5_0) |
+                    qkv::kernels::detail::qtype_bit(QType::IQ4_NL) | qkv::kernels::detail::qtype_bit(QType::MXFP4);
 #endif
   return k;
 }

@@ -1,8 +1,8 @@
 // The AVX2 block decoders of the k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and the types of 4-bit
 // codes into a table of 16 values (IQ4_NL, IQ4_XS, MXFP4): Dec<t> as qgemm_impl.h describes it,
 // bitwise dequantize_row's values. Part of qgemm_avx2.cpp, which includes it inside its target
-// region after its helpers (V8, half, u8x8, low4, high4, cvt, convert_scales16, prep_scales): it
-// is not a header of its own.
+// region after its helpers (V8, half, u8x8, low4, high4, cvt, convert_scales16, prep_scales) and
+// qgemm_kq8_impl.h: it is not a header of its own.
 #pragma once
 
 // d * sc_j and -(dmin * m_j) of the 8 sub-blocks of nb blocks: s[16b + j], s[16b + 8 + j].
@@ -262,15 +262,8 @@ struct Dec<QType::IQ4_XS> {
   }
 };
 
-// MXFP4's scales 2^(e - 128) of 8 lanes of exponent bytes e, bitwise detail::e8m0_half: e - 1 in
-// the exponent field, or the subnormal 0x00200000 << e for e < 2.
-inline __m256 e8m0_half8(__m256i e) {
-  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-  const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
-  return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
-}
-
-// MXFP4: w = d * kMXFP4[nibble], d = 2^(e - 128) converted ahead (rolling) from the exponent byte,
+// MXFP4: w = d * kMXFP4[nibble], d = 2^(e - 128) converted ahead (rolling) from the exponent byte
+// (kq8::e8m0_half8, qgemm_kq8_impl.h),
 // stored at s[2b] as the other 32-weight types' d (s[2b + 1] unused).
 template <>
 struct Dec<QType::MXFP4> {
@@ -282,7 +275,7 @@ struct Dec<QType::MXFP4> {
   static inline void convert16(const std::uint32_t* raw, float* s) {
     for (int h = 0; h < 2; ++h) {
       const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(raw + 8 * h));
-      const __m256 d = e8m0_half8(_mm256_and_si256(w, _mm256_set1_epi32(0xFF)));
+      const __m256 d = kq8::e8m0_half8(_mm256_and_si256(w, _mm256_set1_epi32(0xFF)));
       const __m256 lo = _mm256_unpacklo_ps(d, d), hi = _mm256_unpackhi_ps(d, d);  // d0 d0 d1 d1 | d4 d4 d5 d5, ...
       _mm256_store_ps(s + 16 * h, _mm256_permute2f128_ps(lo, hi, 0x20));
       _mm256_store_ps(s + 16 * h + 8, _mm256_permute2f128_ps(lo, hi, 0x31));

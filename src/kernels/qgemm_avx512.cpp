@@ -533,15 +533,17 @@ void q8_quantize(const float* a, i64 K, qkv::kernels::detail::Q8Act* out) {
   }
 }
 
-// The k-quants' and Q5_0's Q8 kernels (qgemm_kq8_impl.h): their per-row integer sums with
-// vpdpbusd on 256-bit registers, two accumulators.
+// The Q8 kernels of the k-quants, Q5_0, IQ4_NL and MXFP4 (qgemm_kq8_impl.h): their per-row integer
+// sums with vpdpbusd on 256-bit registers, two accumulators. The codes are uint8 here (q8_signed is
+// false: the 8-bit-range types' values + 128, as q8_tile takes them), so kMax does not matter.
 #ifdef QKV_GEMM_AVX512_EMULATED
 inline void kq_dpbusd8(__m256i& acc, __m256i w, __m256i a) { acc = _mm256_dpbusd_epi32(acc, w, a); }
 #else
 inline void kq_dpbusd8(__m256i& acc, __m256i w, __m256i a) { asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(w), "v"(a)); }
 #endif
-template <int N, int kMax>
+template <int N, int kMax, bool kSigned>
 inline __m256i kq_isum(const __m256i* c, const std::int8_t* a) {
+  static_assert(!kSigned);
   __m256i acc[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
   for (int q = 0; q < N; ++q) {
     std::int32_t a4;
@@ -550,6 +552,7 @@ inline __m256i kq_isum(const __m256i* c, const std::int8_t* a) {
   }
   return _mm256_add_epi32(acc[0], acc[1]);
 }
+constexpr bool kq_signed_bytes = false;
 #include "qgemm_kq8_impl.h"
 
 // Bytes ahead of the stream that the decode rows of Q4_K, Q6_K and Q5_0 prefetch (bench_qgemm on
@@ -565,6 +568,8 @@ void q8_pack(QType t, const u8* W, i64 rb, i64 b0, i64 nb, u8* wq, float* ws, fl
     case QType::Q4_K: return kq8::pack<QType::Q4_K, 32>(W, rb, b0, nb, wq, ws, wo);
     case QType::Q6_K: return kq8::pack<QType::Q6_K, 32>(W, rb, b0, nb, wq, ws, wo);
     case QType::Q5_0: return kq8::pack<QType::Q5_0, 32>(W, rb, b0, nb, wq, ws, wo);
+    case QType::IQ4_NL: return kq8::pack<QType::IQ4_NL, 32>(W, rb, b0, nb, wq, ws, wo);
+    case QType::MXFP4: return kq8::pack<QType::MXFP4, 32>(W, rb, b0, nb, wq, ws, wo);
     default: return;
   }
 }
@@ -658,6 +663,8 @@ void q8_row8(QType t, const u8* P, i64 nblk, const qkv::kernels::detail::Q8Act* 
     case QType::Q4_K: return kq8::row8<QType::Q4_K, 32>(P, nblk, A, asc, out, kKqAhead);
     case QType::Q6_K: return kq8::row8<QType::Q6_K, 32>(P, nblk, A, asc, out, kKqAhead);
     case QType::Q5_0: return kq8::row8<QType::Q5_0, 32>(P, nblk, A, asc, out, kKqAhead);
+    case QType::IQ4_NL: return kq8::row8<QType::IQ4_NL, 32>(P, nblk, A, asc, out, kKqAhead);
+    case QType::MXFP4: return kq8::row8<QType::MXFP4, 32>(P, nblk, A, asc, out, kKqAhead);
     default: return;
   }
 }
@@ -703,6 +710,8 @@ void q8_pack8(QType t, const u8* P, i64 nblk, i64 b0, i64 nb, u8* wq, float* ws,
     case QType::Q4_K: return kq8::pack8<QType::Q4_K, 32>(P, nblk, b0, nb, wq, ws, wo);
     case QType::Q6_K: return kq8::pack8<QType::Q6_K, 32>(P, nblk, b0, nb, wq, ws, wo);
     case QType::Q5_0: return kq8::pack8<QType::Q5_0, 32>(P, nblk, b0, nb, wq, ws, wo);
+    case QType::IQ4_NL: return kq8::pack8<QType::IQ4_NL, 32>(P, nblk, b0, nb, wq, ws, wo);
+    case QType::MXFP4: return kq8::pack8<QType::MXFP4, 32>(P, nblk, b0, nb, wq, ws, wo);
     default: return;
   }
 }
@@ -740,7 +749,8 @@ QGemmKernels qgemm_kernels_avx512() {
     k.q8_repack8 = qgemm_kernels_avx2().q8_repack8;
     k.q8_pack_types = qkv::kernels::detail::qtype_bit(QType::Q4_0) | qkv::kernels::detail::qtype_bit(QType::Q4_1) |
                       qkv::kernels::detail::qtype_bit(QType::Q8_0) | qkv::kernels::detail::qtype_bit(QType::Q4_K) |
-                      qkv::kernels::detail::qtype_bit(QType::Q6_K) | qkv::kernels::detail::qtype_bit(QType::Q5_0);
+                      qkv::kernels::detail::qtype_bit(QType::Q6_K) | qkv::kernels::detail::qtype_bit(QType::Q5_0) |
+                      qkv::kernels::detail::qtype_bit(QType::IQ4_NL) | qkv::kernels::detail::qtype_bit(QType::MXFP4);
   }
 #endif
   return k;

@@ -78,10 +78,11 @@ struct QGemmKernels {
   void (*q8_pack8)(QType t, const u8* P, i64 nblk, i64 b0, i64 nb, u8* wq, float* ws, float* wo) = nullptr;
   // quantize_q8 with vectors (bitwise its result), or null.
   void (*q8_quantize)(const float* a, i64 K, Q8Act* out) = nullptr;
-  std::uint32_t q8_pack_types = 0;
+  std::uint64_t q8_pack_types = 0;
 };
 
-constexpr std::uint32_t qtype_bit(QType t) { return std::uint32_t{1} << static_cast<std::uint32_t>(t); }
+// (64 bits: the type ids go up to MXFP4's 39.)
+constexpr std::uint64_t qtype_bit(QType t) { return std::uint64_t{1} << static_cast<std::uint32_t>(t); }
 
 // Null members when the ISA is not compiled in.
 QGemmKernels qgemm_kernels_scalar();

@@ -1,24 +1,29 @@
-// The Q8 path's kernels of the k-quants Q4_K and Q6_K and of Q5_0 on the decode layout
-// (qgemm_repack_rows8: 8-row groups), written once over 256-bit vectors (a 32-bit lane per row of
-// W) for qgemm_avx2.cpp and qgemm_avx512.cpp, which include it inside their target regions after
-// defining
-//   kq_isum<N, kMax>(const __m256i* c, const std::int8_t* a): per lane, the exact sum over q < N
-//     of the 4 uint8 codes in c[q] (each <= kMax) times a[4q .. 4q + 3]
-// (AVX2: vpmaddubsw sums added in int16 as far as kMax allows, then vpmaddwd; AVX-512: vpdpbusd).
-// It is not a header of its own.
+// The Q8 path's kernels of the k-quants Q4_K and Q6_K, of Q5_0 and of the 4-bit table types IQ4_NL
+// and MXFP4 on the decode layout (qgemm_repack_rows8: 8-row groups), written once over 256-bit
+// vectors (a 32-bit lane per row of W) for qgemm_avx2.cpp and qgemm_avx512.cpp, which include it
+// inside their target regions after defining
+//   kq_isum<N, kMax, kSigned>(const __m256i* c, const std::int8_t* a): per lane, the exact sum over
+//     q < N of the 4 codes in c[q] times a[4q .. 4q + 3]; the codes are uint8 (each <= kMax), or
+//     int8 where kSigned (each |code| <= kMax)
+//   kq_signed_bytes: whether the ISA's Q8 path takes the codes of the 8-bit-range types as int8
+//     values (its QGemmKernels::q8_signed), else as uint8 (value + 128; MXFP4's value + 12)
+// (AVX2: vpmaddubsw sums added in int16 as far as kMax allows, then vpmaddwd, int8 codes as |code|
+// times a signed by the code; AVX-512: vpdpbusd, uint8 codes only). It is not a header of its own.
 //
-// The layout of a block (kBlock values of each of 8 rows, 8 * kBytes bytes): the rows' kHalves fp16
-// fields (16 bytes each: the half of row r at 2r), then the other bytes of the rows, in order, as
-// 32-byte words (word w: bytes 4w .. 4w + 3 of each row, row r at 4r). Q4_K: d, dmin, then 3 words
-// of the 12 scale bytes and 32 of codes (bytes 32g .. 32g + 31: sub-block 2g in the low nibbles,
-// 2g + 1 in the high). Q6_K: d, then 32 words of ql, 16 of qh, 4 of the int8 scales. Q5_0: d, then
-// qh as one word, then 4 of nibbles.
+// The layout of a block (kBlock values of each of 8 rows, 8 * kBytes bytes): the rows' kFields
+// scale fields of kFieldBytes bytes (8 * kFieldBytes bytes each: row r's at kFieldBytes * r; fp16
+// halves, MXFP4's exponent byte), then the other bytes of the rows, in order, as 32-byte words
+// (word w: bytes 4w .. 4w + 3 of each row, row r at 4r). Q4_K: d, dmin, then 3 words of the 12
+// scale bytes and 32 of codes (bytes 32g .. 32g + 31: sub-block 2g in the low nibbles, 2g + 1 in
+// the high). Q6_K: d, then 32 words of ql, 16 of qh, 4 of the int8 scales. Q5_0: d, then qh as one
+// word, then 4 of nibbles. IQ4_NL: d, then 4 words of nibbles. MXFP4: the 8 exponent bytes, then 4
+// words of nibbles.
 //
 // Per scale block j (the Q8 path's: 32 values, 16 for Q6_K) of a block, Blk<t> gives the codes of
 // the 8 rows as q8_pack's panel holds them (word q: codes 4q .. 4q + 3 of each row: the decode
-// codes of qgemm_q8.cpp's decode_codes) and the scales s, o of the 8 rows, computed as there (the
-// same float products), so the decode rows (kq_row8) and the panels (kq_pack8) are bitwise the
-// scalar packer's and q8_tile's.
+// codes of qgemm_q8.cpp's decode_codes, kMax the largest, int8 where kSigned) and the scales s, o
+// of the 8 rows, computed as there (the same float products), so the decode rows (kq_row8) and the
+// panels (kq_pack8) are bitwise the scalar packer's and q8_tile's.
 #pragma once
 
 namespace kq8 {
@@ -33,15 +38,23 @@ template <QType t>
 struct Fmt;
 template <>
 struct Fmt<QType::Q4_K> {
-  static constexpr int kBlock = 256, kBytes = 144, kHalves = 2, kHalfAt = 0, kSb = 32, kMax = 15;
+  static constexpr int kBlock = 256, kBytes = 144, kFields = 2, kFieldBytes = 2, kFieldAt = 0, kSb = 32;
 };
 template <>
 struct Fmt<QType::Q6_K> {
-  static constexpr int kBlock = 256, kBytes = 210, kHalves = 1, kHalfAt = 208, kSb = 16, kMax = 63;
+  static constexpr int kBlock = 256, kBytes = 210, kFields = 1, kFieldBytes = 2, kFieldAt = 208, kSb = 16;
 };
 template <>
 struct Fmt<QType::Q5_0> {
-  static constexpr int kBlock = 32, kBytes = 22, kHalves = 1, kHalfAt = 0, kSb = 32, kMax = 31;
+  static constexpr int kBlock = 32, kBytes = 22, kFields = 1, kFieldBytes = 2, kFieldAt = 0, kSb = 32;
+};
+template <>
+struct Fmt<QType::IQ4_NL> {
+  static constexpr int kBlock = 32, kBytes = 18, kFields = 1, kFieldBytes = 2, kFieldAt = 0, kSb = 32;
+};
+template <>
+struct Fmt<QType::MXFP4> {
+  static constexpr int kBlock = 32, kBytes = 17, kFields = 1, kFieldBytes = 1, kFieldAt = 0, kSb = 32;
 };
 
 template <QType t>
@@ -53,7 +66,8 @@ struct Blk;
 // 15) | (w0 byte k >> 6) << 4, m = (w2 byte k >> 4) | (w1 byte k >> 6) << 4.
 template <>
 struct Blk<QType::Q4_K> {
-  static constexpr int kNsb = 8, kWords = 8;
+  static constexpr int kNsb = 8, kWords = 8, kMax = 15;
+  static constexpr bool kSigned = false;
   const u8* p;
   __m256 d, ndm;
   __m256i w0, w1, w2;
@@ -102,7 +116,8 @@ struct Blk<QType::Q4_K> {
 // of qh word 8h + 4c + u above it; s = d * sc_j (int8), o = -32 s.
 template <>
 struct Blk<QType::Q6_K> {
-  static constexpr int kNsb = 16, kWords = 4;
+  static constexpr int kNsb = 16, kWords = 4, kMax = 63;
+  static constexpr bool kSigned = false;
   const u8* p;
   __m256 d;
   explicit Blk(const u8* blk) : p(blk + 16) { d = _mm256_cvtph_ps(ld128(blk)); }
@@ -144,7 +159,8 @@ struct Blk<QType::Q6_K> {
 // bytes, tested against the byte's bit); s = d, o = -16 d.
 template <>
 struct Blk<QType::Q5_0> {
-  static constexpr int kNsb = 1, kWords = 8;
+  static constexpr int kNsb = 1, kWords = 8, kMax = 31;
+  static constexpr bool kSigned = false;
   const u8* p;
   __m256 d;
   explicit Blk(const u8* blk) : p(blk + 16) { d = _mm256_cvtph_ps(ld128(blk)); }
@@ -178,6 +194,68 @@ struct Blk<QType::Q5_0> {
   }
 };
 
+// MXFP4's scales 2^(e - 128) of 8 lanes of exponent bytes e, bitwise detail::e8m0_half: e - 1 in
+// the exponent field, or the subnormal 0x00200000 << e for e < 2.
+inline __m256 e8m0_half8(__m256i e) {
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+  const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
+}
+
+// IQ4_NL and MXFP4: one scale block; code quad q (values 4q ..) is the low (q < 4) or high nibbles
+// of word q % 4 looked up in the type's 16 values (vpshufb, the table in both 128-bit lanes): the
+// values as int8 where kq_signed_bytes, else value + kOffset (uint8). s = d (IQ4_NL's fp16) or
+// 2^(e - 128) (MXFP4's exponent byte); o = 0 (int8 codes) or -kOffset s (for MXFP4 -inf from
+// e = 253 on, as the scalar packer's: see decode_codes).
+template <QType t>
+struct BlkNibbles {
+  static constexpr int kNsb = 1, kWords = 8;
+  static constexpr int kMax = t == QType::MXFP4 ? 12 : 127;  // the largest |value|
+  static constexpr int kOffset = t == QType::MXFP4 ? 12 : 128;
+  static constexpr bool kSigned = kq_signed_bytes;
+  const u8* p;
+  __m256 d;
+  __m256i table;
+  explicit BlkNibbles(const u8* blk) {
+    if constexpr (t == QType::MXFP4) {
+      p = blk + 8;
+      d = e8m0_half8(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk))));
+    } else {
+      p = blk + 16;
+      d = _mm256_cvtph_ps(ld128(blk));
+    }
+    const auto* values = reinterpret_cast<const u8*>(t == QType::MXFP4 ? qkv::kernels::kMXFP4 : qkv::kernels::kIQ4NL);
+    table = _mm256_broadcastsi128_si256(ld128(values));
+    if constexpr (!kSigned) table = _mm256_add_epi8(table, _mm256_set1_epi8(static_cast<char>(kOffset)));
+  }
+  template <int j>
+  inline void codes(__m256i* c) const {
+    const __m256i nib = _mm256_set1_epi8(0x0F);
+    for (int q = 0; q < 4; ++q) {
+      const __m256i v = ld256(p + 32 * q);
+      c[q] = _mm256_shuffle_epi8(table, _mm256_and_si256(v, nib));
+      c[q + 4] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+    }
+  }
+  template <int j>
+  inline void scales(__m256& s, __m256& o) const {
+    s = d;
+    o = kSigned ? _mm256_setzero_ps() : _mm256_mul_ps(d, _mm256_set1_ps(-static_cast<float>(kOffset)));
+  }
+  template <int j>
+  static const std::int8_t* act(const Q8Act* a) {
+    return a[0].q;
+  }
+};
+template <>
+struct Blk<QType::IQ4_NL> : BlkNibbles<QType::IQ4_NL> {
+  using BlkNibbles::BlkNibbles;
+};
+template <>
+struct Blk<QType::MXFP4> : BlkNibbles<QType::MXFP4> {
+  using BlkNibbles::BlkNibbles;
+};
+
 // Calls f.template operator()<j>() for j = 0 .. N - 1, in order.
 template <int N, class F, int... J>
 inline void for_j(F&& f, std::integer_sequence<int, J...>) {
@@ -204,10 +282,12 @@ inline void transpose8x4(const u8* p, i64 rb, __m256i out[4]) {
 template <QType t>
 inline void repack_group(const u8* src, i64 rb, u8* dst) {
   using F = Fmt<t>;
-  constexpr int kWordsAll = (F::kBytes - 2 * F::kHalves) / 4, kFirst = F::kHalfAt == 0 ? 2 * F::kHalves : 0;
+  constexpr int kFB = F::kFieldBytes, kScaleBytes = kFB * F::kFields;
+  constexpr int kWordsAll = (F::kBytes - kScaleBytes) / 4, kFirst = F::kFieldAt == 0 ? kScaleBytes : 0;
   for (int r = 0; r < 8; ++r)
-    for (int h = 0; h < F::kHalves; ++h) std::memcpy(dst + 16 * h + 2 * r, src + r * rb + F::kHalfAt + 2 * h, 2);
-  u8* words = dst + 16 * F::kHalves;
+    for (int h = 0; h < F::kFields; ++h)
+      std::memcpy(dst + 8 * kFB * h + kFB * r, src + r * rb + F::kFieldAt + kFB * h, kFB);
+  u8* words = dst + 8 * kScaleBytes;
   constexpr int kFull = kWordsAll / 4 * 4;
   for (int w = 0; w < kFull; w += 4) {
     __m256i v[4];
@@ -250,7 +330,7 @@ void row8(const u8* P, i64 nblk32, const Q8Act* A, const float* asc, float* out,
       for_j<B::kNsb>([&]<int j>() {
         __m256i c[B::kWords];
         k.template codes<j>(c);
-        const __m256i acc = kq_isum<B::kWords, F::kMax>(c, B::template act<j>(a));
+        const __m256i acc = kq_isum<B::kWords, B::kMax, B::kSigned>(c, B::template act<j>(a));
         __m256 s, o;
         k.template scales<j>(s, o);
         const __m256 da = _mm256_set1_ps(sc[2 * j]), sa = _mm256_set1_ps(sc[2 * j + 1]);

@@ -28,7 +28,7 @@ namespace {
 
 // Codes of one row of W and its scale blocks (sb values each): w[k] = s[k/sb] * code[k] + o[k/sb].
 // signed_q8: the codes of the 8-bit-range types (Q8_0's quants, the IQ4 and MXFP4 values) are the int8
-// values themselves (o = 0) instead of value + 128 (o = -128 s).
+// values themselves (o = 0) instead of value + 128 (o = -128 s; MXFP4: value + 12, o = -12 s).
 void decode_codes(QType t, const u8* row, i64 K, bool signed_q8, u8* code, float* s, float* o) {
   auto put = [&](i64 b, float sv, float ov) {
     s[b] = sv;
@@ -157,15 +157,19 @@ void decode_codes(QType t, const u8* row, i64 K, bool signed_q8, u8* code, float
       return;
     }
     case QType::MXFP4:  // as IQ4_NL: s = 2^(e - 128), codes kMXFP4's values
-      // (Unsigned, o = -128 s overflows for e >= 249: weights of 2^121 and beyond, no model's.)
+      // Unsigned, the codes are value + 12 (0..24) and o = -12 s, not + 128 and -128 s: the offset's
+      // term, which the codes' sum cancels, is as small as the values allow (rounding errors of
+      // the block terms ~10x smaller), and -12 s overflows only from e = 253 on (2^125), where
+      // the weights of values +-8 and +-12 are infinite too (-128 s did from e = 249, weights of
+      // 2^121 and beyond).
       for (i64 b = 0; b < K / 32; ++b) {
         const u8* p = row + 17 * b;
         const float sv = e8m0_half(p[0]);
-        put(b, sv, signed_q8 ? 0.0f : -128.0f * sv);
+        put(b, sv, signed_q8 ? 0.0f : -12.0f * sv);
         for (int i = 0; i < 16; ++i) {
           const int lo = kMXFP4[p[1 + i] & 0x0F], hi = kMXFP4[p[1 + i] >> 4];
-          code[32 * b + i] = static_cast<u8>(signed_q8 ? lo : lo + 128);
-          code[32 * b + 16 + i] = static_cast<u8>(signed_q8 ? hi : hi + 128);
+          code[32 * b + i] = static_cast<u8>(signed_q8 ? lo : lo + 12);
+          code[32 * b + 16 + i] = static_cast<u8>(signed_q8 ? hi : hi + 12);
         }
       }
       return;
@@ -175,8 +179,9 @@ void decode_codes(QType t, const u8* row, i64 K, bool signed_q8, u8* code, float
 
 // The values per scale block of the Q8 path's panels: 16 for the types whose sub-blocks are 16.
 int q8_scale_block(QType t) { return t == QType::Q6_K || t == QType::Q2_K || t == QType::Q3_K ? 16 : 32; }
-// Types whose codes span 8 bits (Q8_0's quants, the IQ4 values; MXFP4's -12..12 as the IQ4 types':
-// + 128 they would saturate vpmaddubsw too), stored as int8 where the ISA's kernel asks (q8_signed).
+// Types whose codes span 8 bits (Q8_0's quants, the IQ4 values: + 128 they would saturate vpmaddubsw;
+// MXFP4's -12..12 with them: as int8 they need no offset term at all), stored as int8 where the
+// ISA's kernel asks (q8_signed).
 bool q8_byte_codes(QType t) {
   return t == QType::Q8_0 || t == QType::IQ4_NL || t == QType::IQ4_XS || t == QType::MXFP4;
 }

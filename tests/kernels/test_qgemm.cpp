@@ -492,7 +492,8 @@ TEST_P(QGemmIsa, RowsAloneGiveEachRowItsOwnBits) {
 // packer): W rows [32, 63) of a 64-row matrix against the 31-row matrix of those rows alone.
 TEST_P(QGemmIsa, Q8VectorPackerEqualsTheScalarOne) {
   std::uint32_t seed = 7000;
-  for (QType t : {QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_1, QType::Q4_K, QType::Q6_K, QType::Q5_0})
+  for (QType t : {QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_1, QType::Q4_K, QType::Q6_K, QType::Q5_0,
+                  QType::IQ4_NL, QType::MXFP4})
     for (i64 M : {1, 7, 13}) {
       const i64 K = qtype_traits(t).block == 256 ? 512 : 352, N = 64;
       const Weights w = make_weights(t, N, K, 0, seed++);
@@ -530,7 +531,8 @@ TEST_P(QGemmIsa, DecodeLayoutGivesTheSameBits) {
     }
     return "no ValueError";
   };
-  for (QType t : {QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_0, QType::Q4_K, QType::Q6_K})
+  for (QType t : {QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::Q5_0, QType::Q4_K, QType::Q6_K, QType::IQ4_NL,
+                  QType::MXFP4})
     for (i64 K : qtype_traits(t).block == 256 ? std::vector<i64>{256, 768} : std::vector<i64>{32, 160, 576})
       for (i64 N : {i64{8}, i64{40}, i64{75}, i64{200}}) {
         const Weights w = make_weights(t, N, K, 0, seed++);
@@ -582,14 +584,18 @@ TEST_P(QGemmIsa, DecodeLayoutGivesTheSameBits) {
             o.activations = QActivations::Q8;
             std::vector<float> C(static_cast<std::size_t>(M * N), 1.0f);
             qgemm(M, a.data(), K, Z, C.data(), N, o);
-            EXPECT_EQ(C[0], 0.0f) << qtype_name(t) << " M=" << M << ": the decode layout was not read";
-            EXPECT_EQ(C[(M - 1) * N + 15], 0.0f) << qtype_name(t) << " M=" << M << ": the decode layout was not read";
+            // (0, or for MXFP4 on AVX-512 a subnormal residue: a zero byte is the exponent of 2^-128, and
+            // its unsigned codes' offset -12 s and their sums round apart that far down.)
+            EXPECT_LE(std::fabs(C[0]), 1e-30f) << qtype_name(t) << " M=" << M << ": the decode layout was not read";
+            EXPECT_LE(std::fabs(C[(M - 1) * N + 15]), 1e-30f)
+                << qtype_name(t) << " M=" << M << ": the decode layout was not read";
           }
         }
       }
   const Weights k = make_weights(QType::Q2_K, 16, 256, 0, seed++);
-  EXPECT_NE(message([&] { qgemm_rows8_bytes(k.W); }).find("for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K, not Q2_K"),
-            std::string::npos);
+  EXPECT_NE(
+      message([&] { qgemm_rows8_bytes(k.W); }).find("for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K, IQ4_NL and MXFP4, not Q2_K"),
+      std::string::npos);
   const Weights pad = make_weights(QType::Q4_1, 16, 64, 4, seed++);
   EXPECT_NE(message([&] { qgemm_rows8_bytes(pad.W); }).find("needs dense rows (rows=16, cols=64, row_bytes=44)"),
             std::string::npos);
@@ -610,15 +616,16 @@ TEST_P(QGemmIsa, DecodeLayoutGivesTheSameBits) {
   EXPECT_FALSE(qgemm_rows8_wanted(QType::Q2_K));
 }
 
-// The integer decode rows and vector packers of the k-quants in Q4_K_M files (Q4_K, Q6_K) and of
-// Q5_0 (their fallback): every M from 1 to 17 (decode rows, the tiles' remainders, prefill rows),
-// K of one block and of three (512 + 256), N off the panels and the 8-row groups, with and without
-// the decode layout, 1 and 2 threads: bitwise the same C in every case, each row bitwise the row a
-// product of its own gives, and within the Q8 twin's bound (qgemm_ref with Q8 activations).
+// The integer decode rows and vector packers of the k-quants in Q4_K_M files (Q4_K, Q6_K), of
+// Q5_0 (their fallback) and of the 4-bit table types IQ4_NL and MXFP4 (gpt-oss's experts): every M
+// from 1 to 17 (decode rows, the tiles' remainders, prefill rows), K of one block and of three
+// (512 + 256), N off the panels and the 8-row groups, with and without the decode layout, 1 and 2
+// threads: bitwise the same C in every case, each row bitwise the row a product of its own gives,
+// and within the Q8 twin's bound (qgemm_ref with Q8 activations).
 TEST_P(QGemmIsa, KQuantQ8RowsMatchTheTwinOverShapes) {
   std::uint32_t seed = 9500;
   double worst = 0;
-  for (QType t : {QType::Q4_K, QType::Q6_K, QType::Q5_0})
+  for (QType t : {QType::Q4_K, QType::Q6_K, QType::Q5_0, QType::IQ4_NL, QType::MXFP4})
     for (i64 K : qtype_traits(t).block == 256 ? std::vector<i64>{256, 768} : std::vector<i64>{32, 352})
       for (i64 N : {i64{8}, i64{40}, i64{75}}) {
         const Weights w = make_weights(t, N, K, 0, seed++);
@@ -700,15 +707,18 @@ std::vector<float> q8_scalar_packer_product(i64 M, const float* a, i64 lda, cons
 
 // The vector kernels of the Q8 path (full panels: the decode rows q8_row / q8_row8 for M = 1, the
 // packers q8_pack / q8_pack8 for prefill rows) give bitwise the scalar packer's products
-// (q8_scalar_packer_product), for Q4_K, Q6_K and Q5_0 (and the types that had them before), with
-// and without the decode layout, 1 and 2 threads, M from a decode row to past several tiles, K of
-// one block to past the 256-value packing stretch, N off the panels and 8-row groups. Once more on
-// extreme blocks (every code at its largest, activations all +-127: AVX2's int16 sums of products
-// at their bound) and on blocks whose scales are 0 or negative.
+// (q8_scalar_packer_product), for Q4_K, Q6_K, Q5_0, IQ4_NL and MXFP4 (and the types that had them
+// before), with and without the decode layout, 1 and 2 threads, M from a decode row to past several
+// tiles, K of one block to past the 256-value packing stretch, N off the panels and 8-row groups.
+// Once more on extreme blocks (every code at its largest, activations all +-127: AVX2's int16 sums
+// of products at their bound) and on blocks whose scales are 0 or negative (MXFP4: exponents at
+// the format's ends, 0 to 255, where the unsigned codes' offset -12 s overflows from 253 on: the
+// same infinities and NaNs on every path).
 TEST_P(QGemmIsa, Q8VectorKernelsEqualTheScalarPackerBitwise) {
   std::uint32_t seed = 9900;
   i64 cases = 0;
-  for (QType t : {QType::Q4_K, QType::Q6_K, QType::Q5_0, QType::Q4_0, QType::Q4_1, QType::Q8_0})
+  for (QType t : {QType::Q4_K, QType::Q6_K, QType::Q5_0, QType::Q4_0, QType::Q4_1, QType::Q8_0, QType::IQ4_NL,
+                  QType::MXFP4})
     for (int kind = 0; kind < 3; ++kind) {  // 0: random blocks, 1: extreme codes, 2: zero / negative scales
       const bool k256 = qtype_traits(t).block == 256;
       const std::vector<i64> Ks = kind > 0 ? std::vector<i64>{k256 ? i64{512} : i64{96}}
@@ -719,15 +729,21 @@ TEST_P(QGemmIsa, Q8VectorKernelsEqualTheScalarPackerBitwise) {
           Weights w = make_weights(t, N, K, 0, seed++);
           const QTypeTraits tr = qtype_traits(t);
           const std::vector<int> f = scale_fields(t);
+          const int fb = t == QType::MXFP4 ? 1 : 2;  // bytes of a scale field (MXFP4's exponent)
           std::mt19937 rng(seed++);
           for (i64 n = 0; kind > 0 && n < N; ++n)
             for (i64 b = 0; b < K / tr.block; ++b) {
               u8* blk = w.bytes.data() + n * w.W.row_bytes + b * tr.block_bytes;
-              if (kind == 1) {  // codes at their largest (Q8_0: -1 as 0xFF; Q6_K scales -1)
-                std::vector<u8> halves;
-                for (int h : f) halves.insert(halves.end(), blk + h, blk + h + 2);
-                std::memset(blk, 0xFF, static_cast<std::size_t>(tr.block_bytes));
-                for (std::size_t h = 0; h < f.size(); ++h) std::memcpy(blk + f[h], halves.data() + 2 * h, 2);
+              if (kind == 1) {  // codes at their largest (Q8_0: -1 as 0xFF; Q6_K scales -1; IQ4_NL -127 as
+                                // code 0, MXFP4 -12 as 0xF)
+                std::vector<u8> fields;
+                for (int h : f) fields.insert(fields.end(), blk + h, blk + h + fb);
+                std::memset(blk, t == QType::IQ4_NL ? 0x00 : 0xFF, static_cast<std::size_t>(tr.block_bytes));
+                for (std::size_t h = 0; h < f.size(); ++h)
+                  std::memcpy(blk + f[h], fields.data() + fb * h, static_cast<std::size_t>(fb));
+              } else if (t == QType::MXFP4) {  // exponents at the ends, and where -128 s overflows
+                const u8 ends[] = {0, 1, 2, 127, 128, 249, 252, 253, 254, 255};
+                if (rng() % 2 == 0) blk[0] = ends[rng() % std::size(ends)];
               } else {  // some d / dmin 0 or negative, some 6-bit and int8 sub-block scales 0
                 for (int h : f)
                   if (rng() % 3 == 0) put_half(blk + h, rng() % 2 ? 0.0f : -0.01f);
@@ -770,7 +786,7 @@ TEST_P(QGemmIsa, Q8VectorKernelsEqualTheScalarPackerBitwise) {
     }
   // The vector kernels were there to be compared: every type takes the Q8 path for a decode row
   // on the vector ISAs, and reads the decode layout.
-  for (QType t : {QType::Q4_K, QType::Q6_K, QType::Q5_0}) {
+  for (QType t : {QType::Q4_K, QType::Q6_K, QType::Q5_0, QType::IQ4_NL, QType::MXFP4}) {
     EXPECT_EQ(qgemm_q8_every_m(t), active_isa() != Isa::Scalar) << qtype_name(t);
     EXPECT_EQ(qgemm_rows8_wanted(t), active_isa() != Isa::Scalar) << qtype_name(t);
   }

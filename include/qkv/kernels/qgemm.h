@@ -27,8 +27,12 @@
 // AVX-512 VNNI (vpdpbusd), AVX2 (vpmaddubsw) or plain integer loops. It applies to the block types
 // (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4) above the decode
 // path's rows, and to every M (a decode row too, rows_alone too) for the types qgemm_q8_every_m
-// names: those the ISA unpacks with vectors (AVX2 and AVX-512 VNNI: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K
-// and Q6_K), where the integer products beat the exact decode path even for one row. Every element
+// names: those the ISA unpacks with vectors (AVX2 and AVX-512 VNNI: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K,
+// Q6_K, and IQ4_NL and MXFP4, whose nibbles pick their 16 values with one byte shuffle), where the
+// integer products beat the exact decode path even for one row. (MXFP4's codes are int8 on AVX2 and
+// value + 12 with the offset -12 s where the kernel takes uint8 (AVX-512 VNNI, plain loops): the
+// offset overflows to -inf for exponents >= 253, where weights of +-8 and +-12 are infinite too,
+// the same on every path of the ISA.) Every element
 // of the Q8 path depends only on K and its two rows (each row of A is quantized alone, K is never
 // split), so its rows are independent of each other as rows_alone asks. F32, F16 and BF16 weights,
 // and the other types at M <= qgemm_decode_max_m() or rows_alone, take the exact path.
@@ -66,13 +70,13 @@ struct QMatrix {
 // is not a multiple of the type's block).
 QMatrix qmatrix(QType type, const void* data, std::int64_t rows, std::int64_t cols);
 
-// The decode layout ("rows8") of a Q4_0, Q4_1, Q5_0, Q8_0, Q4_K or Q6_K matrix of dense rows: the
-// rows in groups of 8 (the last rows % 8 rows left out: they are read from `data`), and per group
-// and block b (K / 32 of them, K / 256 for the k-quants) the 8 rows' blocks as 16 bytes of their
-// fp16 d (row order), for Q4_1 and Q4_K 16 bytes of their fp16 m / dmin, then the blocks' other
-// bytes in order, transposed: their bytes 4q .. 4q + 3 of row r at 32 q + 4 r (Q5_0: qh, then the
-// nibbles; Q4_K: the 12 scale bytes, then the nibbles; Q6_K: ql, qh, the scales; its d at the end
-// of the block comes first in the layout).
+// The decode layout ("rows8") of a Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K, IQ4_NL or MXFP4 matrix of
+// dense rows: the rows in groups of 8 (the last rows % 8 rows left out: they are read from `data`),
+// and per group and block b (K / 32 of them, K / 256 for the k-quants) the 8 rows' blocks as 16
+// bytes of their fp16 d (row order; MXFP4: 8 bytes of their exponents), for Q4_1 and Q4_K 16 bytes
+// of their fp16 m / dmin, then the blocks' other bytes in order, transposed: their bytes 4q .. 4q +
+// 3 of row r at 32 q + 4 r (Q5_0: qh, then the nibbles; Q4_K: the 12 scale bytes, then the
+// nibbles; Q6_K: ql, qh, the scales; its d at the end of the block comes first in the layout).
 // A decode row reads it from start to end (the hardware prefetcher follows it), where the blocks
 // as stored make it read 8 rows at once; qgemm's results are bitwise the same with or without it.
 // qgemm_rows8_wanted: the CPU's kernels read the layout (AVX2, and AVX-512 with VNNI), for this type.

@@ -194,11 +194,11 @@ class DecoderLM : public infer::CausalLM {
   // Bytes of the weights the products read per token (every matrix once), for bandwidth bounds.
   std::int64_t weight_bytes() const;
   // How activations meet quantized weights (kernels/qgemm.h): F32 (exact, the default) or Q8.
-  // Q8 also copies the Q4_0 / Q4_1 / Q8_0 matrices into their decode layout where the CPU's
-  // kernels read it (kernels::qgemm_repack_rows8: a decode step then reads memory in order; the
-  // same bits), all of them in one buffer in the order a step reads them, and gives the file's
-  // pages of those matrices back (the resident set stays about the weights' size); F32 frees the
-  // copies. Call it before the model computes, not meanwhile.
+  // Q8 also copies the matrices of the types with a decode layout (Q4_0, Q4_K, MXFP4, ...) into
+  // it where the CPU's kernels read it (kernels::qgemm_repack_rows8: a decode step then reads
+  // memory in order; the same bits), all of them in one buffer in the order a step reads them, and
+  // gives the file's pages of those matrices back (the resident set stays about the weights'
+  // size); F32 frees the copies. Call it before the model computes, not meanwhile.
   void set_activations(kernels::QActivations a);
   kernels::QActivations activations() const { return act_; }
   // Bytes of the matrices held in their decode layout (0 unless Q8 activations on such a CPU).
