@@ -57,7 +57,6 @@ class _Stops:
     def __init__(self, impl: Any, prompts: list[list[int]], stop: Sequence[str], text: bool, ignore_eos: bool,
                  chat: bool) -> None:
         self.streams = [_qkv._ReplyStream(impl, list(stop), ignore_eos, p, chat) for p in prompts] if text else []
-        self.finished = [""] * n
 
     def stopped(self, seq: int) -> bool:
         return bool(self.streams) and bool(self.streams[seq].stopped)
