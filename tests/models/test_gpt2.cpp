@@ -170,8 +170,8 @@ TEST(Gpt2Files, MissingFilesAreIOErrorsNamingThePath) {
 // The dtype every tensor of a folder's model.safetensors has (F32, F16, ...; "mixed" if several).
 std::string file_dtype(const std::string& dir) {
   std::set<std::string> kinds;
-  for (const auto& t : qkv::io::SafetensorsFile::open(dir + "/model.safetensors").tensors())
-    kinds.insert(qkv::io::st_dtype_name(t.dtype));
+  const auto file = qkv::io::SafetensorsFile::open(dir + "/model.safetensors");  // (alive while iterated)
+  for (const auto& t : file.tensors()) kinds.insert(qkv::io::st_dtype_name(t.dtype));
   return kinds.size() == 1 ? *kinds.begin() : "mixed";
 }
 
