@@ -17,6 +17,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/parallel.h"
 #include "qkv/infer/kv_cache.h"
+#include "qkv/io/files.h"
 #include "qkv/io/gguf.h"
 #include "qkv/kernels/moe.h"
 #include "qkv/models/decoder_io.h"
@@ -239,6 +240,27 @@ TEST(MoeDecoder, WrittenAsGgufOnlyWhenLlamaCppReadsTheSameModel) {
     EXPECT_NE(std::string(e.what()).find("does not renormalise"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(std::filesystem::exists(path));
+  // Refused before anything is written: a file already at the path keeps its bytes.
+  const std::string before = "a user's file\n";
+  qkv::io::write_file_atomic(path, before, "test");
+  EXPECT_THROW(qkv::models::save_decoder_gguf(*plain, path, {}, {}, "moe"), qkv::ValueError);
+  EXPECT_EQ(qkv::io::read_file(path, "test"), before);
+  // gpt-oss's clamp: llama.cpp's is fixed at 7 / 1.702, another limit is refused the same way.
+  const auto oss = qkv::models::load_decoder(qkv::testing::fixture_path("moe/gpt_oss"));
+  qkv::models::DecoderSpec spec = oss->spec();
+  spec.moe.swiglu_limit = 5.f;
+  const qkv::models::DecoderLM clamped(spec, oss->weights());
+  try {
+    qkv::models::save_decoder_gguf(clamped, path, {}, {}, "oss");
+    ADD_FAILURE() << "no error";
+  } catch (const qkv::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("clamp their SwiGLU at limit 5 with alpha 1.702, but llama.cpp's gpt-oss "
+                                         "architecture uses 7 and 1.702"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(qkv::io::read_file(path, "test"), before);
+  std::filesystem::remove(path);
 }
 
 }  // namespace

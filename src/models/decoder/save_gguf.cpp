@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "../arch/arch.h"
@@ -31,6 +33,39 @@ std::optional<kernels::QMatrix> stacked(std::initializer_list<const kernels::QMa
     end += m.rows * m.row_bytes;
   }
   return out;
+}
+
+// llama.cpp fixes how each architecture weighs its experts and clamps their SwiGLU (GGUF says
+// nothing of either): a model that does otherwise would read back as another model. Checked
+// before anything is written, on a twin of the file's header (the same metadata and tensor
+// names, one float each) in the temp directory: whatever is at `path` stays as it was.
+void check_read_back(const DecoderSpec& c, const Architecture& a, const io::GGUFMetadata& meta,
+                     const std::vector<io::GGUFTensorData>& tensors, const std::string& path) {
+  static const float zero = 0.f;
+  std::vector<io::GGUFTensorData> twin;
+  for (const io::GGUFTensorData& t : tensors) twin.push_back({t.name, kernels::QType::F32, {1}, &zero, sizeof(float)});
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path() /
+                                    fmt::format("qkv-header-check-{}-{}.gguf", ::getpid(), static_cast<const void*>(&c));
+  DecoderSpec back;
+  try {
+    io::write_gguf(tmp.string(), meta, twin);
+    back = decoder_spec_from_gguf(io::GGUFFile::open_header(tmp.string()));
+  } catch (...) {
+    std::filesystem::remove(tmp);
+    throw;
+  }
+  std::filesystem::remove(tmp);
+  if (back.moe.swiglu_limit != c.moe.swiglu_limit || back.moe.swiglu_alpha != c.moe.swiglu_alpha)
+    throw ValueError(fmt::format("convert: {}'s experts clamp their SwiGLU at limit {} with alpha {}, but llama.cpp's "
+                                 "{} architecture uses {} and {}; the file would hold another model, so {} was not "
+                                 "written",
+                                 c.arch, c.moe.swiglu_limit, c.moe.swiglu_alpha, a.gguf_name, back.moe.swiglu_limit,
+                                 back.moe.swiglu_alpha, path));
+  if (back.moe.routing.renormalize != c.moe.routing.renormalize)
+    throw ValueError(fmt::format("convert: {} {} the experts' weights, but llama.cpp's {} architecture {}; "
+                                 "the file would hold another model, so {} was not written",
+                                 c.arch, c.moe.routing.renormalize ? "renormalises" : "does not renormalise",
+                                 a.gguf_name, back.moe.routing.renormalize ? "always does" : "never does", path));
 }
 
 }  // namespace
@@ -164,27 +199,8 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, const GgufQu
   meta.emplace_back("general.file_type", GGUFMeta::u32(file_type));
   meta.emplace_back("general.quantization_version", GGUFMeta::u32(2));
   meta.insert(meta.end(), tokenizer.begin(), tokenizer.end());
+  if (moe_layers > 0) check_read_back(c, *a, meta, t.list, path);
   io::write_gguf(path, meta, t.list);
-  if (moe_layers > 0) {
-    // llama.cpp fixes how each architecture weighs its experts (GGUF says nothing of it): a model
-    // whose router normalises otherwise would read back as another model.
-    const DecoderSpec back = decoder_spec_from_gguf(io::GGUFFile::open_header(path));
-    if (back.moe.swiglu_limit != c.moe.swiglu_limit || back.moe.swiglu_alpha != c.moe.swiglu_alpha) {
-      std::filesystem::remove(path);
-      throw ValueError(fmt::format("convert: {}'s experts clamp their SwiGLU at limit {} with alpha {}, but llama.cpp's "
-                                   "{} architecture uses {} and {}; the file would hold another model, so none was "
-                                   "written",
-                                   c.arch, c.moe.swiglu_limit, c.moe.swiglu_alpha, a->gguf_name, back.moe.swiglu_limit,
-                                   back.moe.swiglu_alpha));
-    }
-    if (back.moe.routing.renormalize != c.moe.routing.renormalize) {
-      std::filesystem::remove(path);
-      throw ValueError(fmt::format("convert: {} {} the experts' weights, but llama.cpp's {} architecture {}; "
-                                   "the file would hold another model, so none was written",
-                                   c.arch, c.moe.routing.renormalize ? "renormalises" : "does not renormalise",
-                                   a->gguf_name, back.moe.routing.renormalize ? "always does" : "never does"));
-    }
-  }
 }
 
 }  // namespace qkv::models
