@@ -457,20 +457,27 @@ def corpus_lines(max_bytes: int = 6_000_000) -> list[str]:
 
 # ---------------------------------------------------------------- tokenizers
 
-def make_qwen3_tokenizer(folder: Path) -> None:
+def trained_split_bpe(pattern: str, nfc: bool) -> dict:
+    """A byte-level BPE of TOKENIZER_VOCAB tokens trained on the corpus, its text split by `pattern` (isolated
+    matches) before the bytes (NFC-normalised first when `nfc`): the tokenizer.json as a dict."""
     from tokenizers import Tokenizer, Regex, decoders, models, normalizers, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
+    if nfc:
+        tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
     trainer = trainers.BpeTrainer(vocab_size=TOKENIZER_VOCAB, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(corpus_lines(), trainer)
-    j = json.loads(tok.to_str())
+    return json.loads(tok.to_str())
+
+
+def make_qwen3_tokenizer(folder: Path) -> None:
+    j = trained_split_bpe(QWEN2_PRETOKENIZE_REGEX, nfc=True)
     vocab = j["model"]["vocab"]
     assert max(vocab.values()) < QWEN3_ADDED[0][0]
     # The added tokens sit at their real ids, in the model vocab too (a gap of unused ids before
@@ -562,18 +569,7 @@ def make_olmoe_tokenizer(folder: Path) -> None:
 
 def make_gptoss_tokenizer(folder: Path) -> None:
     """Byte-level BPE with o200k's pre-tokenizer regex and the harmony special tokens at their real ids."""
-    from tokenizers import Tokenizer, Regex, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(O200K_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
-    ])
-    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    trainer = trainers.BpeTrainer(vocab_size=TOKENIZER_VOCAB, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tok.train_from_iterator(corpus_lines(), trainer)
-    j = json.loads(tok.to_str())
+    j = trained_split_bpe(O200K_PRETOKENIZE_REGEX, nfc=False)
     vocab = j["model"]["vocab"]
     assert max(vocab.values()) < GPTOSS_ADDED[0][0]
     added = []
