@@ -13,14 +13,28 @@ import json
 import os
 import signal
 import struct
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+import qkv
+
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
+
+
+
+def cli_generate(cli: Path, model: Path, *args: str) -> dict[str, object]:
+    """`qkv generate ... --json` of the CLI at `cli` (with qkv's thread count): its one line, parsed."""
+    cmd = [str(cli), "--threads", str(qkv.get_num_threads()), "generate", "--model", str(model), "--json", *args]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()
+    assert len(out) == 1
+    result: dict[str, object] = json.loads(out[0])
+    return result
+
 
 _ST_DTYPES = {"F64": np.float64, "F32": np.float32, "I64": np.int64, "BOOL": np.bool_}
 

@@ -4,25 +4,16 @@ random Llama folder (no tokenizer: token ids only), each equal to `qkv generate`
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, cli_generate
 
 import qkv
 
 QUESTION = "What is the capital of France?"
 TINY_LLAMA = FIXTURES / "llama_family" / "llama"
 
-
-def cli_generate(cli: Path, model: Path, *args: str) -> dict[str, object]:
-    cmd = [str(cli), "--threads", str(qkv.get_num_threads()), "generate", "--model", str(model), "--json", *args]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()
-    assert len(out) == 1
-    result: dict[str, object] = json.loads(out[0])
-    return result
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,10 @@ decoding gives and the counts `qkv generate --draft` reports; bad drafts are ref
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, cli_generate
 
 import qkv
 
@@ -16,13 +15,6 @@ TINY_LLAMA = FIXTURES / "llama_family" / "llama"
 REWRITE = [{"role": "user", "content": "Rewrite in the past tense, changing nothing else: The keeper climbs the stairs "
                                        "every evening. He lights the lamp and watches the ships pass the point."}]
 
-
-def cli_generate(cli: Path, model: Path, *args: str) -> dict[str, object]:
-    cmd = [str(cli), "--threads", str(qkv.get_num_threads()), "generate", "--model", str(model), "--json", *args]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()
-    assert len(out) == 1
-    result: dict[str, object] = json.loads(out[0])
-    return result
 
 
 def test_prompt_lookup_keeps_the_tokens_and_counts_as_the_cli(smollm_gguf: Path, qkv_cli: Path, tmp_path: Path) -> None:

@@ -1,8 +1,11 @@
 // A small random GPT-2 for the cache and generation tests, and a float64 twin.
 #pragma once
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "qkv/core/rng.h"
+#include "qkv/infer/generate.h"
 #include "qkv/models/gpt2.h"
 
 namespace qkv::testing {
@@ -32,6 +35,14 @@ inline std::shared_ptr<models::GPT2LMHeadModel> tiny_gpt2(std::uint64_t seed = 0
   }
   m->eval();
   return m;
+}
+
+// Prompts of mixed lengths (1 to 7 tokens) for batched generation tests, and each result's new ids.
+inline const std::vector<std::vector<std::int64_t>> kPrompts = {{1, 2, 3}, {9, 8, 7, 6, 5, 4, 3}, {11}, {20, 21, 22, 23, 24}};
+inline std::vector<std::vector<std::int64_t>> tokens(const std::vector<infer::GenerationResult>& r) {
+  std::vector<std::vector<std::int64_t>> out;
+  for (const auto& x : r) out.push_back(x.new_ids);
+  return out;
 }
 
 }  // namespace qkv::testing

@@ -26,13 +26,8 @@ namespace {
 using namespace qkv::infer;
 using i64 = std::int64_t;
 
-const std::vector<std::vector<i64>> kPrompts = {{1, 2, 3}, {9, 8, 7, 6, 5, 4, 3}, {11}, {20, 21, 22, 23, 24}};
-
-std::vector<std::vector<i64>> tokens(const std::vector<GenerationResult>& r) {
-  std::vector<std::vector<i64>> out;
-  for (const auto& x : r) out.push_back(x.new_ids);
-  return out;
-}
+using qkv::testing::kPrompts;
+using qkv::testing::tokens;
 
 // A drafter that knows each sequence's plain greedy continuation (prompt + `truth`) and guesses
 // its next tokens right with probability `agree` each (a wrong guess is the right token + 1).
