@@ -10,6 +10,8 @@ Models (--models, comma-separated keys; default qwen3,gemma3):
   olmoe     olmoe-1b-7b-4l        allenai/OLMoE-1B-7B-0924's config (olmoe: 64 experts, 8 per token,
                                   expert FFN 1024, norm_topk_prob false, MHA 16/16, q/k norm over the
                                   whole projection, untied) with num_hidden_layers 16 -> 4.
+  qwen35    qwen3.5-0.8b          Qwen/Qwen3.5-0.8B's text config (qwen3_5_text: Gated DeltaNet on 18 of 24
+                                  layers, gated attention on the others; tied 248320 x 1024 embedding).
   gptoss    gpt-oss-20b-4l        openai/gpt-oss-20b's config (gpt_oss: 32 experts, 4 per token, expert
                                   FFN 2880, hidden 2880, GQA 64/8 heads of 64, attention sinks, biases,
                                   sliding window 128 on every other layer, YaRN x32 over 4096, vocab
@@ -338,6 +340,43 @@ GPTOSS_CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}{{'<|start|>assistant'}}{% endif %}"
 )
 
+# Qwen/Qwen3.5-0.8B's text_config as a text-only Qwen3_5ForCausalLM (model_type qwen3_5_text): 24 layers,
+# three Gated DeltaNet layers (16 key and 16 value heads of 128, convolution of 4) to one gated full
+# attention (8 heads on 2 of 256, a quarter of them rotated), tied embeddings of 248320. The special
+# ids are the stand-in Qwen3 tokenizer's (the real vocabulary is not available offline).
+QWEN35_CONFIG = {
+    "architectures": ["Qwen3_5ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "attn_output_gate": True,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "full_attention_interval": 4,
+    "head_dim": 256,
+    "hidden_act": "silu",
+    "hidden_size": 1024,
+    "initializer_range": 0.02,
+    "intermediate_size": 3584,
+    "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 6,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 16,
+    "linear_value_head_dim": 128,
+    "max_position_embeddings": 262144,
+    "model_type": "qwen3_5_text",
+    "num_attention_heads": 8,
+    "num_hidden_layers": 24,
+    "num_key_value_heads": 2,
+    "pad_token_id": 151643,
+    "rms_norm_eps": 1e-06,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+                        "mrope_interleaved": True, "mrope_section": [11, 11, 10]},
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 248320,
+}
+
 # hub: where the config comes from; tokenizer: which maker; pre: the converter's BPE pre-tokenizer
 # name to patch in (None: SentencePiece, nothing to patch); q8: also make a Q8_0 GGUF; quant: the
 # llama-quantize type of the quantized file (default Q4_K_M).
@@ -352,6 +391,9 @@ MODELS = {
                   pre="olmo", q8=False),
     "gptoss": dict(name="gpt-oss-20b-4l", config=GPTOSS_CONFIG, hub="openai/gpt-oss-20b", tokenizer="gptoss",
                    pre="gpt-4o", q8=False, quant="MXFP4_MOE"),
+    # (--no-mtp: the converter otherwise wants the published checkpoints' multi-token-prediction layers)
+    "qwen35": dict(name="qwen3.5-0.8b", config=QWEN35_CONFIG, hub="Qwen/Qwen3.5-0.8B", tokenizer="qwen3",
+                   pre="qwen2", q8=True, convert_args=["--no-mtp"]),
 }
 
 
@@ -746,7 +788,7 @@ runpy.run_path(src + "/convert_hf_to_gguf.py", run_name="__main__")
 def convert(key: str, folder: Path, outfile: Path, outtype: str, llama_src: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(llama_src / "gguf-py"))
     tmp = outfile.with_name(outfile.name + ".tmp")
-    args = [str(folder), "--outtype", outtype, "--outfile", str(tmp)]
+    args = [str(folder), "--outtype", outtype, "--outfile", str(tmp)] + MODELS[key].get("convert_args", [])
     pre = MODELS[key]["pre"]
     if pre is not None:  # BPE: the pre-tokenizer hash cannot match a new vocabulary
         cmd = [sys.executable, "-c", CONVERT_WRAPPER, str(llama_src), pre] + args

@@ -105,6 +105,7 @@ set(QKV_ARCH_SOURCES
   models/arch/qwen2.cpp
   models/arch/qwen2_moe.cpp
   models/arch/qwen3.cpp
+  models/arch/qwen3_5.cpp
   models/arch/qwen3_moe.cpp
   models/arch/smollm3.cpp
 )

@@ -104,3 +104,24 @@ def test_mixtures_of_experts_give_transformers_tokens(name: str) -> None:
     batch = llm.generate([ref["prompts"][1], ref["prompts"][0]], max_new_tokens=NEW, ignore_eos=True, details=True)
     assert batch[0].ids == ref["generated"][1][:NEW]
     assert batch[1].ids == ref["generated"][0][:NEW]
+
+
+HYBRID = FIXTURES / "hybrid"
+HYBRID_REFERENCE = json.loads((HYBRID / "reference.json").read_text(encoding="utf-8"))
+
+
+def test_qwen3_5_linear_attention_gives_transformers_tokens() -> None:
+    # Qwen3.5's Gated DeltaNet layers keep a recurrent state per sequence: plain, batched with a
+    # shorter prompt, and with prompt-lookup drafts (rejections send the states back to a checkpoint).
+    ref = HYBRID_REFERENCE["qwen3_5_gguf"]
+    llm = qkv.LLM(str(HYBRID / "qwen3_5.gguf"))
+    assert llm.architecture == "qwen3_5"
+    assert llm.tokenize(ref["texts"][1]) == ref["prompts"][1]
+    g = llm.generate(ref["texts"][1], max_new_tokens=NEW, ignore_eos=True, details=True)
+    assert g.ids == ref["generated"][1][:NEW]
+    batch = llm.generate([ref["prompts"][1], ref["prompts"][0]], max_new_tokens=NEW, ignore_eos=True, details=True)
+    assert batch[0].ids == ref["generated"][1][:NEW]
+    assert batch[1].ids == ref["generated"][0][:NEW]
+    d = qkv.LLM(str(HYBRID / "qwen3_5.gguf"), draft="ngram").generate(ref["texts"][1], max_new_tokens=NEW,
+                                                                       ignore_eos=True, details=True)
+    assert d.ids == g.ids

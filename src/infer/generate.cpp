@@ -189,6 +189,10 @@ std::vector<GenerationResult> generate(const CausalLM& model, const std::vector<
   std::vector<Draft> drafts(static_cast<std::size_t>(B));
   std::vector<double> residual;
   std::vector<std::vector<i64>> feed = prompts;
+  // Tokens at the head of a sequence's feed computed again (already judged): a model with
+  // recurrent layers (Qwen3.5) goes back to its checkpoint before a rejected draft and runs the
+  // kept tokens again (its states cannot drop the rejected ones), in the rows before the newest.
+  std::vector<i64> lead(static_cast<std::size_t>(B), 0);
   for (i64 step = 0;; ++step) {
     const auto t0 = Clock::now();  // a step's time includes its drafting
     std::vector<i64> n_new(static_cast<std::size_t>(B), 0);
@@ -208,6 +212,9 @@ std::vector<GenerationResult> generate(const CausalLM& model, const std::vector<
     }
     Tensor logits;
     if (o.use_cache) {
+      if (drafter && step > 0)
+        for (i64 b = 0; b < B; ++b)
+          if (n_new[b] > 1) cache.checkpoint(b);  // (a no-op without recurrent states)
       logits = model.forward_cached(pack(feed), n_new, cache, drafter && step > 0);
     } else {
       // Recompute: a fresh cache every step, each unfinished sequence fed whole.
@@ -232,7 +239,7 @@ std::vector<GenerationResult> generate(const CausalLM& model, const std::vector<
       // own token. The cache keeps the fed newest token and the kept drafts.
       i64 kept = 0, made = 0;
       for (i64 i = 0; i <= nd; ++i) {
-        const float* row = L + (b * Tn + (Tn > 1 ? i : 0)) * V;
+        const float* row = L + (b * Tn + (Tn > 1 ? lead[b] + i : 0)) * V;
         bool agreed = false;
         const i64 tok = i < nd ? judge(samplers[b], row, V, d, i, o.sampling.temperature == 0.0, residual, agreed)
                                : samplers[b].next(row, V);
@@ -247,12 +254,15 @@ std::vector<GenerationResult> generate(const CausalLM& model, const std::vector<
         sp.accepted += kept;
         ++sp.steps;
         sp.tokens += made;
-        cache.truncate(b, cache.length(b) - n_new[b] + 1 + kept);
+        const i64 keep = cache.length(b) - n_new[b] + lead[b] + 1 + kept;
+        const i64 back = cache.rewind_point(b, keep);
+        cache.truncate(b, back);
+        lead[b] = keep - back;  // the kept tokens the states lost, fed again before the newest
         // Hugging Face's heuristic schedule: longer after a draft kept whole, shorter after a rejection.
         if (o.draft.adaptive && nd > 0)
           draft_len[b] = kept == nd ? std::min(o.draft.max, draft_len[b] + 2) : std::max<i64>(1, draft_len[b] - 1);
       }
-      feed[b] = {seq[b].back()};
+      feed[b].assign(seq[b].end() - lead[b] - 1, seq[b].end());
       any = any || !done[b];
     }
     (step == 0 ? st.prefill_seconds : st.decode_seconds) += since(t0);

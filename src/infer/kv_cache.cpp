@@ -55,12 +55,24 @@ KVCache::KVCache(const KVCacheOptions& options) : opt_(options) {
     throw AllocError("KVCache: " + std::to_string(o.num_layers) + " layers x 2 x " + shape_str(s) +
                      " floats overflow 64-bit sizes");
   }
+  if (!o.state_floats.empty() && static_cast<i64>(o.state_floats.size()) != o.num_layers)
+    throw ValueError("KVCache: state_floats has " + std::to_string(o.state_floats.size()) + " entries for " +
+                     std::to_string(o.num_layers) + " layers");
+  i64 kv_layers = 0, state_per_seq = 0;
+  for (i64 l = 0; l < o.num_layers; ++l) {
+    const i64 n = o.state_floats.empty() ? 0 : o.state_floats[static_cast<std::size_t>(l)];
+    if (n < 0 || n > (i64{1} << 40))
+      throw ValueError("KVCache: layer " + std::to_string(l) + "'s state of " + std::to_string(n) + " floats");
+    state_per_seq += n;
+    kv_layers += n == 0 ? 1 : 0;
+  }
   const bool f16 = o.dtype == KVType::F16;
   // A float16 cache's prefill widens one sequence's keys and values of a layer to float32 at a
   // time (attend_prefill), up to [2, H_kv, T, D] floats: counted once, though the buffer belongs
   // to the calling thread (an estimate for one thread using the cache).
   MemoryEstimate()
-      .add({o.batch, o.num_kv_heads, o.max_len, o.head_dim}, 2 * o.num_layers, f16 ? 2 : 4)
+      .add({o.batch, o.num_kv_heads, o.max_len, o.head_dim}, 2 * kv_layers, f16 ? 2 : 4)
+      .add({o.batch, state_per_seq}, 1, 4)
       .add({2, o.num_kv_heads, o.max_len, o.head_dim}, f16 ? 1 : 0, 4)
       .add({o.batch, o.max_len}, o.keep_ids ? 1 : 0, 8)
       .check("KVCache (" + std::to_string(o.num_layers) + " layers x 2 x " + shape_str(s) +
@@ -76,16 +88,26 @@ KVCache::KVCache(const KVCacheOptions& options) : opt_(options) {
       return std::shared_ptr<std::uint16_t[]>(p, [](std::uint16_t* q) { std::free(q); });
     };
     for (i64 l = 0; l < o.num_layers; ++l) {
-      kh_.push_back(buffer());
-      vh_.push_back(buffer());
+      const bool kv = layer_has_kv(l);
+      kh_.push_back(kv ? buffer() : nullptr);
+      vh_.push_back(kv ? buffer() : nullptr);
     }
   } else {
     k_.reserve(static_cast<std::size_t>(o.num_layers));
     v_.reserve(static_cast<std::size_t>(o.num_layers));
     for (i64 l = 0; l < o.num_layers; ++l) {
-      k_.push_back(o.populate ? Tensor::zeros(s) : Tensor::empty(s));
-      v_.push_back(o.populate ? Tensor::zeros(s) : Tensor::empty(s));
+      const bool kv = layer_has_kv(l);
+      k_.push_back(!kv ? Tensor() : o.populate ? Tensor::zeros(s) : Tensor::empty(s));
+      v_.push_back(!kv ? Tensor() : o.populate ? Tensor::zeros(s) : Tensor::empty(s));
     }
+  }
+  if (state_per_seq > 0) {
+    for (i64 l = 0; l < o.num_layers; ++l) {
+      const i64 n = o.state_floats[static_cast<std::size_t>(l)];
+      state_.push_back(n == 0 ? nullptr : std::shared_ptr<float[]>(new float[static_cast<std::size_t>(o.batch * n)]()));
+    }
+    saved_.resize(static_cast<std::size_t>(o.batch));
+    saved_len_.assign(static_cast<std::size_t>(o.batch), -1);
   }
   len_.assign(static_cast<std::size_t>(o.batch), 0);
   if (o.keep_ids) ids_.reset(new i64[static_cast<std::size_t>(o.batch * o.max_len)]());
@@ -105,8 +127,55 @@ i64 KVCache::length(i64 b) const {
 }
 
 i64 KVCache::bytes() const {
-  return 2 * opt_.num_layers * opt_.batch * opt_.num_kv_heads * opt_.max_len * opt_.head_dim *
-         (opt_.dtype == KVType::F16 ? 2 : 4);
+  i64 kv_layers = 0, state = 0;
+  for (i64 l = 0; l < opt_.num_layers; ++l) {
+    kv_layers += layer_has_kv(l) ? 1 : 0;
+    state += opt_.state_floats.empty() ? 0 : opt_.state_floats[static_cast<std::size_t>(l)];
+  }
+  return 2 * kv_layers * opt_.batch * opt_.num_kv_heads * opt_.max_len * opt_.head_dim *
+             (opt_.dtype == KVType::F16 ? 2 : 4) +
+         state * opt_.batch * 4;
+}
+
+bool KVCache::layer_has_kv(i64 layer) const {
+  return opt_.state_floats.empty() || opt_.state_floats[static_cast<std::size_t>(layer)] == 0;
+}
+
+float* KVCache::state(i64 layer, i64 b) {
+  check_slot(b, "state");
+  if (layer < 0 || layer >= opt_.num_layers || layer_has_kv(layer))
+    throw ValueError("KVCache::state: layer " + std::to_string(layer) + " keeps no recurrent state");
+  return state_[static_cast<std::size_t>(layer)].get() + b * opt_.state_floats[static_cast<std::size_t>(layer)];
+}
+
+const float* KVCache::state(i64 layer, i64 b) const { return const_cast<KVCache*>(this)->state(layer, b); }
+
+void KVCache::clear_state(i64 b) {
+  for (i64 l = 0; l < static_cast<i64>(state_.size()); ++l)
+    if (state_[static_cast<std::size_t>(l)]) {
+      const i64 n = opt_.state_floats[static_cast<std::size_t>(l)];
+      std::fill(state(l, b), state(l, b) + n, 0.f);
+    }
+  if (!saved_len_.empty()) saved_len_[static_cast<std::size_t>(b)] = -1;
+}
+
+void KVCache::checkpoint(i64 b) {
+  check_slot(b, "checkpoint");
+  if (!has_state()) return;
+  std::vector<float>& s = saved_[static_cast<std::size_t>(b)];
+  s.clear();
+  for (i64 l = 0; l < opt_.num_layers; ++l)
+    if (!layer_has_kv(l)) s.insert(s.end(), state(l, b), state(l, b) + opt_.state_floats[static_cast<std::size_t>(l)]);
+  saved_len_[static_cast<std::size_t>(b)] = len_[static_cast<std::size_t>(b)];
+}
+
+i64 KVCache::rewind_point(i64 b, i64 n) const {
+  check_slot(b, "rewind_point");
+  const i64 len = len_[static_cast<std::size_t>(b)];
+  n = std::clamp<i64>(n, 0, len);
+  if (!has_state() || n == len) return n;
+  const i64 saved = saved_len_[static_cast<std::size_t>(b)];
+  return saved >= 0 && saved <= n ? saved : 0;
 }
 
 void KVCache::check_slot(i64 b, const char* what) const {
@@ -133,6 +202,8 @@ void KVCache::write(i64 layer, const Tensor& k_new, const Tensor& v_new, const s
   if (layer < 0 || layer >= opt_.num_layers)
     throw IndexError("KVCache::write: layer " + std::to_string(layer) + " out of range [0, " +
                      std::to_string(opt_.num_layers) + ")");
+  if (!layer_has_kv(layer))
+    throw ValueError("KVCache::write: layer " + std::to_string(layer) + " keeps a recurrent state, not keys and values");
   check_room(n_new);
   for (const Tensor* t : {&k_new, &v_new}) {
     if (t->dtype() != DType::F32 || t->dim() != 4 || t->shape()[0] != opt_.batch ||
@@ -170,6 +241,8 @@ void KVCache::write(i64 layer, const Tensor& k_new, const Tensor& v_new, const s
 Tensor KVCache::attend(i64 layer, const Tensor& q, const std::vector<i64>& n_new, double scale, i64 window) const {
   if (layer < 0 || layer >= opt_.num_layers)
     throw IndexError("KVCache::attend: layer " + std::to_string(layer) + " out of range");
+  if (!layer_has_kv(layer))
+    throw ValueError("KVCache::attend: layer " + std::to_string(layer) + " keeps a recurrent state, not keys and values");
   check_room(n_new);
   const i64 B = opt_.batch, H = opt_.num_heads, Hkv = opt_.num_kv_heads, D = opt_.head_dim, T = opt_.max_len;
   if (q.dtype() != DType::F32 || q.dim() != 4 || q.shape()[0] != B || q.shape()[1] != H || q.shape()[3] != D ||
@@ -231,6 +304,9 @@ void KVCache::attend_prefill(i64 layer, i64 b, i64 n, i64 Lk, const float* q, i6
   const i64 window = sp.window;
   if (layer < 0 || layer >= opt_.num_layers)
     throw IndexError("KVCache::attend_prefill: layer " + std::to_string(layer) + " out of range");
+  if (!layer_has_kv(layer))
+    throw ValueError("KVCache::attend_prefill: layer " + std::to_string(layer) +
+                     " keeps a recurrent state, not keys and values");
   check_slot(b, "attend_prefill");
   const i64 H = opt_.num_heads, Hkv = opt_.num_kv_heads, D = opt_.head_dim, T = opt_.max_len;
   if (n < 1 || n > Lk || Lk > T)
@@ -276,22 +352,48 @@ void KVCache::advance(const std::vector<i64>& n_new) {
 void KVCache::reset(i64 b) {
   check_slot(b, "reset");
   len_[static_cast<std::size_t>(b)] = 0;
+  if (has_state()) clear_state(b);
 }
 
 void KVCache::truncate(i64 b, i64 n) {
   check_slot(b, "truncate");
-  if (n < 0 || n > len_[static_cast<std::size_t>(b)])
-    throw ValueError("KVCache::truncate: sequence " + std::to_string(b) + " holds " +
-                     std::to_string(len_[static_cast<std::size_t>(b)]) + " positions; cannot keep " + std::to_string(n));
+  const i64 len = len_[static_cast<std::size_t>(b)];
+  if (n < 0 || n > len)
+    throw ValueError("KVCache::truncate: sequence " + std::to_string(b) + " holds " + std::to_string(len) +
+                     " positions; cannot keep " + std::to_string(n));
+  if (has_state() && n != len) {
+    const i64 saved = saved_len_[static_cast<std::size_t>(b)];
+    if (n == 0) {
+      clear_state(b);
+    } else if (n == saved) {  // the checkpoint's states back in place
+      const float* from = saved_[static_cast<std::size_t>(b)].data();
+      for (i64 l = 0; l < opt_.num_layers; ++l) {
+        if (layer_has_kv(l)) continue;
+        const i64 m = opt_.state_floats[static_cast<std::size_t>(l)];
+        std::copy(from, from + m, state(l, b));
+        from += m;
+      }
+    } else {
+      throw ValueError("KVCache::truncate: sequence " + std::to_string(b) + " keeps recurrent states, which can go "
+                       "back to position 0" + (saved > 0 ? " or to its checkpoint at " + std::to_string(saved) : "") +
+                       ", not to " + std::to_string(n) + " of its " + std::to_string(len));
+    }
+  }
   len_[static_cast<std::size_t>(b)] = n;
 }
 
-void KVCache::reset() { std::fill(len_.begin(), len_.end(), 0); }
+void KVCache::reset() {
+  std::fill(len_.begin(), len_.end(), 0);
+  for (i64 b = 0; b < opt_.batch && has_state(); ++b) clear_state(b);
+}
 
 void KVCache::check_layer(i64 layer, const char* what, KVType want) const {
   if (layer < 0 || layer >= opt_.num_layers)
     throw IndexError(std::string("KVCache::") + what + ": layer " + std::to_string(layer) + " out of range [0, " +
                      std::to_string(opt_.num_layers) + ")");
+  if (!layer_has_kv(layer))
+    throw ValueError(std::string("KVCache::") + what + ": layer " + std::to_string(layer) +
+                     " keeps a recurrent state, not keys and values");
   if (opt_.dtype != want)
     throw TypeError(std::string("KVCache::") + what + ": the cache holds " +
                     (opt_.dtype == KVType::F16 ? "float16" : "float32") + " keys and values" +

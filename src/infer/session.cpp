@@ -45,9 +45,15 @@ i64 Session::sync(const std::vector<i64>& ids) {
   std::size_t keep = 0;
   while (keep < tokens_.size() && keep < ids.size() && tokens_[keep] == ids[keep]) ++keep;
   keep = std::min(keep, ids.size() - 1);
+  // A model with recurrent layers (Qwen3.5) can only rewind to where its states can be rebuilt
+  // (its start, or a checkpoint): the tokens after that are computed again.
+  keep = static_cast<std::size_t>(cache_.rewind_point(0, static_cast<i64>(keep)));
   cache_.truncate(0, static_cast<i64>(keep));
   tokens_.resize(keep);
   feed(std::vector<i64>(ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end()));
+  // The next sync usually shares all of these tokens (the next turn of a chat): recurrent states
+  // are saved here, so that it never has to go back further (a no-op for a KV cache alone).
+  cache_.checkpoint(0);
   return static_cast<i64>(ids.size() - keep);
 }
 

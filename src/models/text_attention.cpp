@@ -108,6 +108,8 @@ TextAttention decoder_attention(const std::string& path, const std::string& text
                     "heatmap (" + std::to_string(c.num_layers()) + " layers x " + std::to_string(c.num_heads) +
                         " heads x " + std::to_string(T) + "^2 tokens)");
   a.layers = m->attention_weights(a.ids).layers;
+  for (i64 l = 0; l < c.num_layers(); ++l)
+    if (c.layers[static_cast<std::size_t>(l)].mixer != Mixer::Attention) a.linear_layers.push_back(l);
   return a;
 }
 
@@ -144,16 +146,29 @@ TextAttention text_attention(const std::string& path, const std::string& text) {
 std::vector<AttentionMap> text_attention_maps(const TextAttention& a, const std::vector<i64>& layers,
                                               const std::vector<i64>& heads) {
   const i64 L = static_cast<i64>(a.layers.size());
-  const i64 H = L > 0 ? a.layers[0].size(0) : 0;
+  auto has_map = [&](i64 l) { return a.layers[static_cast<std::size_t>(l)].defined(); };
+  i64 H = 0;
+  for (i64 l = 0; l < L && H == 0; ++l)
+    if (has_map(l)) H = a.layers[static_cast<std::size_t>(l)].size(0);
   std::vector<i64> ls = layers, hs = heads;
   if (ls.empty())
-    for (i64 l = 0; l < L; ++l) ls.push_back(l);
+    for (i64 l = 0; l < L; ++l)
+      if (has_map(l)) ls.push_back(l);
   if (hs.empty())
     for (i64 h = 0; h < H; ++h) hs.push_back(h);
   for (i64 l : ls)
     if (l < 0 || l >= L)
       throw ValueError("heatmap: --layers " + std::to_string(l) + " is not a layer of the model (it has " +
                        std::to_string(L) + ": 0.." + std::to_string(L - 1) + ")");
+  for (i64 l : ls)
+    if (!has_map(l)) {
+      std::string with;
+      for (i64 k = 0; k < L; ++k)
+        if (has_map(k)) with += (with.empty() ? "" : ", ") + std::to_string(k);
+      throw ValueError("heatmap: layer " + std::to_string(l) +
+                       " is a linear-attention layer (Gated DeltaNet: a recurrent state, no softmax over the keys), "
+                       "which has no attention map; the layers with one are " + with);
+    }
   for (i64 h : hs)
     if (h < 0 || h >= H)
       throw ValueError("heatmap: --heads " + std::to_string(h) + " is not a head of the model (it has " +

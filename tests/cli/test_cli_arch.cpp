@@ -254,4 +254,68 @@ TEST_P(CliMoe, GenerateInspectBenchAndHeatmapFromTheGguf) {
 INSTANTIATE_TEST_SUITE_P(Moe, CliMoe, ::testing::Values("mixtral", "qwen3_moe", "olmoe"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
+// Qwen3.5 (tests/fixtures/hybrid, make_hybrid_fixtures.py), Gated DeltaNet layers around a gated
+// attention one, from llama.cpp's GGUF: generate (cached, --no-cache, batched, prompt lookup,
+// whose rejected drafts send the recurrent states back to their checkpoint) gives transformers'
+// greedy tokens; inspect names the linear layers; heatmap draws the attention layer and says the
+// others have no map (and refuses one asked for); chat's second turn continues the kept
+// conversation; convert writes the file again.
+TEST(CliHybrid, Qwen35GenerateSpeculativeChatInspectHeatmapConvert) {
+  const std::string dir = std::string(QKV_SOURCE_DIR) + "/tests/fixtures/hybrid/";
+  std::ifstream rf(dir + "reference.json");
+  const json ref = json::parse(rf)["qwen3_5_gguf"];
+  const std::string model = dir + "qwen3_5.gguf";
+  Scratch s;
+  const std::string text = ref["texts"][1];
+  const std::string args = " --max-new " + std::to_string(kNew) + " --ignore-eos --json";
+  const json g = one(run("generate --model " + quote(model) + " " + quote(text) + args), "qwen3_5");
+  EXPECT_EQ(g["prompt_ids"], ref["prompts"][1]);
+  EXPECT_EQ(g["new_ids"], first(ref, 1, kNew));
+  EXPECT_EQ(one(run("generate --model " + quote(model) + " --no-cache " + quote(text) + args), "--no-cache")["new_ids"],
+            g["new_ids"]);
+  const json d = one(run("generate --model " + quote(model) + " --draft ngram " + quote(text) + args), "--draft ngram");
+  EXPECT_EQ(d["new_ids"], g["new_ids"]);
+  EXPECT_GT(d["speculative"]["drafted"].get<int>(), d["speculative"]["accepted"].get<int>()) << d.dump();
+  const std::string short_text = ref["texts"][0];  // (texts[1] holds a newline)
+  const std::string file = s.write("prompts.txt", "And God\n" + short_text + "\n");
+  const auto b = json_lines(run("generate --model " + quote(model) + " --prompts-file " + quote(file) + args).out);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[1]["new_ids"], first(ref, 0, kNew)) << "batched with a shorter prompt";
+  const Result i = run("inspect " + quote(model));
+  ASSERT_EQ(i.code, 0) << i.err;
+  EXPECT_NE(i.out.find("linear:   2 of 3 layers Gated DeltaNet (2 key heads of 8, 4 value heads of 8, convolution of 4)"),
+            std::string::npos)
+      << i.out;
+  const fs::path out = s.dir / "heatmap";
+  const Result h = run("heatmap --model " + quote(model) + " --text 'And God said' --out " + quote(out.string()));
+  ASSERT_EQ(h.code, 0) << h.err;
+  EXPECT_TRUE(fs::exists(out / "self_layer1_head1.png")) << h.out;
+  EXPECT_FALSE(fs::exists(out / "self_layer0_head0.png")) << h.out;
+  EXPECT_NE(h.out.find("no map:     layers 0, 2 (linear attention"), std::string::npos) << h.out;
+  const Result h0 = run("heatmap --model " + quote(model) + " --text 'And God said' --layers 0 --out " +
+                        quote((s.dir / "h0").string()));
+  EXPECT_NE(h0.code, 0);
+  EXPECT_NE(h0.err.find("layer 0 is a linear-attention layer"), std::string::npos) << h0.err;
+  // Two turns: the second is computed from the first's kept states (its reply differs from a
+  // fresh conversation's only if the kept states were wrong).
+  const std::string in = s.write("turns.txt", "Who divided the light?\nAnd the waters?\n");
+  const Result c = run("chat --model " + quote(model) + " --max-new 8 --temperature 0 --no-history < " + quote(in));
+  ASSERT_EQ(c.code, 0) << c.err;
+  std::vector<std::string> replies;
+  for (std::size_t at = 0, nl; (nl = c.out.find('\n', at)) != std::string::npos; at = nl + 1)
+    replies.push_back(c.out.substr(at, nl - at));
+  ASSERT_EQ(replies.size(), 2u) << c.out;
+  const json messages = json::array({{{"role", "user"}, {"content", "Who divided the light?"}},
+                                     {{"role", "assistant"}, {"content", replies[0]}},
+                                     {{"role", "user"}, {"content", "And the waters?"}}});
+  const json m2 = one(run("generate --model " + quote(model) + " --messages " +
+                          quote(s.write("m.json", messages.dump())) + " --max-new 8 --temperature 0 --json"),
+                      "--messages");
+  EXPECT_EQ(m2["text"], replies[1]) << "the second turn, computed from the kept states";
+  const std::string again = (s.dir / "again.gguf").string();
+  const Result cv = run("convert --model " + quote(model) + " --out " + quote(again));
+  ASSERT_EQ(cv.code, 0) << cv.err;
+  EXPECT_EQ(one(run("generate --model " + quote(again) + " " + quote(text) + args), "converted")["new_ids"], g["new_ids"]);
+}
+
 }  // namespace

@@ -197,3 +197,63 @@ TEST(KVCache, ForwardCachedChecksBeforeWriting) {
 }
 
 }  // namespace
+
+// Layers with a recurrent state (Qwen3.5's Gated DeltaNet) keep no keys or values; a sequence's
+// states start at zeros, rewind only to 0, to their length or to their checkpoint, and the
+// memory counts both kinds.
+TEST(KVCache, RecurrentStatesBesideKeysAndValues) {
+  qkv::infer::KVCacheOptions o{.num_layers = 3, .batch = 2, .num_heads = 2, .max_len = 8, .head_dim = 4};
+  o.state_floats = {5, 0, 7};
+  qkv::infer::KVCache cache(o);
+  EXPECT_TRUE(cache.has_state());
+  EXPECT_FALSE(cache.layer_has_kv(0));
+  EXPECT_TRUE(cache.layer_has_kv(1));
+  // One layer of keys and values, [2, 2, 8, 4] twice, and 12 state floats per sequence.
+  EXPECT_EQ(cache.bytes(), 2 * (2 * 2 * 8 * 4) * 4 + 2 * 12 * 4);
+  EXPECT_THROW(cache.keys(0), qkv::ValueError);
+  EXPECT_THROW(cache.state(1, 0), qkv::ValueError);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(cache.state(2, 1)[i], 0.f);
+
+  auto fill = [&](float v) {
+    for (int i = 0; i < 5; ++i) cache.state(0, 0)[i] = v;
+    for (int i = 0; i < 7; ++i) cache.state(2, 0)[i] = v;
+  };
+  fill(1.f);
+  cache.advance({3, 0});
+  EXPECT_EQ(cache.rewind_point(0, 2), 0);  // no checkpoint: only the start
+  cache.checkpoint(0);
+  fill(2.f);
+  cache.advance({2, 0});
+  EXPECT_EQ(cache.rewind_point(0, 4), 3);
+  EXPECT_EQ(cache.rewind_point(0, 5), 5);
+  EXPECT_EQ(cache.rewind_point(0, 2), 0);
+  const auto refused = [&](std::int64_t n) {
+    try {
+      cache.truncate(0, n);
+    } catch (const qkv::ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(refused(4).find("can go back to position 0 or to its checkpoint at 3, not to 4 of its 5"), std::string::npos)
+      << refused(4);
+  EXPECT_EQ(cache.length(0), 5);
+  cache.truncate(0, 5);  // its length: nothing changes
+  EXPECT_EQ(cache.state(2, 0)[6], 2.f);
+  cache.truncate(0, 3);  // the checkpoint's states back
+  EXPECT_EQ(cache.length(0), 3);
+  EXPECT_EQ(cache.state(0, 0)[4], 1.f);
+  EXPECT_EQ(cache.state(2, 0)[0], 1.f);
+  cache.truncate(0, 0);  // the start: zeros
+  EXPECT_EQ(cache.state(2, 0)[3], 0.f);
+  EXPECT_EQ(cache.rewind_point(0, 0), 0);
+  fill(3.f);
+  cache.advance({1, 0});
+  cache.reset(0);
+  EXPECT_EQ(cache.state(0, 0)[0], 0.f);
+  EXPECT_EQ(cache.length(0), 0);
+
+  qkv::infer::KVCacheOptions bad = o;
+  bad.state_floats = {1, 2};
+  EXPECT_THROW(qkv::infer::KVCache{bad}, qkv::ValueError);
+}

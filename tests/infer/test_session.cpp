@@ -8,6 +8,7 @@
 #include "qkv/core/error.h"
 #include "qkv/infer/generate.h"
 #include "qkv/infer/session.h"
+#include "qkv/models/decoder_io.h"
 
 namespace {
 
@@ -73,6 +74,37 @@ TEST(Session, BadInputsChangeNothing) {
   EXPECT_THROW(s.push(4), qkv::ValueError);  // full
   EXPECT_THROW(Session(m, 0), qkv::ValueError);
   EXPECT_THROW(Session(m, m->max_positions() + 1), qkv::ValueError);
+}
+
+// A model with recurrent layers (Qwen3.5): its states cannot drop tokens, so a turn that shares
+// all the session holds computes only its new tokens, one that differs after the last prompt
+// starts from the checkpoint made there, and one that differs earlier starts over; each time the
+// logits are those of the whole sequence fed afresh.
+TEST(Session, RecurrentLayersRewindToTheirCheckpoint) {
+  const std::shared_ptr<const qkv::infer::CausalLM> m =
+      qkv::models::load_decoder(std::string(QKV_FIXTURE_DIR) + "/hybrid/qwen3_5.gguf");
+  auto fresh = [&](const std::vector<i64>& ids) {
+    Session f(m, 64);
+    f.sync(ids);
+    return f.logits();
+  };
+  Session s(m, 64);
+  const std::vector<i64> turn1 = {1, 2, 3, 4, 5, 6};
+  EXPECT_EQ(s.sync(turn1), 6);
+  s.push(7);
+  s.push(8);
+  std::vector<i64> turn2 = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  EXPECT_EQ(s.sync(turn2), 2);  // everything it holds is shared
+  EXPECT_LE(max_diff(s.logits(), fresh(turn2)), 1e-5f);
+  s.push(11);
+  // Differs after the checkpoint of turn 2's prompt (10 tokens): computed from there.
+  std::vector<i64> turn3 = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13};
+  EXPECT_EQ(s.sync(turn3), 2);
+  EXPECT_LE(max_diff(s.logits(), fresh(turn3)), 1e-5f);
+  // Differs before it: the states start over.
+  std::vector<i64> turn4 = {1, 2, 3, 9, 9};
+  EXPECT_EQ(s.sync(turn4), 5);
+  EXPECT_LE(max_diff(s.logits(), fresh(turn4)), 1e-5f);
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ struct TempDir {
 
 // A file of tests/fixtures/arch/, or of another fixture folder when `f` names it ("moe/olmoe").
 std::string arch_path(const std::string& f) {
-  return qkv::testing::fixture_path(f.rfind("moe/", 0) == 0 ? f : "arch/" + f);
+  return qkv::testing::fixture_path(f.rfind("moe/", 0) == 0 || f.rfind("hybrid/", 0) == 0 ? f : "arch/" + f);
 }
 
 std::string message_of(const std::function<void()>& f) {
@@ -130,6 +130,19 @@ TEST(ArchErrors, ContradictoryConfigsAreOneMessageNamingTheField) {
       {"moe/gpt_oss", [](json& j) { j["swiglu_limit"] = -1.0; }, {"swiglu_limit must be > 0, got -1"}},
       {"moe/gpt_oss", [](json& j) { j["attention_bias"] = false; }, {"attention_bias false is not supported for gpt-oss"}},
       {"moe/gpt_oss", [](json& j) { j["sliding_window"] = 0; }, {"'sliding_window' must be >= 1, got 0"}},
+      // Qwen3.5: linear-attention dimensions that disagree, a layer_types list of the wrong length.
+      {"hybrid/qwen3_5", [](json& j) { j["layer_types"] = json::array({"linear_attention", "full_attention"}); },
+       {"config.json", "layer_types must list one type per layer (3), got 2 entries"}},
+      {"hybrid/qwen3_5", [](json& j) { j["layer_types"][1] = "sliding_attention"; },
+       {"layer_types[1] is \"sliding_attention\", expected \"linear_attention\" or \"full_attention\""}},
+      {"hybrid/qwen3_5", [](json& j) { j["linear_num_value_heads"] = 3; },
+       {"linear_num_value_heads 3 is not a multiple of linear_num_key_heads 2"}},
+      {"hybrid/qwen3_5", [](json& j) { j["linear_key_head_dim"] = 4; },
+       {"does not match the qwen3_5_text config", "linear_attn.in_proj_qkv.weight is [64,16], the config needs [48,16]"}},
+      {"hybrid/qwen3_5", [](json& j) { j["linear_num_value_heads"] = 1 << 20; },
+       {"linear_num_value_heads must be in [1, 65536], got 1048576"}},
+      {"hybrid/qwen3_5", [](json& j) { j["linear_conv_kernel_dim"] = 0; },
+       {"field 'linear_conv_kernel_dim' must be >= 1, got 0"}},
   };
   TempDir d;
   for (const ConfigCase& c : cases) {
@@ -229,6 +242,17 @@ TEST(ArchErrors, ContradictoryGgufMetadataIsOneMessage) {
        "blk.0.ffn_gate_exps.weight is [4,16,16], the config needs [8,16,16]"},
       {"moe/mixtral", [](GGUFMetadata& m, auto&) { set_meta(m, "llama.expert_count", GGUFMeta::u32(1u << 30)); },
        "GGUF key 'llama.expert_count' must be in [1, 4096], got 1073741824"},
+      {"hybrid/qwen3_5", [](GGUFMetadata& m, auto&) { set_meta(m, "qwen35.ssm.inner_size", GGUFMeta::u32(33)); },
+       "GGUF keys 'qwen35.ssm.*' are inconsistent: inner size 33 for 4 value heads on 2 key heads"},
+      {"hybrid/qwen3_5", [](GGUFMetadata& m, auto&) { set_meta(m, "qwen35.ssm.group_count", GGUFMeta::u32(3)); },
+       "GGUF keys 'qwen35.ssm.*' are inconsistent"},
+      {"hybrid/qwen3_5",
+       [](GGUFMetadata& m, auto&) {
+         set_meta(m, "qwen35.attention.recurrent_layers", GGUFMeta::int_array(qkv::io::GGUFType::BOOL, {1, 0}));
+       },
+       "GGUF key 'qwen35.attention.recurrent_layers' has 2 entries for 3 layers"},
+      {"hybrid/qwen3_5", [](GGUFMetadata& m, auto&) { set_meta(m, "qwen35.ssm.time_step_rank", GGUFMeta::u32(1u << 30)); },
+       "GGUF key 'qwen35.ssm.time_step_rank' must be in [1, 65536], got 1073741824"},
   };
   for (const Case& c : cases) {
     const std::string path = edited_gguf(d, c.arch, c.edit);

@@ -12,7 +12,9 @@
 // The mixtures of experts the same way (tests/reference/make_moe_fixtures.py: Mixtral, whose
 // llama.cpp file is architecture llama with expert tensors; Qwen3-MoE with per-head q/k norms and
 // renormalised weights; OLMoE with q/k norms over all heads and weights not renormalised), and
-// their routers' choices equal transformers' at every prompt position (near-ties excepted).
+// their routers' choices equal transformers' at every prompt position (near-ties excepted). And
+// the hybrids (tests/reference/make_hybrid_fixtures.py: Qwen3.5, Gated DeltaNet layers around a
+// gated full-attention one, whose GGUF keeps the value heads in llama.cpp's tiled order).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,8 +47,9 @@ using qkv::testing::prompt_logits;
 using qkv::Tensor;
 using i64 = std::int64_t;
 
-// The fixture folders: the dense architectures, the mixtures of experts.
-const std::vector<std::string> kDirs = {"arch", "moe"};
+// The fixture folders: the dense architectures, the mixtures of experts, the hybrids of linear and
+// softmax attention.
+const std::vector<std::string> kDirs = {"arch", "moe", "hybrid"};
 
 // Every folder's reference.json entries in one object, each with the folder it came from ("_dir").
 const nlohmann::json& reference() {
@@ -167,6 +170,19 @@ TEST_P(ArchParity, WrittenAsGgufAndReadBackWithTheSameLogits) {
 
   const std::string dir = ::testing::TempDir();
   const std::string same = dir + "/qkv_arch_" + name + ".gguf", q8 = dir + "/qkv_arch_" + name + "_q8.gguf";
+  const qkv::models::LinearAttnSpec& g = m->spec().linear;
+  if (g.value_heads != g.key_heads && !g.tiled) {
+    // Linear attention's value heads in Hugging Face's grouped order, which llama.cpp's qwen35
+    // reads tiled: refused before anything is written (a file already there keeps its bytes).
+    { std::ofstream(same) << "kept"; }
+    EXPECT_THROW(qkv::models::save_decoder_gguf(*m, same, {}, {}, name), qkv::ValueError) << name;
+    std::ifstream in(same);
+    std::string kept;
+    in >> kept;
+    EXPECT_EQ(kept, "kept") << name;
+    std::filesystem::remove(same);
+    return;
+  }
   qkv::models::save_decoder_gguf(*m, same, {}, {}, name);
   qkv::models::save_decoder_gguf(*m, q8, {.ftype = qkv::models::LlamaFtype::Q8_0}, {}, name);
   const auto a = qkv::models::load_decoder(same), b = qkv::models::load_decoder(q8);
@@ -181,6 +197,34 @@ TEST_P(ArchParity, WrittenAsGgufAndReadBackWithTheSameLogits) {
   EXPECT_LE(qkv::max_abs_diff(prompt_logits(*b, ids), want), 0.03 * range) << name << " (logits up to " << range << ")";
   std::filesystem::remove(same);
   std::filesystem::remove(q8);
+}
+
+// Qwen3.5's linear attention: a prompt of four chunks (chunk 64) through the chunked form in one
+// pass against the same tokens decoded one at a time through the recurrence (each row of a step
+// its own state update): every position's logits agree, and a long prompt fed in two pieces
+// (the cache's states carried between them) gives the one-pass logits.
+TEST(HybridParity, ChunkedPrefillIsTheRecurrenceOverManyChunks) {
+  for (const std::string name : {"qwen3_5", "qwen3_5_gguf"}) {
+    const auto model = qkv::models::load_decoder(model_path(name));
+    const i64 n = 250, V = model->spec().vocab_size;
+    std::vector<i64> ids(static_cast<std::size_t>(n));
+    for (i64 t = 0; t < n; ++t) ids[static_cast<std::size_t>(t)] = (t * 7919 + 13) % (V - 10);
+    const Tensor whole = prompt_logits(*model, ids);
+    qkv::infer::KVCache cache(model->cache_options(1, n));
+    double worst = 0;
+    for (i64 t = 0; t < n; ++t) {
+      const Tensor step = model->forward_cached(
+          Tensor::from_vector(std::vector<i64>{ids[static_cast<std::size_t>(t)]}, {1, 1}), {1}, cache);
+      worst = std::max(worst, qkv::max_abs_diff(step.select(0, 0), whole.select(0, t)));
+    }
+    EXPECT_LE(worst, 1e-4) << name;
+    qkv::infer::KVCache pieces(model->cache_options(1, n));
+    const i64 cut = 137;
+    model->forward_cached(Tensor::from_vector(std::vector<i64>(ids.begin(), ids.begin() + cut), {1, cut}), {cut}, pieces);
+    const Tensor rest = model->forward_cached(
+        Tensor::from_vector(std::vector<i64>(ids.begin() + cut, ids.end()), {1, n - cut}), {n - cut}, pieces, true);
+    EXPECT_LE(qkv::max_abs_diff(rest.select(0, 0).select(0, n - cut - 1), whole.select(0, n - 1)), 1e-4) << name;
+  }
 }
 
 class MoeParity : public ::testing::TestWithParam<std::string> {};

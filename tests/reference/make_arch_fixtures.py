@@ -548,16 +548,16 @@ GGUF_NAMES_GENERAL = {"qwen3": "qkv-fixture-qwen3", "gemma2": "qkv-fixture-gemma
 
 
 def convert(arch: str, folder: Path, path: Path, outtype: str | None = None, tok: str | None = None,
-            model_name: str | None = None) -> None:
+            model_name: str | None = None, extra_args: tuple[str, ...] = ()) -> None:
     """convert_hf_to_gguf.py on folder, in a subprocess with the patches of CONVERT_BOOTSTRAP. tok (a TOKENIZERS key)
     and model_name (general.name) default to ARCHS[arch]'s and GGUF_NAMES_GENERAL[arch] (other scripts, e.g.
-    make_moe_fixtures.py, pass them for folders that are not in ARCHS)."""
+    make_moe_fixtures.py, pass them for folders that are not in ARCHS); extra_args go to the converter as they are."""
     desc = TOKENIZERS[tok or ARCHS[arch]["tok"]]
     pre = desc.get("gguf_pre", "") if desc["kind"] == "bpe" else ""
     env = dict(os.environ, PYTHONPATH=f"{LLAMA_CPP / 'gguf-py'}:{LLAMA_CPP}", NO_LOCAL_GGUF="1")
     cmd = [sys.executable, "-c", CONVERT_BOOTSTRAP, str(LLAMA_CPP), pre, "1" if arch == "gemma3" else "0",
            str(folder), "--outfile", str(path), "--outtype", outtype or ARCHS[arch]["outtype"],
-           "--model-name", model_name or GGUF_NAMES_GENERAL[arch]]
+           "--model-name", model_name or GGUF_NAMES_GENERAL[arch], *extra_args]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         sys.stderr.write(r.stdout[-4000:] + r.stderr[-8000:])

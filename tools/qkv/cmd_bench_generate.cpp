@@ -123,8 +123,16 @@ int run_bench_generate(const BenchGenerateOptions& o) {
   const double bound_w = bw_w.gbs * 1e9 / weight_bytes * static_cast<double>(o.batch);
   const double decode_tps = static_cast<double>(o.batch) * 1e3 / median(step_ms);
   const infer::KVCacheOptions co = model->cache_options(o.batch, o.prompt_len + o.new_tokens);
-  const double kv_bytes = (co.dtype == infer::KVType::F16 ? 4.0 : 8.0) * static_cast<double>(co.num_layers * co.batch * co.max_len) *
-                          static_cast<double>((co.num_kv_heads ? co.num_kv_heads : co.num_heads) * co.head_dim);
+  // Keys and values of the attention layers, and the recurrent states of the others (Qwen3.5).
+  std::int64_t kv_layers = 0, state_floats = 0;
+  for (std::int64_t l = 0; l < co.num_layers; ++l) {
+    const std::int64_t n = co.state_floats.empty() ? 0 : co.state_floats[static_cast<std::size_t>(l)];
+    kv_layers += n == 0 ? 1 : 0;
+    state_floats += n;
+  }
+  const double kv_bytes = (co.dtype == infer::KVType::F16 ? 4.0 : 8.0) * static_cast<double>(kv_layers * co.batch * co.max_len) *
+                              static_cast<double>((co.num_kv_heads ? co.num_kv_heads : co.num_heads) * co.head_dim) +
+                          4.0 * static_cast<double>(state_floats * co.batch);
   nlohmann::ordered_json j;
   j["bench"] = "generate";
   j["model"] = o.model.empty() ? "random" : o.model;

@@ -128,8 +128,10 @@ int run_heatmap(const HeatmapOptions& opt, std::ostream& out, std::vector<std::s
 
   std::vector<models::AttentionMap> maps;
   std::string title, source, kind, input;
+  std::vector<std::int64_t> linear_layers;
   if (pretrained) {
     const models::TextAttention a = models::text_attention(opt.model, opt.text);
+    linear_layers = a.linear_layers;
     maps = models::text_attention_maps(a, opt.layers, opt.heads);
     source = opt.model;
     kind = a.model_type;
@@ -159,6 +161,7 @@ int run_heatmap(const HeatmapOptions& opt, std::ostream& out, std::vector<std::s
                     {"key_tokens", m.key_tokens}});
     nlohmann::json j{{pretrained ? "model" : "checkpoint", source}, {"model_type", kind}, {"input", input},
                      {"out", opt.out}, {"maps", jm}, {"files", files}};
+    if (!linear_layers.empty()) j["linear_layers"] = linear_layers;
     out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     return 0;
   }
@@ -171,6 +174,11 @@ int run_heatmap(const HeatmapOptions& opt, std::ostream& out, std::vector<std::s
     out << "  (" << maps[0].query_tokens.size() << ")\n";
   }
   out << "maps:       " << maps.size() << '\n';
+  if (!linear_layers.empty()) {
+    out << "no map:     layers";
+    for (std::size_t i = 0; i < linear_layers.size(); ++i) out << (i ? ", " : " ") << linear_layers[i];
+    out << " (linear attention, Gated DeltaNet: a recurrent state, no softmax over the keys)\n";
+  }
   Table t({"map", "kind", "layer", "weights"});
   t.align(1, Table::Align::Left).align(3, Table::Align::Left);
   for (const auto& m : maps) t.add_row({m.name, m.kind, std::to_string(m.layer), shape_paren(m.weights.shape())});

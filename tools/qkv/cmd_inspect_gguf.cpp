@@ -3,6 +3,7 @@
 // elements, bytes, offset), read header-only by qkv::io::GGUFFile::open_header. Tensors of every
 // GGML type are listed; a type qkv does not compute with (IQ2_XXS, NVFP4, ...) is marked "*" (in
 // --json, "computable": false).
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -208,6 +209,12 @@ int run_inspect_gguf(const InspectOptions& opt, std::ostream& out) {
     const models::DecoderSpec& c = m->spec;
     out << "model:    " << c.arch << ", " << c.num_layers() << " layers, hidden " << c.hidden_size << ", " << c.num_heads
         << " heads (" << c.num_kv_heads << " key/value) of " << c.head_dim << ", vocabulary " << c.vocab_size << '\n';
+    if (const auto n = std::count_if(c.layers.begin(), c.layers.end(),
+                                     [](const models::LayerSpec& l) { return l.mixer == models::Mixer::GatedDeltaNet; }))
+      out << "linear:   " << n << " of " << c.num_layers() << " layers Gated DeltaNet (" << c.linear.key_heads
+          << " key heads of " << c.linear.key_dim << ", " << c.linear.value_heads << " value heads of " << c.linear.value_dim
+          << ", convolution of " << c.linear.conv_kernel << "): a state of " << c.linear.state_floats() * 4
+          << " bytes per layer and sequence instead of keys and values\n";
     if (c.moe.experts > 0)
       out << "experts:  " << c.moe.experts << " per layer, " << c.moe.top_k << " per token, " << c.moe.expert_ff
           << " wide" << (c.moe.routing.renormalize ? ", weights renormalised" : "") << '\n';

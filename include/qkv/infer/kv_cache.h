@@ -56,6 +56,10 @@ struct KVCacheOptions {
   // true: the cache also keeps each position's token id (token_ids), for a model that must run a
   // sequence's prefix again (LongRoPE's switch to its long factors, models/decoder.h).
   bool keep_ids = false;
+  // Per layer, the floats of a recurrent state each sequence keeps in that layer instead of keys
+  // and values (a Gated DeltaNet layer's convolution window and matrices, models/decoder.h); 0
+  // for an attention layer. Empty: every layer attends. A state starts at zeros.
+  std::vector<std::int64_t> state_floats;
 };
 
 class KVCache {
@@ -105,11 +109,26 @@ class KVCache {
   // Once every layer was written: length(b) += n_new[b].
   void advance(const std::vector<std::int64_t>& n_new);
 
-  void reset(std::int64_t b);  // empties slot b for reuse
+  void reset(std::int64_t b);  // empties slot b for reuse (its recurrent states back to zeros)
   // Keeps only the first n positions of slot b (0 <= n <= length(b), ValueError otherwise): a
-  // sequence rewound to a shared prefix continues from there.
+  // sequence rewound to a shared prefix continues from there. A cache with recurrent states can
+  // only go back to where it can rebuild them: to 0, to its length, or to the position of its
+  // last checkpoint (rewind_point); ValueError naming them otherwise.
   void truncate(std::int64_t b, std::int64_t n);
   void reset();                // every slot
+  // The largest position <= n (and <= length(b)) truncate can keep: n itself for a cache without
+  // recurrent states.
+  std::int64_t rewind_point(std::int64_t b, std::int64_t n) const;
+  // Saves sequence b's recurrent states at its current length (one checkpoint per sequence; a new
+  // one replaces it; a no-op without recurrent states): truncate can then come back here, as
+  // speculative decoding does after a rejected draft.
+  void checkpoint(std::int64_t b);
+  // Whether some layer keeps a recurrent state; layer l's state of sequence b (state_floats[l]
+  // floats; ValueError for an attention layer).
+  bool has_state() const { return !state_.empty(); }
+  float* state(std::int64_t layer, std::int64_t b);
+  const float* state(std::int64_t layer, std::int64_t b) const;
+  bool layer_has_kv(std::int64_t layer) const;
 
   // Sequence b's token ids at positions [0, max_len) (those past length(b) unspecified), written by
   // the model that fills the cache; ValueError when the cache was made without keep_ids.
@@ -139,6 +158,12 @@ class KVCache {
   std::vector<std::shared_ptr<std::uint16_t[]>> kh_, vh_;
   std::vector<std::int64_t> len_;
   std::shared_ptr<std::int64_t[]> ids_;  // [B, T_max] with keep_ids (shared by copies, as the keys are)
+  // Recurrent states: per layer [B, state_floats[l]] (empty for an attention layer), and per
+  // sequence a checkpoint of all of them (empty until made) with its length (-1: none).
+  std::vector<std::shared_ptr<float[]>> state_;
+  std::vector<std::vector<float>> saved_;
+  std::vector<std::int64_t> saved_len_;
+  void clear_state(std::int64_t b);
 };
 
 // Causal self-attention of a MultiHeadAttention module through the cache: projects

@@ -1,5 +1,5 @@
 // The one decoder-only language model of qkv: every architecture of the registry (models/
-// registry.h: Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3, Phi-3, SmolLM3, ...) is this network,
+// registry.h: Llama, Mistral, Qwen2, Qwen3, Qwen3.5, Gemma 2 and 3, Phi-3, SmolLM3, ...) is this network,
 // described by data (DecoderSpec) and run by one step function (src/models/decoder/).
 //
 // Per token x [C] (C hidden_size), x = embed(token) * embed_scale, then for each layer l:
@@ -12,7 +12,11 @@
 //       Gemma 2); only the last W keys with a sliding window; o = softmax(s) v (grouped-query:
 //       query head h reads key/value head h / (H / H_kv)); with attention sinks (gpt-oss) head
 //       h's softmax has one more logit, sink[h], in its denominator (kernels/attention.h)
+//   with an output gate (Qwen3.5) q_proj gives each head's query and a gate g, and o = o * sigmoid(g)
 //   a = o Wo^T (+ bo);  x = x + a, or x = x + RMSNorm(a) * post_attn_norm   (Gemma 2 and 3)
+//   or, in a Gated DeltaNet layer (Qwen3.5's linear attention: LinearAttnSpec below), a is the
+//     output of the gated delta rule over a recurrent state of fixed size instead of a softmax
+//     over the cache's keys (kernels/gated_delta.h): the cache keeps that state for the layer
 //   h = RMSNorm(x) * ffn_norm
 //   f = Wdown^T (act(h Wgate^T) * (h Wup^T)), act = SiLU or GELU (tanh)
 //     or, in a mixture-of-experts layer (Mixtral, Qwen3-MoE, OLMoE, gpt-oss): p = route(h Wrouter^T
@@ -71,7 +75,12 @@ enum class FfnActivation { SiLU, GeluTanh };
 // asking for more are refused before the per-layer specs are allocated.
 inline constexpr std::int64_t kMaxDecoderLayers = std::int64_t{1} << 16;
 
+// What mixes a layer's tokens: softmax attention over the KV cache, or Gated DeltaNet linear
+// attention over a recurrent state (Qwen3.5; kernels/gated_delta.h, DecoderSpec::linear).
+enum class Mixer { Attention, GatedDeltaNet };
+
 struct LayerSpec {
+  Mixer mixer = Mixer::Attention;
   int rope = 0;               // index into DecoderSpec::ropes; -1: no RoPE in this layer (NoPE)
   std::int64_t window = 0;    // sliding window W >= 1 (a query at t sees keys t - W < j <= t); 0: global
   float attn_scale = 0.f;     // scale of the scores; 0: 1 / sqrt(head_dim)
@@ -81,6 +90,28 @@ struct LayerSpec {
   bool moe = false;           // the feed-forward is DecoderSpec::moe's mixture of experts
   bool post_attn_norm = false;  // RMSNorm of the attention's output before the residual add
   bool post_ffn_norm = false;   // RMSNorm of the feed-forward's output before the residual add
+  // The attention's output is gated per element: q_proj has 2 H D rows, head h's query and gate
+  // interleaved ([q_h (D), gate_h (D)] per head), and o = o * sigmoid(gate) before o_proj (Qwen3.5).
+  bool attn_output_gate = false;
+};
+
+// The Gated DeltaNet layers of a spec (LayerSpec::mixer): per token, x = h Wqkv^T [2 Hk Dk + Hv Dv]
+// goes through a causal depthwise convolution of K taps and SiLU, splits into q, k [Hk, Dk] and v
+// [Hv, Dv]; z = h Wz^T [Hv, Dv], beta = sigmoid(h Wb^T) [Hv], g = A * softplus(h Wa^T + dt_bias)
+// [Hv] (A = -exp(A_log) < 0); the gated delta rule gives o [Hv, Dv] (kernels/gated_delta.h), then
+// o = RMSNorm(o) * norm * silu(z) per value head (its own weight [Dv], no offset), and out_proj
+// [C, Hv Dv] (the layer's output, added to x like the attention's).
+struct LinearAttnSpec {
+  std::int64_t key_heads = 0, value_heads = 0;  // Hk (dividing Hv), Hv
+  std::int64_t key_dim = 0, value_dim = 0;      // Dk, Dv
+  std::int64_t conv_kernel = 0;                 // K taps
+  // The value heads' order in the weights: tiled (value head h reads key head h % Hk; llama.cpp's
+  // GGUF files) or grouped (h / (Hv / Hk); Hugging Face's).
+  bool tiled = false;
+  std::int64_t conv_channels() const { return 2 * key_heads * key_dim + value_heads * value_dim; }
+  // Floats of one sequence's state in one layer: the convolution's last K - 1 inputs, then the
+  // delta rule's [Hv, Dk, Dv] matrices.
+  std::int64_t state_floats() const { return (conv_kernel - 1) * conv_channels() + value_heads * key_dim * value_dim; }
 };
 
 // A mixture-of-experts feed-forward (the layers with LayerSpec::moe): a router [E, C] scores the
@@ -120,6 +151,7 @@ struct DecoderSpec {
   float final_softcap = 0.f;   // cap of the logits (cap * tanh(l / cap)); 0: none
   bool tied = false;           // lm_head is the embedding
   MoeSpec moe;                 // the experts of the layers with LayerSpec::moe
+  LinearAttnSpec linear;       // the Gated DeltaNet of the layers whose mixer it is
   std::vector<RopeSpec> ropes;
   std::vector<LayerSpec> layers;  // L
   std::optional<std::int64_t> bos_token_id;
@@ -162,6 +194,15 @@ struct DecoderLayerWeights {
   // up_proj, down_proj of its feed-forward), and the weight [C] of its sigmoid gate.
   DecoderLinear shared_gate, shared_up, shared_down;
   const float* shared_expert_gate = nullptr;
+  // A Gated DeltaNet layer (LayerSpec::mixer) has these instead of q, k, v, o and their norms:
+  // in_proj_qkv [2 Hk Dk + Hv Dv, C], in_proj_z [Hv Dv, C], in_proj_b and in_proj_a [Hv, C],
+  // out_proj [C, Hv Dv]; the convolution's taps [Cc, K], A = -exp(A_log) [Hv], dt_bias [Hv] and
+  // the gated norm's weight [Dv].
+  DecoderLinear lin_qkv, lin_z, lin_b, lin_a, lin_out;
+  const float* lin_conv = nullptr;
+  const float* lin_decay = nullptr;
+  const float* lin_dt_bias = nullptr;
+  const float* lin_norm = nullptr;
 };
 
 // The weights of a model and what keeps their memory alive (file mappings, owned buffers).

@@ -24,8 +24,11 @@ struct TextAttention {
   std::string family;                // how it is named ("GPT-2", "Qwen3", ...)
   std::vector<std::int64_t> ids;     // [T] the tokenizer's ids (BERT: [CLS] ... [SEP] included)
   std::vector<std::string> tokens;   // T readable labels (readable_token for byte-level BPE)
-  std::vector<Tensor> layers;        // per layer: float32 [H, T, T], rows sum to 1
+  std::vector<Tensor> layers;        // per layer: float32 [H, T, T], rows sum to 1 (undefined: no map)
   bool causal = false;               // keys after the query have weight 0
+  // The layers without an attention map (Qwen3.5's Gated DeltaNet: linear attention over a
+  // recurrent state, no softmax over the keys).
+  std::vector<std::int64_t> linear_layers;
 };
 
 // Reads PATH (a folder: config.json's model_type picks the reader; a GGUF file of a decoder),
@@ -40,8 +43,9 @@ TextAttention text_attention(const std::string& path, const std::string& text);
 std::vector<std::string> text_attention_families();
 
 // The selected layers and heads (empty: all) as AttentionMaps for the heatmap and explorer
-// writers: name "layers.{l}.attention", kind "self", head_ids the model's head numbers.
-// ValueError naming a layer or head outside the model.
+// writers: name "layers.{l}.attention", kind "self", head_ids the model's head numbers. All
+// layers: those with a map. ValueError naming a layer or head outside the model, or a linear
+// layer asked for (it has no map; the message lists the layers that have one).
 std::vector<AttentionMap> text_attention_maps(const TextAttention& a, const std::vector<std::int64_t>& layers,
                                               const std::vector<std::int64_t>& heads);
 

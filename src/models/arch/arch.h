@@ -67,6 +67,16 @@ enum class Slot : std::uint8_t {
   SharedUp,
   SharedDown,
   SharedExpertGate,  // [1, C]: the weight of the shared expert's sigmoid gate
+  // a Gated DeltaNet layer (LayerSpec::mixer; DecoderLayerWeights' lin_*)
+  LinQKV,         // in_proj_qkv [2 Hk Dk + Hv Dv, C]
+  LinZ,           // in_proj_z [Hv Dv, C]
+  LinBeta,        // in_proj_b [Hv, C]
+  LinAlpha,       // in_proj_a [Hv, C]
+  LinOut,         // out_proj [C, Hv Dv]
+  LinConv,        // the convolution's taps [Cc, K] (float32)
+  LinDecay,       // A = -exp(A_log) [Hv] (Hugging Face files store A_log: hf_convert turns it into A)
+  LinDtBias,      // dt_bias [Hv]
+  LinNorm,        // the gated RMSNorm's weight [Dv] (never offset)
 };
 const char* slot_name(Slot s);
 bool slot_is_per_layer(Slot s);
@@ -122,6 +132,10 @@ struct Architecture {
   std::function<void(std::map<std::string, FolderTensor>& t, std::vector<std::shared_ptr<const void>>& keep,
                      const DecoderSpec& spec, const std::string& source)>
       hf_convert;
+  // Optional: whether a tensor of a file (named as in the file; after hf_rename for folders) is one
+  // the decoder does not read and need not be told about (Qwen3.5's multi-token-prediction blocks
+  // after a GGUF file's decoder layers). Unset: every tensor must be used.
+  std::function<bool(const std::string& name, const DecoderSpec& spec)> ignored;
   // The GGUF keys this architecture writes beyond write_common_gguf_metadata's (may be empty).
   std::function<void(const DecoderSpec& spec, const std::string& prefix, io::GGUFMetadata& meta)> gguf_metadata;
 };

@@ -65,6 +65,21 @@ void check_decoder_spec(const DecoderSpec& c) {
     need(m.shared_ff >= 0 && m.shared_ff <= (i64{1} << 24),
          fmt::format("the shared expert's intermediate size must be in [0, 2^24], got {}", m.shared_ff));
   }
+  const bool any_linear =
+      std::any_of(c.layers.begin(), c.layers.end(), [](const LayerSpec& l) { return l.mixer == Mixer::GatedDeltaNet; });
+  if (any_linear) {
+    const LinearAttnSpec& g = c.linear;
+    for (auto [name, v] : {std::pair{"linear_num_key_heads", g.key_heads}, {"linear_num_value_heads", g.value_heads},
+                           {"linear_key_head_dim", g.key_dim}, {"linear_value_head_dim", g.value_dim}})
+      need(v >= 1 && v <= (i64{1} << 16), fmt::format("{} must be in [1, 2^16], got {}", name, v));
+    need(g.conv_kernel >= 1 && g.conv_kernel <= 64,
+         fmt::format("linear_conv_kernel_dim must be in [1, 64], got {}", g.conv_kernel));
+    need(g.value_heads % g.key_heads == 0,
+         fmt::format("linear_num_value_heads {} is not a multiple of linear_num_key_heads {}", g.value_heads, g.key_heads));
+    need(g.value_heads * g.key_dim * g.value_dim <= (i64{1} << 30) && g.conv_channels() <= (i64{1} << 24),
+         fmt::format("the linear attention's state ({} value heads x {} x {}) is too large", g.value_heads, g.key_dim,
+                     g.value_dim));
+  }
   for (std::size_t i = 0; i < c.ropes.size(); ++i) {
     const RopeSpec& r = c.ropes[i];
     need(r.dims >= 2 && r.dims % 2 == 0 && r.dims <= c.head_dim,
@@ -101,8 +116,8 @@ DecoderLM::Rows8Buffer::~Rows8Buffer() { aligned_free(p); }  // to the system, n
 std::vector<kernels::QMatrix*> DecoderLM::matrices() {
   std::vector<kernels::QMatrix*> ms;
   for (DecoderLayerWeights& L : w_.layers) {
-    for (DecoderLinear* lin : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.router, &L.shared_gate,
-                               &L.shared_up, &L.shared_down})
+    for (DecoderLinear* lin : {&L.q, &L.k, &L.v, &L.o, &L.lin_qkv, &L.lin_z, &L.lin_b, &L.lin_a, &L.lin_out, &L.gate,
+                               &L.up, &L.down, &L.router, &L.shared_gate, &L.shared_up, &L.shared_down})
       if (lin->w.data) ms.push_back(&lin->w);
     for (std::size_t e = 0; e < L.expert_gate.size(); ++e)
       for (auto* list : {&L.expert_gate, &L.expert_up, &L.expert_down}) ms.push_back(&(*list)[e]);
@@ -190,10 +205,25 @@ DecoderLM::DecoderLM(DecoderSpec spec, DecoderWeights weights) : spec_(std::move
     const DecoderLayerWeights& l = w_.layers[i];
     const LayerSpec& s = c.layers[i];
     const std::string p = fmt::format("layer {} ", i);
-    check_matrix(l.q.w, H * D, C, p + "q_proj");
-    check_matrix(l.k.w, Hkv * D, C, p + "k_proj");
-    check_matrix(l.v.w, Hkv * D, C, p + "v_proj");
-    check_matrix(l.o.w, C, H * D, p + "o_proj");
+    if (s.mixer == Mixer::GatedDeltaNet) {
+      const LinearAttnSpec& g = c.linear;
+      const i64 VD = g.value_heads * g.value_dim;
+      check_matrix(l.lin_qkv.w, g.conv_channels(), C, p + "in_proj_qkv");
+      check_matrix(l.lin_z.w, VD, C, p + "in_proj_z");
+      check_matrix(l.lin_b.w, g.value_heads, C, p + "in_proj_b");
+      check_matrix(l.lin_a.w, g.value_heads, C, p + "in_proj_a");
+      check_matrix(l.lin_out.w, C, VD, p + "out_proj");
+      if (!l.lin_conv || !l.lin_decay || !l.lin_dt_bias || !l.lin_norm)
+        throw FormatError("DecoderLM: " + p + "the linear attention's conv1d, A, dt_bias or norm weight is missing");
+      if (s.qk_norm || s.attn_output_gate || s.window > 0 || s.attn_softcap > 0)
+        throw FormatError("DecoderLM: " + p + "a linear-attention layer with attention settings (q/k norm, output gate, "
+                                              "window or soft-cap)");
+    } else {
+      check_matrix(l.q.w, (s.attn_output_gate ? 2 : 1) * H * D, C, p + "q_proj");
+      check_matrix(l.k.w, Hkv * D, C, p + "k_proj");
+      check_matrix(l.v.w, Hkv * D, C, p + "v_proj");
+      check_matrix(l.o.w, C, H * D, p + "o_proj");
+    }
     if (s.moe) {
       const i64 E = c.moe.experts, Fe = c.moe.expert_ff;
       check_matrix(l.router.w, E, C, p + "router");
@@ -211,11 +241,12 @@ DecoderLM::DecoderLM(DecoderSpec spec, DecoderWeights weights) : spec_(std::move
       check_matrix(l.down.w, C, F, p + "down_proj");
     }
     if (!l.attn_norm || !l.ffn_norm) throw FormatError("DecoderLM: " + p + "norm weights are missing");
-    if (c.attention_bias && (!l.q.bias || !l.k.bias || !l.v.bias))
+    const bool attends = s.mixer == Mixer::Attention;
+    if (attends && c.attention_bias && (!l.q.bias || !l.k.bias || !l.v.bias))
       throw FormatError("DecoderLM: " + p + "q/k/v biases are missing (the spec has attention_bias)");
-    if (c.attention_out_bias && !l.o.bias)
+    if (attends && c.attention_out_bias && !l.o.bias)
       throw FormatError("DecoderLM: " + p + "the output projection's bias is missing (the spec has attention_out_bias)");
-    if (c.attention_sinks && !l.sinks)
+    if (attends && c.attention_sinks && !l.sinks)
       throw FormatError("DecoderLM: " + p + "the attention sinks are missing (the spec has attention_sinks)");
     if (s.moe && c.moe.router_bias && !l.router.bias)
       throw FormatError("DecoderLM: " + p + "the router's bias is missing (the spec has router_bias)");
@@ -229,7 +260,7 @@ DecoderLM::DecoderLM(DecoderSpec spec, DecoderWeights weights) : spec_(std::move
     }
     if (s.qk_norm_whole && !s.qk_norm)
       throw FormatError("DecoderLM: " + p + "qk_norm_whole without qk_norm");
-    if (s.qk_norm && (!l.q_norm || !l.k_norm))
+    if (attends && s.qk_norm && (!l.q_norm || !l.k_norm))
       throw FormatError("DecoderLM: " + p + "q/k norm weights are missing (the spec has qk_norm)");
     if (s.post_attn_norm && !l.post_attn_norm)
       throw FormatError("DecoderLM: " + p + "the post-attention norm weight is missing");
@@ -256,7 +287,8 @@ i64 DecoderLM::weight_bytes() const {
   i64 n = bytes(w_.lm_head);
   for (const DecoderLayerWeights& l : w_.layers) {
     n += bytes(l.q.w) + bytes(l.k.w) + bytes(l.v.w) + bytes(l.o.w) + bytes(l.gate.w) + bytes(l.up.w) + bytes(l.down.w) +
-         bytes(l.shared_gate.w) + bytes(l.shared_up.w) + bytes(l.shared_down.w);
+         bytes(l.shared_gate.w) + bytes(l.shared_up.w) + bytes(l.shared_down.w) + bytes(l.lin_qkv.w) +
+         bytes(l.lin_z.w) + bytes(l.lin_b.w) + bytes(l.lin_a.w) + bytes(l.lin_out.w);
     if (l.expert_gate.empty()) continue;
     // A token reads the router and k experts' matrices (their mean size: all experts alike).
     i64 experts = 0;
@@ -273,14 +305,20 @@ bool DecoderLM::long_rope() const {
 }
 
 infer::KVCacheOptions DecoderLM::cache_options(i64 batch, i64 max_len) const {
-  return {.num_layers = spec_.num_layers(),
-          .batch = batch,
-          .num_heads = spec_.num_heads,
-          .num_kv_heads = spec_.num_kv_heads,
-          .max_len = max_len,
-          .head_dim = spec_.head_dim,
-          .dtype = kv_type(),
-          .keep_ids = long_rope()};
+  infer::KVCacheOptions o{.num_layers = spec_.num_layers(),
+                          .batch = batch,
+                          .num_heads = spec_.num_heads,
+                          .num_kv_heads = spec_.num_kv_heads,
+                          .max_len = max_len,
+                          .head_dim = spec_.head_dim,
+                          .dtype = kv_type(),
+                          .keep_ids = long_rope()};
+  // A Gated DeltaNet layer keeps a recurrent state per sequence instead of keys and values.
+  if (std::any_of(spec_.layers.begin(), spec_.layers.end(),
+                  [](const LayerSpec& l) { return l.mixer == Mixer::GatedDeltaNet; }))
+    for (const LayerSpec& l : spec_.layers)
+      o.state_floats.push_back(l.mixer == Mixer::GatedDeltaNet ? spec_.linear.state_floats() : 0);
+  return o;
 }
 
 Tensor DecoderLM::forward_cached(const Tensor& ids, const std::vector<i64>& n_new, infer::KVCache& cache,

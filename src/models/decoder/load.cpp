@@ -187,7 +187,9 @@ DecoderWeights assemble(DecoderSpec& c, const Architecture& a, const std::map<st
   if (c.tied) w.lm_head = w.embed;
   std::vector<std::string> unexpected;
   for (const auto& [name, s] : t)
-    if (!used.count(name) && !(!gguf && name.find("rotary_emb.inv_freq") != std::string::npos)) unexpected.push_back(name);
+    if (!used.count(name) && !(!gguf && name.find("rotary_emb.inv_freq") != std::string::npos) &&
+        !(a.ignored && a.ignored(name, c)))
+      unexpected.push_back(name);
   if (!missing.empty() || !unexpected.empty() || !wrong.empty()) {
     std::string msg = fmt::format("{}: does not match the {} config:", source, c.model_type);
     if (!missing.empty()) msg += fmt::format(" missing {} tensors: {};", missing.size(), list(missing));

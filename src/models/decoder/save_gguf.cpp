@@ -154,6 +154,7 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, const GgufQu
         case Slot::ExpertGateBias:
         case Slot::ExpertUpBias:
         case Slot::ExpertDownBias:
+        case Slot::LinConv:  // [Cc, K] float32, as the converter writes ssm_conv1d
         case Slot::SharedExpertGate: {  // F32 [E, n] (gpt-oss's expert biases) or [1, C], as the converter writes them
           const Shape sh = slot_shape(c, tn.slot, l);
           t.add_float_matrix(gname, vector_of(w, tn.slot, l), sh[0], sh[1], sh[1]);

@@ -17,6 +17,7 @@
 #include "qkv/kernels/activation.h"
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/decode_attention.h"
+#include "qkv/kernels/gated_delta.h"
 #include "qkv/kernels/half.h"
 #include "qkv/kernels/rms_norm.h"
 #include "qkv/kernels/swiglu.h"
@@ -58,6 +59,8 @@ struct Workspace {
   Buf x, h, hp, q, k, v, att, a, g, u, qd, od, last, dscratch;
   Buf router, eh, eg, eu, eo;  // a mixture of experts: router logits, the experts' rows in and out
   Buf sg, su, so;              // its shared expert's gate / up rows and output rows
+  Buf qg, gate;                // q_proj's rows with the output gate, the gate's part of them
+  Buf mix, conv, lz, lb, la, lo;  // a Gated DeltaNet layer's projections, convolved rows and output
   std::vector<std::unique_ptr<Buf>> cos, sin;  // per RoPE of the spec
   Buf& cos_of(std::size_t i) { return at(cos, i); }
   Buf& sin_of(std::size_t i) { return at(sin, i); }
@@ -94,6 +97,11 @@ void swiglu_clamped_f32(float* y, const float* g, const float* u, i64 n, float a
     y[i] = (ui + 1.f) * glu;
   }
 }
+
+// A sequence with up to this many new rows runs a Gated DeltaNet layer's recurrence token by
+// token (each token the bits of decoding it alone: speculative decoding's verification of a draft
+// then gives what decoding one token at a time would); more rows run the chunked form.
+constexpr i64 kRecurrentRows = 32;
 
 // x = cap * tanh(x / cap) (transformers: x / cap, tanh, * cap in float32).
 void softcap_f32(float* x, i64 n, float cap) {
@@ -153,7 +161,15 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
   float* q = ws.q.get(R * HD);
   float* k = ws.k.get(R * KD);
   float* v = ws.v.get(R * KD);
-  float* att = ws.att.get(R * HD);
+  // Gated DeltaNet layers: their widths (kernels/gated_delta.h).
+  const LinearAttnSpec& G = c.linear;
+  const bool any_linear =
+      std::any_of(c.layers.begin(), c.layers.end(), [](const LayerSpec& l) { return l.mixer == Mixer::GatedDeltaNet; });
+  const i64 Cc = any_linear ? G.conv_channels() : 0, Hv = G.value_heads, VD = G.value_heads * G.value_dim;
+  float* att = ws.att.get(R * std::max(HD, any_linear ? VD : 0));
+  const bool any_gate = std::any_of(c.layers.begin(), c.layers.end(), [](const LayerSpec& l) { return l.attn_output_gate; });
+  float* qg = any_gate ? ws.qg.get(R * 2 * HD) : nullptr;
+  float* gate = any_gate ? ws.gate.get(R * HD) : nullptr;
   float* g = ws.g.get(R * F);
   float* u = ws.u.get(R * F);
   const bool post_norms = std::any_of(c.layers.begin(), c.layers.end(),
@@ -425,6 +441,81 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
     }
     tm.barrier();
   };
+  // A Gated DeltaNet layer (Qwen3.5's linear attention; decoder.h, kernels/gated_delta.h), in the
+  // team: the input norm and four products (qkv, z, b, a), each sequence's rows through the causal
+  // convolution (its state holds the last K - 1 inputs; channels shared by the members), the
+  // decays and rates, the delta rule (units of one sequence's value head shared by the members: a
+  // few rows token by token, more in chunks), then the gated norm into att. Its out_proj is the
+  // residual of the next before().
+  float* mix = any_linear ? ws.mix.get(R * Cc) : nullptr;
+  float* cv = any_linear ? ws.conv.get(R * Cc) : nullptr;
+  float* lz = any_linear ? ws.lz.get(R * VD) : nullptr;
+  float* lb = any_linear ? ws.lb.get(R * Hv) : nullptr;
+  float* la = any_linear ? ws.la.get(R * Hv) : nullptr;
+  float* lo = any_linear ? ws.lo.get(R * VD) : nullptr;
+  std::vector<i64> seq_first, seq_n;  // the sequences with new rows
+  for (i64 b = 0; b < B; ++b)
+    if (n_new[static_cast<std::size_t>(b)] > 0) seq_first.push_back(b), seq_n.push_back(n_new[static_cast<std::size_t>(b)]);
+  auto linear_attention = [&](Team& tm, i64 l) {
+    const DecoderLayerWeights& W = w_.layers[static_cast<std::size_t>(l)];
+    const i64 K = G.conv_kernel, Dk = G.key_dim, Dv = G.value_dim, Hk = G.key_heads;
+    const float* hm = norm(tm, W.attn_norm);
+    const kernels::Q8Rows* hq = shared_q8(hm, W.lin_qkv.w);
+    product(tm, hm, C, W.lin_qkv.w, mix, Cc, with_bias(nullptr, hq));
+    product(tm, hm, C, W.lin_z.w, lz, VD, with_bias(nullptr, hq));
+    product(tm, hm, C, W.lin_b.w, lb, Hv, with_bias(nullptr, hq));
+    product(tm, hm, C, W.lin_a.w, la, Hv, with_bias(nullptr, hq));
+    tm.barrier();
+    {  // the convolution (by channels), the rates beta = sigmoid(b) and decays g = A softplus(a + dt_bias) (by rows)
+      const auto [c0, c1] = tm.part(0, Cc, 16);
+      for (std::size_t i = 0; i < seq_first.size(); ++i) {
+        const i64 b = seq_first[i], r0 = first[static_cast<std::size_t>(b)];
+        kernels::causal_conv1d_silu(cv + r0 * Cc, Cc, mix + r0 * Cc, Cc, seq_n[i], Cc, W.lin_conv, K,
+                                    cache.state(l, b), c0, c1);
+      }
+      const auto [e0, e1] = tm.part(0, R * Hv);
+      for (i64 e = e0; e < e1; ++e) {
+        const i64 h = e % Hv;
+        lb[e] = 1.f / (1.f + std::exp(-lb[e]));
+        const float x = la[e] + W.lin_dt_bias[h];
+        const float softplus = x > 20.f ? x : std::log1p(std::exp(x));  // (PyTorch's threshold 20)
+        la[e] = W.lin_decay[h] * softplus;
+      }
+    }
+    tm.barrier();
+    {  // the delta rule: units (sequence, value head)
+      kernels::GatedDeltaParams gp;
+      gp.Hk = Hk, gp.Hv = Hv, gp.Dk = Dk, gp.Dv = Dv, gp.tiled = G.tiled, gp.eps = 1e-6f;
+      gp.q_st = Cc, gp.k_st = Cc, gp.v_st = Cc, gp.gb_st = Hv, gp.o_st = VD;
+      const i64 S = static_cast<i64>(seq_first.size());
+      const auto [u0, u1] = tm.part(0, S * Hv);
+      for (i64 i = u0 / Hv; i * Hv < u1 && i < S; ++i) {
+        const i64 h0 = std::max<i64>(u0 - i * Hv, 0), h1 = std::min<i64>(u1 - i * Hv, Hv);
+        if (h1 <= h0) continue;
+        const i64 b = seq_first[static_cast<std::size_t>(i)], r0 = first[static_cast<std::size_t>(b)];
+        gp.n = seq_n[static_cast<std::size_t>(i)];
+        float* st = cache.state(l, b) + (K - 1) * Cc;
+        const float* row = cv + r0 * Cc;
+        if (gp.n <= kRecurrentRows)
+          kernels::gated_delta_recurrent(lo + r0 * VD, st, row, row + Hk * Dk, row + 2 * Hk * Dk, la + r0 * Hv,
+                                         lb + r0 * Hv, gp, h0, h1);
+        else
+          kernels::gated_delta_chunked(lo + r0 * VD, st, row, row + Hk * Dk, row + 2 * Hk * Dk, la + r0 * Hv,
+                                       lb + r0 * Hv, gp, h0, h1);
+      }
+    }
+    tm.barrier();
+    {  // o = RMSNorm(o) * norm * silu(z) per (row, value head), into att [R, Hv Dv]
+      const auto [e0, e1] = tm.part(0, R * Hv);
+      for (i64 e = e0; e < e1; ++e) {
+        float* o = att + e * Dv;
+        kernels::rms_norm_rows_f32(o, Dv, nullptr, lo + e * Dv, Dv, W.lin_norm, 1, Dv, c.norm_eps);
+        const float* z = lz + e * Dv;
+        for (i64 j = 0; j < Dv; ++j) o[j] = o[j] * (z[j] / (1.f + std::exp(-z[j])));
+      }
+    }
+    tm.barrier();
+  };
   // The steps between two attentions run as one team of threads (a barrier between steps):
   // a step with a prefilling sequence wakes the workers twice per layer, not once per product
   // (a decoding step runs as one team throughout, below).
@@ -434,7 +525,15 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
     if (l > 0) {
       const DecoderLayerWeights& P = w_.layers[static_cast<std::size_t>(l - 1)];
       const LayerSpec& PS = c.layers[static_cast<std::size_t>(l - 1)];
-      residual(tm, att, HD, P.o.w, PS.post_attn_norm ? P.post_attn_norm : nullptr, P.o.bias);
+      if (PS.attn_output_gate) {  // o = o * sigmoid(gate), elementwise (transformers: in float32)
+        const auto [e0, e1] = tm.part(0, R * HD, 16);
+        for (i64 e = e0; e < e1; ++e) att[e] = att[e] * (1.f / (1.f + std::exp(-gate[e])));
+        tm.barrier();
+      }
+      if (PS.mixer == Mixer::GatedDeltaNet)
+        residual(tm, att, VD, P.lin_out.w, PS.post_attn_norm ? P.post_attn_norm : nullptr, nullptr);
+      else
+        residual(tm, att, HD, P.o.w, PS.post_attn_norm ? P.post_attn_norm : nullptr, P.o.bias);
       const float* hm = norm(tm, P.ffn_norm);
       if (PS.moe) {
         experts(tm, l - 1, hm, P, PS.post_ffn_norm ? P.post_ffn_norm : nullptr);
@@ -466,6 +565,10 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
     if (l == L) return;
     const DecoderLayerWeights& W = w_.layers[static_cast<std::size_t>(l)];
     const LayerSpec& LS = c.layers[static_cast<std::size_t>(l)];
+    if (LS.mixer == Mixer::GatedDeltaNet) {
+      linear_attention(tm, l);
+      return;
+    }
     // RoPE and the cache write (the new keys and values appended: cache [B, H_kv, T, D]), shared
     // by head: unit (r, j) is row r's query head j (q norm and RoPE, then its copy into the decode
     // kernel's Q unless that reads q in place) for j < H, else key/value head j - H (k norm and
@@ -490,7 +593,10 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
     }
     const float* hm = norm(tm, W.attn_norm);
     const kernels::Q8Rows* hq = shared_q8(hm, W.q.w);
-    product(tm, hm, C, W.q.w, q, HD, with_bias(W.q.bias, hq));
+    if (LS.attn_output_gate)  // rows [q_0, gate_0, q_1, gate_1, ...] (head by head), split below
+      product(tm, hm, C, W.q.w, qg, 2 * HD, with_bias(W.q.bias, hq));
+    else
+      product(tm, hm, C, W.q.w, q, HD, with_bias(W.q.bias, hq));
     product(tm, hm, C, W.k.w, k, KD, with_bias(W.k.bias, hq));
     product(tm, hm, C, W.v.w, v, KD, with_bias(W.v.bias, hq));
     tm.barrier();
@@ -513,6 +619,11 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
       const i64 b = row_b[static_cast<std::size_t>(r)], p = pos[static_cast<std::size_t>(r)];
       if (q1 > q0) {
         float* qh = q + r * HD + q0 * D;
+        if (LS.attn_output_gate)
+          for (i64 j = q0; j < q1; ++j) {
+            std::memcpy(q + r * HD + j * D, qg + r * 2 * HD + j * 2 * D, static_cast<std::size_t>(D) * sizeof(float));
+            std::memcpy(gate + r * HD + j * D, qg + r * 2 * HD + j * 2 * D + D, static_cast<std::size_t>(D) * sizeof(float));
+          }
         if (LS.qk_norm && !LS.qk_norm_whole) kernels::rms_norm_rows_f32(qh, D, nullptr, qh, D, W.q_norm, q1 - q0, D, c.norm_eps);
         if (rope)
           kernels::rope_apply_f32(qh, 1, q1 - q0, D, HD, rope->dims, cos_l + r * half, sin_l + r * half, rope->style);
@@ -612,6 +723,10 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
   // Attention of layer l over the cache, outside a team: one decode call for every decoding
   // sequence, then one FlashAttention call per prefilling sequence (the kernels split their work over the threads).
   auto attention = [&](i64 l) {
+    if (c.layers[static_cast<std::size_t>(l)].mixer == Mixer::GatedDeltaNet) {  // done in before(): no map
+      if (capture) capture->layers.push_back(Tensor());
+      return;
+    }
     layer_params(l);
     if (capture) capture_weights(l);
     if (Lq) {
@@ -688,8 +803,9 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
           }
           break;
         }
-        tm.barrier();
         const LayerSpec& ls = c.layers[static_cast<std::size_t>(l)];
+        if (ls.mixer == Mixer::GatedDeltaNet) continue;  // (done in before(), which ends after a barrier)
+        tm.barrier();
         lp.scale = scale_of(ls), lp.window = ls.window, lp.softcap = ls.attn_softcap;
         lp.sinks = w_.layers[static_cast<std::size_t>(l)].sinks;
         by_rows(lp, [&](const kernels::DecodeParams& p, const float* Q, float* O) {

@@ -52,6 +52,15 @@ const char* slot_name(Slot s) {
     case Slot::SharedUp: return "shared_up";
     case Slot::SharedDown: return "shared_down";
     case Slot::SharedExpertGate: return "shared_expert_gate";
+    case Slot::LinQKV: return "linear_qkv";
+    case Slot::LinZ: return "linear_z";
+    case Slot::LinBeta: return "linear_beta";
+    case Slot::LinAlpha: return "linear_alpha";
+    case Slot::LinOut: return "linear_out";
+    case Slot::LinConv: return "linear_conv";
+    case Slot::LinDecay: return "linear_decay";
+    case Slot::LinDtBias: return "linear_dt_bias";
+    case Slot::LinNorm: return "linear_norm";
   }
   return "?";
 }
@@ -87,7 +96,12 @@ bool slot_is_matrix(Slot s) {
     case Slot::ExpertDown:
     case Slot::SharedGate:
     case Slot::SharedUp:
-    case Slot::SharedDown: return true;
+    case Slot::SharedDown:
+    case Slot::LinQKV:
+    case Slot::LinZ:
+    case Slot::LinBeta:
+    case Slot::LinAlpha:
+    case Slot::LinOut: return true;
     default: return false;
   }
 }
@@ -123,6 +137,34 @@ bool per_expert_name(const char* pattern) { return std::string(pattern).find("{e
 Need slot_need(const DecoderSpec& c, const Architecture& a, Slot slot, i64 layer) {
   const LayerSpec* l = slot_is_per_layer(slot) ? &c.layers[static_cast<std::size_t>(layer)] : nullptr;
   auto yes = [](bool b) { return b ? Need::Yes : Need::No; };
+  // A Gated DeltaNet layer has its own tensors instead of the attention's; an attention layer none of them.
+  const bool linear = l && l->mixer == Mixer::GatedDeltaNet;
+  switch (slot) {
+    case Slot::LinQKV:
+    case Slot::LinZ:
+    case Slot::LinBeta:
+    case Slot::LinAlpha:
+    case Slot::LinOut:
+    case Slot::LinConv:
+    case Slot::LinDecay:
+    case Slot::LinDtBias:
+    case Slot::LinNorm: return yes(linear);
+    case Slot::Q:
+    case Slot::K:
+    case Slot::V:
+    case Slot::QKV:
+    case Slot::O:
+    case Slot::QBias:
+    case Slot::KBias:
+    case Slot::VBias:
+    case Slot::OBias:
+    case Slot::Sinks:
+    case Slot::QNorm:
+    case Slot::KNorm:
+      if (linear) return Need::No;
+      break;
+    default: break;
+  }
   switch (slot) {
     case Slot::LmHead: return c.tied ? Need::Ignored : Need::Yes;
     case Slot::RopeFreqs:
@@ -171,7 +213,7 @@ Shape slot_shape(const DecoderSpec& c, Slot slot, i64 layer) {
     case Slot::RopeFreqs:
     case Slot::RopeLong:
     case Slot::RopeShort: return {c.ropes.front().dims / 2};
-    case Slot::Q: return {HD, C};
+    case Slot::Q: return {slot_is_per_layer(slot) && c.layers[static_cast<std::size_t>(layer)].attn_output_gate ? 2 * HD : HD, C};
     case Slot::K:
     case Slot::V: return {KD, C};
     case Slot::QKV: return {HD + 2 * KD, C};
@@ -204,6 +246,15 @@ Shape slot_shape(const DecoderSpec& c, Slot slot, i64 layer) {
     case Slot::PostAttnNorm:
     case Slot::FfnNorm:
     case Slot::PostFfnNorm: return {C};
+    case Slot::LinQKV: return {c.linear.conv_channels(), C};
+    case Slot::LinZ: return {c.linear.value_heads * c.linear.value_dim, C};
+    case Slot::LinBeta:
+    case Slot::LinAlpha: return {c.linear.value_heads, C};
+    case Slot::LinOut: return {C, c.linear.value_heads * c.linear.value_dim};
+    case Slot::LinConv: return {c.linear.conv_channels(), c.linear.conv_kernel};
+    case Slot::LinDecay:
+    case Slot::LinDtBias: return {c.linear.value_heads};
+    case Slot::LinNorm: return {c.linear.value_dim};
   }
   return {};
 }
@@ -228,6 +279,10 @@ const float** vector_slot(DecoderWeights& w, Slot slot, i64 layer) {
     case Slot::PostAttnNorm: return &L.post_attn_norm;
     case Slot::FfnNorm: return &L.ffn_norm;
     case Slot::PostFfnNorm: return &L.post_ffn_norm;
+    case Slot::LinConv: return &L.lin_conv;
+    case Slot::LinDecay: return &L.lin_decay;
+    case Slot::LinDtBias: return &L.lin_dt_bias;
+    case Slot::LinNorm: return &L.lin_norm;
     default: throw ValueError(std::string("vector_slot: ") + slot_name(slot) + " is not a vector of the weights");
   }
 }
@@ -248,6 +303,11 @@ kernels::QMatrix* matrix_slot(DecoderWeights& w, Slot slot, i64 layer) {
     case Slot::SharedGate: return &L.shared_gate.w;
     case Slot::SharedUp: return &L.shared_up.w;
     case Slot::SharedDown: return &L.shared_down.w;
+    case Slot::LinQKV: return &L.lin_qkv.w;
+    case Slot::LinZ: return &L.lin_z.w;
+    case Slot::LinBeta: return &L.lin_b.w;
+    case Slot::LinAlpha: return &L.lin_a.w;
+    case Slot::LinOut: return &L.lin_out.w;
     default: throw ValueError(std::string("matrix_slot: ") + slot_name(slot) + " is not a matrix of the weights");
   }
 }
