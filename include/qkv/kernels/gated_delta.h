@@ -47,25 +47,31 @@ struct GatedDeltaParams {
 
 // Value heads [h0, h1) of one sequence, token by token: o (written) and state [Hv, Dk, Dv] (heads
 // h0..h1 read and updated in place). q, k and v are not modified. Different head ranges touch
-// disjoint memory: a team may split the heads. AVX-512 / AVX2 / scalar as kernels::active_isa().
+// disjoint memory: a team may split the heads, with the same bits as one call over them all.
+// AVX-512 / AVX2 / scalar as kernels::active_isa(). ValueError unless Hk divides Hv, the dims are
+// >= 1, n >= 0 and 0 <= h0 <= h1 <= Hv (the chunked form: and chunk >= 1).
 void gated_delta_recurrent(float* o, float* state, const float* q, const float* k, const float* v, const float* g,
                            const float* beta, const GatedDeltaParams& p, std::int64_t h0, std::int64_t h1);
 // The same outputs and final state by the chunked form (within float tolerance of the recurrence).
-// Scratch of the calling thread is grown on demand.
+// Scratch of the calling thread is grown on demand (3 c Dk + 2 c^2 + c (Dk + Dv + 17) floats,
+// c = min(chunk, n)). A sequence split at multiples of `chunk` gives the one call's bits.
 void gated_delta_chunked(float* o, float* state, const float* q, const float* k, const float* v, const float* g,
                          const float* beta, const GatedDeltaParams& p, std::int64_t h0, std::int64_t h1);
-// Naive twin: the recurrence in double over every head (state [Hv, Dk, Dv] double, updated).
+// Naive twin: the recurrence in double over every head (state [Hv, Dk, Dv] double, updated; o with
+// row stride p.o_st as the kernels').
 void gated_delta_ref(double* o, double* state, const float* q, const float* k, const float* v, const float* g,
                      const float* beta, const GatedDeltaParams& p);
 
 // Depthwise causal convolution + SiLU of channels [c0, c1): out[t][c] = silu(sum_j w[c * K + j] *
 // x'[t + j][c]) for t < n, x' the K - 1 rows of `state` [K - 1, Cc] followed by the n rows of x
 // (row stride ldx); then `state` holds the last K - 1 rows of x' (the state of a new sequence is
-// zeros). out (row stride ldo) may not alias x. Channels split over a team touch disjoint memory.
+// zeros). out (row stride ldo) may not alias x. Channels split over a team touch disjoint memory
+// (the same bits as one call). n = 0 leaves the state as it is; n < K - 1 shifts it by n rows.
+// ValueError unless K >= 1, n >= 0 and 0 <= c0 <= c1 <= Cc.
 void causal_conv1d_silu(float* out, std::int64_t ldo, const float* x, std::int64_t ldx, std::int64_t n,
                         std::int64_t Cc, const float* w, std::int64_t K, float* state, std::int64_t c0,
                         std::int64_t c1);
-// Naive twin in double (every channel; state updated the same way).
+// Naive twin in double (every channel; out [n, Cc] dense; state [K - 1, Cc] updated the same way).
 void causal_conv1d_silu_ref(double* out, const float* x, std::int64_t ldx, std::int64_t n, std::int64_t Cc,
                             const float* w, std::int64_t K, double* state);
 
