@@ -304,6 +304,51 @@ void moe_gguf_seeds(const fuzz::Scratch& s, const fs::path& out) {
   put_decoder_seed(s, out, "gpt_oss.gguf", meta, t);
 }
 
+// Qwen3.5: a Gated DeltaNet layer (2 key and 4 value heads of 8, a convolution of 4; ssm_* keys and
+// tensors) and a gated full-attention layer (q rows twice H x D), tied embeddings.
+void hybrid_gguf_seeds(const fuzz::Scratch& s, const fs::path& out) {
+  SeedTensors t;
+  t.q8_0("token_embd.weight", {32, 4});
+  for (const char* l : {"blk.0.", "blk.1."}) {
+    const std::string p(l);
+    t.f32((p + "attn_norm.weight").c_str(), {32});
+    t.f32((p + "post_attention_norm.weight").c_str(), {32});
+    t.q8_0((p + "ffn_gate.weight").c_str(), {32, 64});
+    t.q8_0((p + "ffn_up.weight").c_str(), {32, 64});
+    t.q8_0((p + "ffn_down.weight").c_str(), {64, 32});
+  }
+  t.q8_0("blk.0.attn_qkv.weight", {32, 64});
+  t.q8_0("blk.0.attn_gate.weight", {32, 32});
+  t.q8_0("blk.0.ssm_beta.weight", {32, 4});
+  t.q8_0("blk.0.ssm_alpha.weight", {32, 4});
+  t.f32("blk.0.ssm_conv1d.weight", {4, 64});
+  t.f32("blk.0.ssm_a", {4});
+  t.f32("blk.0.ssm_dt.bias", {4});
+  t.f32("blk.0.ssm_norm.weight", {8});
+  t.q8_0("blk.0.ssm_out.weight", {32, 32});
+  t.q8_0("blk.1.attn_q.weight", {32, 64});
+  t.q8_0("blk.1.attn_k.weight", {32, 16});
+  t.q8_0("blk.1.attn_v.weight", {32, 16});
+  t.q8_0("blk.1.attn_output.weight", {32, 32});
+  t.f32("blk.1.attn_q_norm.weight", {16});
+  t.f32("blk.1.attn_k_norm.weight", {16});
+  t.f32("output_norm.weight", {32});
+  using M = io::GGUFMeta;
+  io::GGUFMetadata meta;
+  for (auto& kv : seed_decoder_keys("qwen35"))
+    if (kv.first.find("expert") == std::string::npos) meta.push_back(kv);
+  for (auto& kv : meta)
+    if (kv.first == "qwen35.block_count") kv.second = M::u32(2);
+  meta.emplace_back("qwen35.rope.dimension_count", M::u32(4));
+  meta.emplace_back("qwen35.ssm.conv_kernel", M::u32(4));
+  meta.emplace_back("qwen35.ssm.state_size", M::u32(8));
+  meta.emplace_back("qwen35.ssm.group_count", M::u32(2));
+  meta.emplace_back("qwen35.ssm.time_step_rank", M::u32(4));
+  meta.emplace_back("qwen35.ssm.inner_size", M::u32(32));
+  meta.emplace_back("qwen35.attention.recurrent_layers", M::int_array(io::GGUFType::BOOL, {1, 0}));
+  put_decoder_seed(s, out, "qwen35.gguf", meta, t);
+}
+
 // A tiny decoder: V tokens, width C, FFN F, H heads of D, KV key/value heads, L layers.
 struct TinyDecoder {
   std::string arch;  // llama, qwen3, gemma2, phi3
@@ -449,6 +494,7 @@ int main(int argc, char** argv) {
     model_folder_seeds(scratch, out);
     gguf_seeds(scratch, out);
     moe_gguf_seeds(scratch, out);
+    hybrid_gguf_seeds(scratch, out);
     decoder_seeds(scratch, out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz_make_seeds: %s\n", e.what());

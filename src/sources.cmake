@@ -106,6 +106,7 @@ set(QKV_ARCH_SOURCES
   models/arch/qwen2_moe.cpp
   models/arch/qwen3.cpp
   models/arch/qwen3_5.cpp
+  models/arch/qwen3_5_moe.cpp
   models/arch/qwen3_moe.cpp
   models/arch/smollm3.cpp
 )

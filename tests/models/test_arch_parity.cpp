@@ -14,7 +14,8 @@
 // renormalised weights; OLMoE with q/k norms over all heads and weights not renormalised), and
 // their routers' choices equal transformers' at every prompt position (near-ties excepted). And
 // the hybrids (tests/reference/make_hybrid_fixtures.py: Qwen3.5, Gated DeltaNet layers around a
-// gated full-attention one, whose GGUF keeps the value heads in llama.cpp's tiled order).
+// gated full-attention one, whose GGUF keeps the value heads in llama.cpp's tiled order; Qwen3.5-MoE,
+// the same with a mixture of experts and a shared expert in every layer).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -116,7 +117,7 @@ TEST_P(ArchParity, LastPromptLogitsWithinR1OfFloat64) {
     const Tensor got = prompt_logits(*model, prompts[i]).to(qkv::DType::F64);
     const std::string key = name + ".p" + std::to_string(i);
     const double err = logits_ref().at(key + ".err").item();
-    const Tensor want = logits_ref().at(key + ".f64");
+    const Tensor want = logits_ref().at(key + ".logits").to(qkv::DType::F64);  // (float64, stored rounded to float32)
     const double worst = qkv::max_abs_diff(got.select(0, static_cast<i64>(prompts[i].size()) - 1), want);
     // R1 (REFERENCES section 2): c = 2 times transformers' own float32 error, floor 1e-5.
     EXPECT_LE(worst, 2 * err + 1e-5) << key << ": float32 reference spread " << err;
@@ -204,7 +205,7 @@ TEST_P(ArchParity, WrittenAsGgufAndReadBackWithTheSameLogits) {
 // its own state update): every position's logits agree, and a long prompt fed in two pieces
 // (the cache's states carried between them) gives the one-pass logits.
 TEST(HybridParity, ChunkedPrefillIsTheRecurrenceOverManyChunks) {
-  for (const std::string name : {"qwen3_5", "qwen3_5_gguf"}) {
+  for (const std::string name : {"qwen3_5", "qwen3_5_gguf", "qwen3_5_moe_gguf"}) {
     const auto model = qkv::models::load_decoder(model_path(name));
     const i64 n = 250, V = model->spec().vocab_size;
     std::vector<i64> ids(static_cast<std::size_t>(n));
@@ -274,7 +275,7 @@ TEST(GptOss, ClampedSwiGluMatchesTransformersAtALimitTheValuesReach) {
     const Tensor got = prompt_logits(clamped, prompts[i]).to(qkv::DType::F64).select(0, last);
     const std::string key = "gpt_oss_clamped.p" + std::to_string(i);
     const double err = logits_ref().at(key + ".err").item();
-    EXPECT_LE(qkv::max_abs_diff(got, logits_ref().at(key + ".f64")), 2 * err + 1e-5) << key;
+    EXPECT_LE(qkv::max_abs_diff(got, logits_ref().at(key + ".logits").to(qkv::DType::F64)), 2 * err + 1e-5) << key;
     moved = std::max(moved, qkv::max_abs_diff(got, prompt_logits(*m, prompts[i]).to(qkv::DType::F64).select(0, last)));
   }
   EXPECT_GT(moved, 0.5 * check["max_logit_change"].get<double>()) << "the clamp must bite";

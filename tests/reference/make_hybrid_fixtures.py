@@ -26,12 +26,19 @@ Outputs (tests/fixtures/hybrid/, rewritten from scratch on every run):
               budget); the tokenizer is make_arch_fixtures' qwen3 byte-level BPE (vocab 301, <|endoftext|> = 292,
               <|im_end|> = 294, the Qwen3 chat template), added to a temporary copy for the converter and
               AutoTokenizer.
+  qwen3_5_moe/  Qwen3_5MoeForCausalLM (model_type qwen3_5_moe_text), bfloat16: 2 layers [linear_attention,
+              full_attention] with qwen3_5's attention sizes, and in every layer a mixture of 4 experts of 16 (2 per
+              token, softmax then top-k, renormalised) plus a shared expert of 16 weighed by
+              sigmoid(h . shared_expert_gate). save_pretrained writes the experts one tensor each
+              (mlp.experts.E.gate_proj / up_proj / down_proj).
   qwen3_5.gguf  the folder (with the tokenizer) converted by llama.cpp's convert_hf_to_gguf.py, --outtype bf16 (the
               matrices are the folder's bits). GGUF architecture "qwen35": attn_qkv / attn_gate (in_proj_qkv /
               in_proj_z), ssm_alpha / ssm_beta (in_proj_a / in_proj_b), ssm_a = -exp(A_log) (float32), ssm_dt.bias
               (dt_bias), ssm_conv1d [C, K], ssm_norm (not offset), ssm_out; post_attention_norm is the feed-forward's
               pre-norm; norms stored as 1 + w. The value heads of every linear-attention tensor are permuted from
               transformers' grouped order (value head h reads key head h / 2) to the tiled order (h reads h % 2).
+              qwen3_5_moe.gguf: architecture "qwen35moe", the experts as 3-D ffn_{gate,up,down}_exps, the router
+              ffn_gate_inp, the shared expert ffn_*_shexp and its gate ffn_gate_inp_shexp, no feed_forward_length.
               Converter patch (as in make_arch_fixtures): the BPE pre-tokenizer is named "qwen2". --no-mtp (the
               converter otherwise requires the multi-token-prediction layers of the published checkpoints, which
               qkv does not run and the tiny model does not have).
@@ -42,8 +49,8 @@ Outputs (tests/fixtures/hybrid/, rewritten from scratch on every run):
               folder's): texts and prompt ids (make_arch_fixtures' three prompts through the qwen3 tokenizer), the
               greedy continuation of each (40 tokens, KV + recurrent cache, one prompt at a time), top-2 margins,
               the float32 error of the last-position logits, the training seed.
-  logits.safetensors  per variant and prompt: the float64 last-position logits (<name>.p<i>.f64 [V]) and max
-              |float32 - float64| (<name>.p<i>.err).
+  logits.safetensors  per variant and prompt: the float64 last-position logits rounded to float32
+              (<name>.p<i>.logits [V]) and max |float32 - float64| over the float64 ones (<name>.p<i>.err).
 
 float64: make_arch_fixtures' F64Mode / LowPrecisionCheck (the Gated DeltaNet's explicit float32 casts become
 float64 too). transformers runs the chunked form of the delta rule (chunk 64) on a prompt and the recurrent form
@@ -70,9 +77,10 @@ import numpy as np  # noqa: E402
 import tokenizers  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers.models.qwen3_5 import Qwen3_5ForCausalLM, Qwen3_5TextConfig  # noqa: E402
+from transformers.models.qwen3_5_moe import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig  # noqa: E402
 
 gguf = A.gguf
 OUT = A.ROOT / "tests" / "fixtures" / "hybrid"
@@ -81,6 +89,8 @@ TOK = "qwen3"
 ARCHS = {
     "qwen3_5": dict(cls=Qwen3_5ForCausalLM, dtype=torch.bfloat16, outtype="bf16", seed=71, steps=300,
                     convert_args=("--no-mtp",)),
+    "qwen3_5_moe": dict(cls=Qwen3_5MoeForCausalLM, dtype=torch.bfloat16, outtype="bf16", seed=81, steps=300,
+                        convert_args=("--no-mtp",)),
 }
 
 
@@ -93,6 +103,15 @@ def make_config(arch: str, tok) -> transformers.PretrainedConfig:
             num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=256,
             linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,
             linear_conv_kernel_dim=4, rms_norm_eps=1e-6, tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+            bos_token_id=tid("<|endoftext|>"), eos_token_id=tid("<|im_end|>"), pad_token_id=tid("<|endoftext|>"))
+    if arch == "qwen3_5_moe":
+        return Qwen3_5MoeTextConfig(
+            vocab_size=len(tok), hidden_size=16, num_hidden_layers=2, layer_types=["linear_attention", "full_attention"],
+            num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=256,
+            linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,
+            linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+            shared_expert_intermediate_size=16, rms_norm_eps=1e-6, tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
             bos_token_id=tid("<|endoftext|>"), eos_token_id=tid("<|im_end|>"), pad_token_id=tid("<|endoftext|>"))
     raise KeyError(arch)
@@ -116,7 +135,11 @@ GGUF_LINEAR = {"attn_qkv": "linear_attn.in_proj_qkv", "attn_gate": "linear_attn.
                "ssm_a": "linear_attn.A_log", "ssm_dt": "linear_attn.dt_bias", "ssm_conv1d": "linear_attn.conv1d",
                "ssm_norm": "linear_attn.norm", "ssm_out": "linear_attn.out_proj"}
 GGUF_COMMON = {"attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
-               "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+               "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+               "ffn_gate_inp": "mlp.gate", "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+               "ffn_up_shexp": "mlp.shared_expert.up_proj", "ffn_down_shexp": "mlp.shared_expert.down_proj",
+               "ffn_gate_inp_shexp": "mlp.shared_expert_gate"}
+GGUF_EXPERTS = {"ffn_gate_exps": "gate_proj", "ffn_up_exps": "up_proj", "ffn_down_exps": "down_proj"}
 
 
 def gguf_reference(path: Path, folder_cfg, folder_sd: dict):
@@ -124,7 +147,8 @@ def gguf_reference(path: Path, folder_cfg, folder_sd: dict):
     r = gguf.GGUFReader(str(path))
     kv = A.gguf_fields(r)
     a = kv["general.architecture"]
-    assert a == "qwen35", a
+    moe = a == "qwen35moe"
+    assert a in ("qwen35", "qwen35moe"), a
     cfg = copy.deepcopy(folder_cfg)
     notes = []
 
@@ -135,7 +159,14 @@ def gguf_reference(path: Path, folder_cfg, folder_sd: dict):
 
     same(cfg.num_hidden_layers, f"{a}.block_count")
     same(cfg.hidden_size, f"{a}.embedding_length")
-    same(cfg.intermediate_size, f"{a}.feed_forward_length")
+    if moe:
+        same(cfg.num_experts, f"{a}.expert_count")
+        same(cfg.num_experts_per_tok, f"{a}.expert_used_count")
+        same(cfg.moe_intermediate_size, f"{a}.expert_feed_forward_length")
+        same(cfg.shared_expert_intermediate_size, f"{a}.expert_shared_feed_forward_length")
+        assert f"{a}.feed_forward_length" not in kv, "a dense width in a qwen35moe file"
+    else:
+        same(cfg.intermediate_size, f"{a}.feed_forward_length")
     same(cfg.num_attention_heads, f"{a}.attention.head_count")
     same(cfg.num_key_value_heads, f"{a}.attention.head_count_kv")
     same(cfg.head_dim, f"{a}.attention.key_length")
@@ -167,6 +198,12 @@ def gguf_reference(path: Path, folder_cfg, folder_sd: dict):
         m = re.fullmatch(r"blk\.(\d+)\.(\w+?)(\.weight|\.bias|)", name)
         assert m, name
         i, g = int(m.group(1)), m.group(2)
+        if g in GGUF_EXPERTS:  # [E, rows, cols]: one matrix per expert
+            for e in range(w.shape[0]):
+                sd[f"model.layers.{i}.mlp.experts.{e}.{GGUF_EXPERTS[g]}.weight"] = np.ascontiguousarray(w[e])
+            continue
+        if g == "ffn_gate_inp_shexp":
+            w = w.reshape(1, -1)
         part = GGUF_COMMON.get(g) or (GGUF_LINEAR if cfg.layer_types[i] == "linear_attention" else GGUF_FULL)[g]
         if g in ("attn_norm", "post_attention_norm", "attn_q_norm", "attn_k_norm"):
             w = w - 1.0
@@ -195,7 +232,15 @@ def gguf_reference(path: Path, folder_cfg, folder_sd: dict):
     big = {k: v for k, v in worst.items() if v > (1e-6 if k.endswith("A_log") else 0.0)}
     assert not big, big
     cfg.dtype = torch.float32
-    model = Qwen3_5ForCausalLM(cfg)
+    cfg._experts_implementation = "eager"
+    if moe:  # transformers 5 holds each layer's experts fused: gate_up_proj [E, 2F, C], down_proj [E, C, F]
+        for i in range(cfg.num_hidden_layers):
+            ex = f"model.layers.{i}.mlp.experts"
+            n = cfg.num_experts
+            sd[f"{ex}.gate_up_proj"] = np.stack([np.concatenate([sd.pop(f"{ex}.{e}.gate_proj.weight"),
+                                                                 sd.pop(f"{ex}.{e}.up_proj.weight")]) for e in range(n)])
+            sd[f"{ex}.down_proj"] = np.stack([sd.pop(f"{ex}.{e}.down_proj.weight") for e in range(n)])
+    model = (Qwen3_5MoeForCausalLM if moe else Qwen3_5ForCausalLM)(cfg)
     missing, unexpected = model.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()}, strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     notes.append("undone tensors equal the folder's (matrices bit for bit; A_log within "
@@ -218,6 +263,7 @@ def build_arch(arch: str, tok_dir: Path, tmp: Path, arch_prompts, refs: dict, lo
         cfg.save_pretrained(str(folder))
         tok = AutoTokenizer.from_pretrained(str(M.with_tokenizer(folder, tok_dir, tmp)))
         cfg._attn_implementation = "eager"
+        cfg._experts_implementation = "eager"  # (the grouped-mm default has no float64)
         torch.manual_seed(seed)
         model = spec["cls"](cfg)
         ids = tok(A.corpus_text(), add_special_tokens=False)["input_ids"]
@@ -233,13 +279,14 @@ def build_arch(arch: str, tok_dir: Path, tmp: Path, arch_prompts, refs: dict, lo
         texts, prompts = A.make_prompts(TOK, tok)
         if arch_prompts is not None:
             assert prompts == arch_prompts, "prompt ids differ from arch/reference.json's qwen3"
-        loaded = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="eager")
+        loaded = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="eager",
+                                                      **({"experts_implementation": "eager"} if "moe" in arch else {}))
         assert type(loaded) is spec["cls"], type(loaded)
         variants = {arch: (loaded, {"source": f"{arch}/", "route": "transformers from_pretrained(folder), float32"})}
         gpath = OUT / f"{arch}.gguf"
         A.convert(arch, full, gpath, outtype=spec["outtype"], tok=TOK, model_name=f"qkv-fixture-{arch}",
                   extra_args=spec.get("convert_args", ()))
-        gmodel, notes, info = gguf_reference(gpath, loaded.config, loaded.state_dict())
+        gmodel, notes, info = gguf_reference(gpath, loaded.config, load_file(str(folder / "model.safetensors")))
         ginfo[arch] = info
         route = {"source": gpath.name, "outtype": spec["outtype"],
                  "converter_patch": f"get_vocab_base_pre -> {A.TOKENIZERS[TOK]['gguf_pre']}",
@@ -260,7 +307,7 @@ def build_arch(arch: str, tok_dir: Path, tmp: Path, arch_prompts, refs: dict, lo
         refs[name] = dict(vinfo, seed=seed, train_steps=spec["steps"], texts=texts, prompts=prompts, generated=gens,
                           margins=[[float(f"{x:.7g}") for x in mg] for mg in margins], lp_err=errs)
         for i, (l, e) in enumerate(zip(lg, errs)):
-            logits[f"{name}.p{i}.f64"] = l
+            logits[f"{name}.p{i}.logits"] = l.float()  # the float64 reference, rounded to float32
             logits[f"{name}.p{i}.err"] = torch.tensor(e, dtype=torch.float64)
         summary[name] = min(min(x) for x in margins)
 

@@ -73,8 +73,9 @@ Outputs (tests/fixtures/moe/, rewritten from scratch on every run; ~297 KB of fi
                 route_margins[prompt][layer][position] = p_2 - p_3, the gap between the 2nd and 3rd router
                     probability (softmax over the 4 router logits, float32, 4 significant digits), so a test can
                     skip near-ties.
-  logits.safetensors  per variant and prompt: the float64 logits of the last prompt position (<name>.p<i>.f64 [301])
-              and max |float32 - float64| over them (<name>.p<i>.err, scalar float64), as make_arch_fixtures.
+  logits.safetensors  per variant and prompt: the float64 logits of the last prompt position rounded to float32
+              (<name>.p<i>.logits [301]) and max |float32 - float64| over the float64 ones (<name>.p<i>.err, scalar
+              float64), as make_arch_fixtures.
 
 Models. transformers' classes and configs with experts_implementation "eager" (the per-expert loop; transformers 5
 would pick grouped_mm by default where it can), trained as make_arch_fixtures trains (its train_model: AdamW, lr 5e-3
@@ -92,7 +93,8 @@ files (du -sb ~313 KB with the four directories), OVER that budget, though half 
 (hidden 32, 4 heads on 2, experts 32 wide, tokenizer files in the folders). Parameters: the embedding 301 x 16 = 4.8k
 (tied; untied would add as much again), each MoE layer 3.9k (mixtral, olmoe) / 4.7k (qwen3_moe), 4 experts x 3 x 16 x
 16 = 3.1k of it: 12.7k / 14.3k / 12.8k per family. Each costs ~4 bytes (2 in the bf16 / f16 folder + 2 in the GGUF,
-whose Q8_0 falls back to F16 for 16-wide rows, see above). The fixed parts come to ~137 KB: 46 KB of float64 logits,
+whose Q8_0 falls back to F16 for 16-wide rows, see above). The fixed parts come to ~137 KB: 46 KB of float64 logits
+(23 KB since they are stored rounded to float32),
 40 KB of reference.json, ~11.5 KB of vocabulary, merges, chat template and tensor table in each GGUF, ~4.4 KB of
 safetensors header (24 per-expert tensors) in each folder, 2.6 KB of config.json. By file: mixtral 29.8 KB folder +
 37.3 KB GGUF, qwen3_moe 33.3 + 39.9, olmoe 30.1 + 37.6. Leaving the tokenizer files out saves 31 KB.
@@ -549,12 +551,12 @@ def build_arch(arch: str, tok_dir: Path, tmp: Path, arch_prompts, refs: dict, lo
                           margins=[[float(f"{x:.7g}") for x in mg] for mg in margins], lp_err=errs,
                           routes=rts, route_margins=rms)
         for i, (l, e) in enumerate(zip(lg, errs)):
-            logits[f"{name}.p{i}.f64"] = l
+            logits[f"{name}.p{i}.logits"] = l.float()  # the float64 reference, rounded to float32
             logits[f"{name}.p{i}.err"] = torch.tensor(e, dtype=torch.float64)
         summary[name] = min(min(x) for x in margins)
     if arch == "gpt_oss":
         # The clamp of the experts' SwiGLU at a limit it reaches (the trained weights stay below 7): the folder's
-        # model with limit GPT_OSS_CLAMP, its float64 last prompt logits (gpt_oss_clamped.p<i>.f64 / .err; not a
+        # model with limit GPT_OSS_CLAMP, its float64 last prompt logits (gpt_oss_clamped.p<i>.logits / .err; not a
         # variant of reference.json: the tests load the folder and set the limit) and how far they moved.
         mc = copy.deepcopy(variants[arch][0]).float().eval()
         mc.config.swiglu_limit = GPT_OSS_CLAMP
@@ -564,7 +566,7 @@ def build_arch(arch: str, tok_dir: Path, tmp: Path, arch_prompts, refs: dict, lo
         moved = max(float((a - b).abs().max()) for a, b in zip(lgc, results[arch][3]))
         assert moved > 1e-2, f"swiglu limit {GPT_OSS_CLAMP} does not change the logits ({moved})"
         for i, (l, e) in enumerate(zip(lgc, errc)):
-            logits[f"gpt_oss_clamped.p{i}.f64"] = l
+            logits[f"gpt_oss_clamped.p{i}.logits"] = l.float()  # the float64 reference, rounded to float32
             logits[f"gpt_oss_clamped.p{i}.err"] = torch.tensor(e, dtype=torch.float64)
         refs[arch]["clamp_check"] = {"swiglu_limit": GPT_OSS_CLAMP, "max_logit_change": float(f"{moved:.4g}")}
 

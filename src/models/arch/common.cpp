@@ -172,7 +172,11 @@ DecoderSpec spec_from_gguf(const io::GGUFFile& f, const Architecture& a) {
   };
   const i64 L = positive(key("block_count"), f.get_int(key("block_count")));
   c.hidden_size = positive(key("embedding_length"), f.get_int(key("embedding_length")));
-  c.intermediate_size = positive(key("feed_forward_length"), f.get_int(key("feed_forward_length")));
+  // (A file whose every layer is a mixture may have no dense width: the experts' then.)
+  const auto ff = f.find_int(key("feed_forward_length"));
+  c.intermediate_size = positive(key("feed_forward_length"),
+                                 ff || !f.find_int(key("expert_count")) ? f.get_int(key("feed_forward_length"))
+                                                                        : f.get_int(key("expert_feed_forward_length")));
   c.num_heads = positive(key("attention.head_count"), f.get_int(key("attention.head_count")));
   c.num_kv_heads =
       positive(key("attention.head_count_kv"), f.find_int(key("attention.head_count_kv")).value_or(c.num_heads));
