@@ -58,6 +58,25 @@ struct Tensors {
     add_bytes(name, m.type, {m.cols, m.rows}, std::move(b));
   }
 
+  // A weight matrix in its stored type with its columns rearranged by blocks of `width`: block j
+  // of a row is block perm[j] of the source row. The width must hold whole blocks of the type
+  // (ValueError naming the tensor otherwise).
+  void add_matrix_column_blocks(const std::string& name, const kernels::QMatrix& m, const std::vector<i64>& perm,
+                                i64 width) {
+    const kernels::QTypeTraits& tr = kernels::qtype_traits(m.type);
+    if (width % tr.block != 0)
+      throw ValueError("convert: " + name + ": its columns cannot be rearranged by " + std::to_string(width) +
+                       " in type " + kernels::qtype_name(m.type) + " (blocks of " + std::to_string(tr.block) + ")");
+    const i64 rb = kernels::qtype_row_bytes(m.type, m.cols), wb = kernels::qtype_row_bytes(m.type, width);
+    const auto* src = static_cast<const std::uint8_t*>(m.data);
+    std::vector<std::uint8_t> b(static_cast<std::size_t>(m.rows * rb));
+    for (i64 r = 0; r < m.rows; ++r)
+      for (std::size_t j = 0; j < perm.size(); ++j)
+        std::memcpy(b.data() + r * rb + static_cast<i64>(j) * wb, src + r * m.row_bytes + perm[j] * wb,
+                    static_cast<std::size_t>(wb));
+    add_bytes(name, m.type, {m.cols, m.rows}, std::move(b));
+  }
+
   // The E matrices of a mixture's experts (alike: type, rows, cols) as one 3-D tensor [E, rows,
   // cols] (GGUF dims cols, rows, E): in place when they lie one after the other (a GGUF file's
   // ffn_*_exps read back), else copied together (a folder's tensors of each expert).

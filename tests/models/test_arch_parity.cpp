@@ -32,6 +32,7 @@
 #include "qkv/core/error.h"
 #include "qkv/infer/generate.h"
 #include "qkv/infer/kv_cache.h"
+#include "qkv/io/gguf.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/io/tensors.h"
 #include "qkv/kernels/quant.h"
@@ -171,19 +172,6 @@ TEST_P(ArchParity, WrittenAsGgufAndReadBackWithTheSameLogits) {
 
   const std::string dir = ::testing::TempDir();
   const std::string same = dir + "/qkv_arch_" + name + ".gguf", q8 = dir + "/qkv_arch_" + name + "_q8.gguf";
-  const qkv::models::LinearAttnSpec& g = m->spec().linear;
-  if (g.value_heads != g.key_heads && !g.tiled) {
-    // Linear attention's value heads in Hugging Face's grouped order, which llama.cpp's qwen35
-    // reads tiled: refused before anything is written (a file already there keeps its bytes).
-    { std::ofstream(same) << "kept"; }
-    EXPECT_THROW(qkv::models::save_decoder_gguf(*m, same, {}, {}, name), qkv::ValueError) << name;
-    std::ifstream in(same);
-    std::string kept;
-    in >> kept;
-    EXPECT_EQ(kept, "kept") << name;
-    std::filesystem::remove(same);
-    return;
-  }
   qkv::models::save_decoder_gguf(*m, same, {}, {}, name);
   qkv::models::save_decoder_gguf(*m, q8, {.ftype = qkv::models::LlamaFtype::Q8_0}, {}, name);
   const auto a = qkv::models::load_decoder(same), b = qkv::models::load_decoder(q8);
@@ -225,6 +213,44 @@ TEST(HybridParity, ChunkedPrefillIsTheRecurrenceOverManyChunks) {
     const Tensor rest = model->forward_cached(
         Tensor::from_vector(std::vector<i64>(ids.begin() + cut, ids.end()), {1, n - cut}), {n - cut}, pieces, true);
     EXPECT_LE(qkv::max_abs_diff(rest.select(0, 0).select(0, n - cut - 1), whole.select(0, n - 1)), 1e-4) << name;
+  }
+}
+
+// qkv convert of the Qwen3.5 folders writes llama.cpp's converter's file: the same tensors, types,
+// shapes and bytes (the value heads reordered into llama.cpp's tiled order, norms 1 + w; ssm_a =
+// -exp(A_log) within a float32 ulp, exp being the library's), and the same linear-attention keys.
+TEST(HybridParity, ConvertedFolderIsLlamaCppsFile) {
+  for (const std::string name : {"qwen3_5", "qwen3_5_moe"}) {
+    const auto m = qkv::models::load_decoder(model_path(name));
+    const std::string out = ::testing::TempDir() + "/qkv_hybrid_" + name + ".gguf";
+    qkv::models::save_decoder_gguf(*m, out, {}, {}, name);
+    const auto ours = qkv::io::GGUFFile::open(out), theirs = qkv::io::GGUFFile::open(model_path(name + "_gguf"));
+    EXPECT_EQ(ours.tensors().size(), theirs.tensors().size()) << name;
+    for (const auto& t : theirs.tensors()) {
+      const auto* o = ours.find(t.name);
+      ASSERT_NE(o, nullptr) << name << ": " << t.name << " not written";
+      EXPECT_EQ(o->type, t.type) << name << ": " << t.name;
+      EXPECT_EQ(o->dims, t.dims) << name << ": " << t.name;
+      ASSERT_EQ(o->nbytes, t.nbytes) << name << ": " << t.name;
+      const bool a = t.name.size() > 6 && t.name.compare(t.name.size() - 6, 6, ".ssm_a") == 0;
+      if (!a) {
+        EXPECT_EQ(std::memcmp(ours.data(*o), theirs.data(t), t.nbytes), 0) << name << ": " << t.name << "'s bytes";
+        continue;
+      }
+      std::vector<float> x(t.nbytes / 4), y(t.nbytes / 4);
+      std::memcpy(x.data(), ours.data(*o), t.nbytes);
+      std::memcpy(y.data(), theirs.data(t), t.nbytes);
+      for (std::size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], y[i], 2e-7 * std::abs(y[i])) << name << ": " << t.name;
+    }
+    const std::string arch(theirs.get_string("general.architecture"));
+    EXPECT_EQ(std::string(ours.get_string("general.architecture")), arch);
+    for (const char* k : {"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size",
+                          "rope.dimension_count", "block_count", "attention.head_count", "attention.key_length"})
+      EXPECT_EQ(ours.get_int(arch + "." + k), theirs.get_int(arch + "." + k)) << name << ": " << k;
+    EXPECT_EQ(ours.find_value(arch + ".attention.recurrent_layers")->describe(),
+              theirs.find_value(arch + ".attention.recurrent_layers")->describe())
+        << name;
+    std::filesystem::remove(out);
   }
 }
 

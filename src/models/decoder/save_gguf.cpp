@@ -93,6 +93,24 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, const GgufQu
     pk = rope_permutation(c.num_kv_heads, c.head_dim, want_interleaved);
   }
   const i64 HD = c.num_heads * c.head_dim, KD = c.num_kv_heads * c.head_dim;
+  // Linear attention's value heads in Hugging Face's grouped order (value head h reads key head
+  // h / (Hv / Hk)) are written in llama.cpp's tiled one (h reads h % Hk), as its converter does:
+  // tiled head j is grouped head (j % Hk) (Hv / Hk) + j / Hk. Every tensor indexed by value head
+  // follows (rows, elements, or out_proj's columns); the spec written says tiled.
+  const LinearAttnSpec& G = c.linear;
+  std::vector<i64> vheads;  // vheads[j] = the source of written value head j (empty: as stored)
+  if (!G.tiled && G.key_heads != G.value_heads &&
+      std::any_of(c.layers.begin(), c.layers.end(), [](const LayerSpec& l) { return l.mixer == Mixer::GatedDeltaNet; }))
+    for (i64 j = 0; j < G.value_heads; ++j)
+      vheads.push_back(j % G.key_heads * (G.value_heads / G.key_heads) + j / G.key_heads);
+  // The rows (or elements) of a value-head-indexed tensor: `lead` rows kept, then heads of `width`.
+  auto head_rows = [&](i64 lead, i64 width) {
+    std::vector<i64> perm;
+    for (i64 r = 0; r < lead; ++r) perm.push_back(r);
+    for (i64 h : vheads)
+      for (i64 d = 0; d < width; ++d) perm.push_back(lead + h * width + d);
+    return perm;
+  };
   Tensors t;
   // In llama.cpp's order: the embedding, the layers one after the other, then the rest.
   auto emit = [&](const TensorName& tn, i64 l) {
@@ -154,10 +172,48 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, const GgufQu
         case Slot::ExpertGateBias:
         case Slot::ExpertUpBias:
         case Slot::ExpertDownBias:
-        case Slot::LinConv:  // [Cc, K] float32, as the converter writes ssm_conv1d
         case Slot::SharedExpertGate: {  // F32 [E, n] (gpt-oss's expert biases) or [1, C], as the converter writes them
           const Shape sh = slot_shape(c, tn.slot, l);
           t.add_float_matrix(gname, vector_of(w, tn.slot, l), sh[0], sh[1], sh[1]);
+          break;
+        }
+        case Slot::LinConv: {  // [Cc, K] float32, as the converter writes ssm_conv1d; value channels by head
+          const Shape sh = slot_shape(c, tn.slot, l);
+          const float* x = vector_of(w, tn.slot, l);
+          if (vheads.empty()) {
+            t.add_float_matrix(gname, x, sh[0], sh[1], sh[1]);
+          } else {
+            const std::vector<i64> rows = head_rows(2 * G.key_heads * G.key_dim, G.value_dim);
+            std::vector<float> y(static_cast<std::size_t>(sh[0] * sh[1]));
+            for (i64 r = 0; r < sh[0]; ++r)
+              std::copy(x + rows[static_cast<std::size_t>(r)] * sh[1], x + (rows[static_cast<std::size_t>(r)] + 1) * sh[1],
+                        y.begin() + r * sh[1]);
+            t.add_float_matrix(gname, y.data(), sh[0], sh[1], sh[1]);
+          }
+          break;
+        }
+        case Slot::LinQKV:
+        case Slot::LinZ:
+        case Slot::LinBeta:
+        case Slot::LinAlpha:
+          if (vheads.empty()) {
+            t.add_matrix(gname, *matrix_of(w, tn.slot, l), {});
+          } else {
+            const i64 lead = tn.slot == Slot::LinQKV ? 2 * G.key_heads * G.key_dim : 0;
+            const i64 width = tn.slot == Slot::LinQKV || tn.slot == Slot::LinZ ? G.value_dim : 1;
+            t.add_matrix(gname, *matrix_of(w, tn.slot, l), head_rows(lead, width));
+          }
+          break;
+        case Slot::LinOut:
+          if (vheads.empty())
+            t.add_matrix(gname, *matrix_of(w, tn.slot, l), {});
+          else
+            t.add_matrix_column_blocks(gname, *matrix_of(w, tn.slot, l), vheads, G.value_dim);
+          break;
+        case Slot::LinDecay:
+        case Slot::LinDtBias: {
+          const std::vector<float> v = permuted(vector_of(w, tn.slot, l), vheads, G.value_heads);
+          t.add_vector(gname, v.data(), G.value_heads);
           break;
         }
         case Slot::QBias:
@@ -195,8 +251,10 @@ void save_decoder_gguf(const DecoderLM& m, const std::string& path, const GgufQu
   meta.emplace_back("general.type", GGUFMeta::string("model"));
   meta.emplace_back("general.name", GGUFMeta::string(name));
   const std::string prefix = a->gguf_name + ".";
-  arch::write_common_gguf_metadata(c, prefix, meta);
-  if (a->gguf_metadata) a->gguf_metadata(c, prefix, meta);
+  DecoderSpec written = c;  // (the value heads as written)
+  if (!vheads.empty()) written.linear.tiled = true;
+  arch::write_common_gguf_metadata(written, prefix, meta);
+  if (a->gguf_metadata) a->gguf_metadata(written, prefix, meta);
   meta.emplace_back("general.file_type", GGUFMeta::u32(file_type));
   meta.emplace_back("general.quantization_version", GGUFMeta::u32(2));
   meta.insert(meta.end(), tokenizer.begin(), tokenizer.end());
