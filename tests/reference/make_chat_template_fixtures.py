@@ -134,6 +134,7 @@ LLAMACPP_FILES = {
                "78d976a442bcde2f0be15aafbb8e3050e1104f86732266f68403251b89982a90"),
     "llama3.1": ("meta-llama-Llama-3.1-8B-Instruct.jinja",
                  "e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65"),
+    "qwen3.5": ("Qwen3.5-4B.jinja", "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715"),
 }
 
 
@@ -327,6 +328,12 @@ TEMPLATES = {
     # template has no strftime_now: without date_string it prints its fixed default, 26 Jul 2024.
     "llama3.1": (lambda: llamacpp_template("llama3.1"), "<|begin_of_text|>", "<|eot_id|>",
                  ["single_user", ("system_user", {"date_string": "07 Dec 2025"}), "unicode_ws", "system_middle"]),
+    # Qwen/Qwen3.5-4B (tokenizer_config: bos_token null, eos_token <|im_end|>): thinking on unless
+    # enable_thinking is false, tools in its XML-parameter format, images counted (vision ids off).
+    "qwen3.5": (lambda: llamacpp_template("qwen3.5"), None, "<|im_end|>",
+                ["single_user", ("single_user", {"enable_thinking": False}), "system_user", "multi_turn",
+                 "think_history", ("think_history", {"enable_thinking": False}), "reasoning_content", "tool_use",
+                 "content_parts", "unicode_ws"]),
 }
 
 
