@@ -446,13 +446,16 @@ TEST(GatedDelta, HeadRangesGiveTheSameBits) {
 // choices, while a wrong chunk boundary (the state's decay dropped) misses by far more.
 TEST(GatedDelta, LongPrefillChunkedMatchesRecurrence) {
   IsaGuard guard;
-  for (Gates gates : {Gates::NearZero, Gates::Mixed}) {
+  // (Chunks of 256 as well: the decoder's prefill takes them, models/decoder/step.cpp.)
+  for (const auto& [gates, chunk] : {std::pair{Gates::NearZero, 64}, {Gates::Mixed, 64}, {Gates::NearZero, 256},
+                                     {Gates::Mixed, 256}, {Gates::Strong, 256}}) {
     const Seq x = make({2, 2, 32, 32, false}, 2000, 500 + int(gates), gates, /*padded=*/false);
     const Ref ref = reference(x);
     for (Isa isa : isas()) {
       qkv::kernels::set_isa(isa);
-      const std::string ctx = std::string(qkv::kernels::isa_name(isa)) + " gates=" + std::to_string(int(gates));
-      const Out rec = run(Form::Recurrent, x), chk = run(Form::Chunked, x, 64);
+      const std::string ctx = std::string(qkv::kernels::isa_name(isa)) + " gates=" + std::to_string(int(gates)) +
+                              " chunk=" + std::to_string(chunk);
+      const Out rec = run(Form::Recurrent, x), chk = run(Form::Chunked, x, chunk);
       const Errors e = errors(x, chk, rec.o, rec.state);
       EXPECT_LE(e.o, 1e-4) << ctx;
       EXPECT_LE(e.state, 1e-4) << ctx;

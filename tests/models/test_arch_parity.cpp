@@ -188,11 +188,13 @@ TEST_P(ArchParity, WrittenAsGgufAndReadBackWithTheSameLogits) {
   std::filesystem::remove(q8);
 }
 
-// Qwen3.5's linear attention: a prompt of four chunks (chunk 64) through the chunked form in one
-// pass against the same tokens decoded one at a time through the recurrence (each row of a step
-// its own state update): every position's logits agree, and a long prompt fed in two pieces
-// (the cache's states carried between them) gives the one-pass logits.
-TEST(HybridParity, ChunkedPrefillIsTheRecurrenceOverManyChunks) {
+// Qwen3.5's linear attention: a 250-token prompt through the chunked form in one pass against the
+// same tokens decoded one at a time through the recurrence (each row of a step its own state
+// update): every position's logits agree, and the prompt fed in two pieces (the cache's states
+// carried between them) gives the one-pass logits. (The step's chunks are 256 tokens and these
+// models hold 256 positions: the chunks' boundaries are tested in test_gated_delta, over 2,000
+// tokens, and at the real shape by tests/reference/real_shape_parity.py, BENCHMARKS.md.)
+TEST(HybridParity, ChunkedPrefillIsTheRecurrence) {
   for (const std::string name : {"qwen3_5", "qwen3_5_gguf", "qwen3_5_moe_gguf"}) {
     const auto model = qkv::models::load_decoder(model_path(name));
     const i64 n = 250, V = model->spec().vocab_size;
