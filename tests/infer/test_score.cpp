@@ -149,6 +149,33 @@ TEST_P(ScoreParity, SlidingWindowPerplexityMatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ScoreParity, ::testing::Values("llama2", "gpt2"));
 
+// Every architecture of the fixtures (sliding windows, soft-caps, LongRoPE, MoE routing, Gated
+// DeltaNet states reset between windows): the windows' positions fed 3 rows per pass give the
+// numbers of one pass per window, and a longer window gives the tokens of the rule's first window
+// the same numbers.
+TEST(ScoreArchitectures, ChunkedPassesGiveOnePassesNumbers) {
+  for (const std::string f : {"arch/gemma2.gguf", "arch/gemma3.gguf", "arch/phi3.gguf", "arch/qwen3.gguf",
+                              "arch/smollm3.gguf", "hybrid/qwen3_5.gguf", "moe/mixtral.gguf", "moe/olmoe.gguf",
+                              "moe/qwen3_moe.gguf", "moe/gpt_oss.gguf"}) {
+    SCOPED_TRACE(f);
+    const LanguageModel lm = load_language_model(fixture(f));
+    const i64 V = lm.model->vocab_size();
+    std::vector<i64> ids;
+    for (i64 i = 0; i < 40; ++i) ids.push_back((i * 37 + 11) % V);
+    const ScoreResult one = score_tokens(*lm.model, ids, {.context = 16, .stride = 5});
+    const ScoreResult chunked = score_tokens(*lm.model, ids, {.context = 16, .stride = 5, .chunk = 3});
+    ASSERT_EQ(one.count(), 39);
+    ASSERT_EQ(chunked.count(), 39);
+    for (std::size_t i = 0; i < one.tokens.size(); ++i) EXPECT_NEAR(chunked.tokens[i].logprob, one.tokens[i].logprob, 1e-4) << i;
+    EXPECT_TRUE(std::isfinite(one.perplexity()));
+    // (30 tokens: Phi-3's LongRoPE takes its long factors for a sequence past 32 positions, as
+    // transformers does, which changes every position's numbers.)
+    const ScoreResult whole =
+        score_tokens(*lm.model, std::vector<i64>(ids.begin(), ids.begin() + 30), {.context = 30, .stride = 30});
+    for (std::size_t i = 0; i < 15; ++i) EXPECT_NEAR(whole.tokens[i].logprob, one.tokens[i].logprob, 1e-4) << i;
+  }
+}
+
 TEST(ScoreDefaults, ContextIsThePositionsCappedAndStrideHalf) {
   const LanguageModel& lm = model("gpt2");  // 128 positions
   const ScoreOptions o = resolve_score_options(*lm.model, {});
