@@ -2,7 +2,9 @@
 // tokens before it (and, when asked, the most likely tokens at its position), the text's
 // perplexity, and optionally each scored position's whole distribution saved to a file
 // (infer/logprob_file.h) or compared with a reference's (infer/kl_divergence.h). What
-// `qkv perplexity`, the server's echoed prompt logprobs and Python's LLM.score run on.
+// `qkv perplexity` and Python's LLM.score run on; the server scores an echoed prompt in its
+// scheduler's prefill (SequenceRequest::prompt_logprobs), with the same numbers for a prompt that
+// fits one window.
 //
 // The model sees at most `context` tokens at once, so a long text is run in windows, by the
 // sliding-window rule of transformers' "Perplexity of fixed-length models": windows of N =
