@@ -36,6 +36,9 @@ set(QKV_SOURCES
   models/quant_mix.cpp      # llama-quantize's per-tensor types (the GGUF writers, qkv convert)
   infer/sampling.cpp
   infer/generate.cpp
+  infer/score.cpp           # token log-probabilities and perplexity in sliding windows
+  infer/kl_divergence.cpp   # a model against a reference: KL divergence, delta-p, same top token
+  infer/logprob_file.cpp    # saved log-probabilities (safetensors), for --kl-reference
   infer/speculative.cpp     # drafters (prompt lookup, a draft model) for speculative decoding
   infer/text_stream.cpp     # generated tokens -> text with stop strings (CLI, Python, serve)
   infer/reply.cpp           # a reply's reasoning, answer and markup (<think>, gpt-oss's harmony)

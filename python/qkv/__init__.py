@@ -24,7 +24,7 @@ from ._qkv import (
 )
 from .arrays import asarray, from_dlpack
 from .embedder import Embedder
-from .llm import LLM, Generation, supported_models
+from .llm import LLM, Generation, Score, supported_models
 from .functional import (
     apply_rotary_emb,
     layer_norm,
@@ -40,6 +40,7 @@ __all__ = [
     "Embedder",
     "Generation",
     "LLM",
+    "Score",
     "ShapeError",
     "Tensor",
     "apply_rotary_emb",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 import threading
@@ -47,6 +48,25 @@ class Generation:
     #: with a draft (``qkv.LLM(draft=...)``), the call's counts over all its prompts: ``drafted``,
     #: ``accepted``, ``acceptance``, ``target_passes``, ``tokens_per_pass``; empty without one
     speculative: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Score:
+    """A text scored by :meth:`LLM.score`: each token's log-probability given the tokens before it, in
+    sliding windows (``qkv perplexity``'s rule)."""
+
+    perplexity: float  # exp(nll)
+    nll: float  # mean negative log-likelihood per scored token (natural log)
+    tokens: int  # scored tokens (every one but the first when stride < context)
+    ids: list[int]  # the text's token ids (BOS first when the model adds one)
+    positions: list[int]  # the scored positions of ``ids``, ascending
+    token_logprobs: list[float]  # per scored position: log p(ids[p] | the window's tokens before it)
+    #: per scored position, with ``logprobs=N``: [(id, logprob) of the N most likely tokens], best first
+    top_logprobs: list[list[tuple[int, float]]]
+    context: int  # tokens per window
+    stride: int  # tokens between window starts
+    windows: int
+    seconds: float
 
 
 class _Stops:
@@ -184,6 +204,43 @@ class LLM:
     def detokenize(self, ids: Sequence[int]) -> str:
         """The text of ``ids`` (invalid UTF-8 byte runs become U+FFFD)."""
         return str(self._impl.detokenize(list(ids)))
+
+    # ---- scoring ------------------------------------------------------------------------
+
+    def score(self, text: Prompt, context: int | None = None, stride: int | None = None,
+              logprobs: int | None = None) -> Score:
+        """Scores ``text`` (a string, read as :meth:`tokenize` reads it, or token ids): each token's
+        log-probability given the ones before it, as ``qkv perplexity`` computes it.
+
+        The model sees at most ``context`` tokens at once (default: its positions, at most 2048):
+        windows of ``context`` tokens start every ``stride`` tokens (default: half the context), and
+        each scores only the tokens the previous one did not, with the window's earlier tokens as
+        their context (transformers' "Perplexity of fixed-length models"); the first token is never
+        scored. Log-probabilities are natural logs, computed in float64 from the model's float32
+        logits; ``logprobs=N`` also records the N most likely tokens at each position (N <= 20).
+
+        Raises ValueError (qkv's message) for a text of fewer than 2 tokens, a context outside
+        [2, the model's positions], a stride outside [1, context], before any work.
+        """
+        if isinstance(text, str):
+            ids = self.tokenize(text)
+        else:
+            ids = [int(x) for x in text]
+        for name, value in (("context", context), ("stride", stride)):
+            if value is not None and value < 1:
+                raise ValueError(f"score: {name} must be >= 1, got {value}")
+        ctx, strd, windows, positions, rows, nll_sum, seconds = self._impl.score(
+            ids, context or 0, stride or 0, -1 if logprobs is None else logprobs)
+        n = len(positions)
+        nll = nll_sum / n
+        return Score(perplexity=math.exp(nll), nll=nll, tokens=n, ids=ids, positions=list(positions),
+                     token_logprobs=[lp for _, lp, _ in rows],
+                     top_logprobs=[list(top) for _, _, top in rows] if logprobs is not None else [],
+                     context=ctx, stride=strd, windows=windows, seconds=seconds)
+
+    def perplexity(self, text: Prompt, context: int | None = None, stride: int | None = None) -> float:
+        """``text``'s perplexity: exp of the mean negative log-likelihood of its tokens (:meth:`score`)."""
+        return self.score(text, context, stride).perplexity
 
     # ---- generation ----------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 // (the loader of the CLI: GPT-2 and Llama-family folders, GGUF files; the model's tokenizer,
 // chat template and end-of-sequence tokens), generation through infer::generate with the GIL
 // released (taken back per token for the callback and Python's signal check: Ctrl-C unwinds the
-// call with KeyboardInterrupt).
+// call with KeyboardInterrupt), and a text's token log-probabilities and perplexity through
+// infer::score_tokens.
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 #include "qkv/infer/generate.h"
 #include "qkv/infer/language_model.h"
 #include "qkv/infer/reply.h"
+#include "qkv/infer/score.h"
 #include "qkv/infer/speculative.h"
 #include "qkv/infer/text_stream.h"
 #include "qkv/models/registry.h"
@@ -186,7 +188,29 @@ void register_language_model(nb::module_& m) {
            nb::arg("prompts"), nb::arg("max_new_tokens"), nb::arg("temperature"), nb::arg("top_k"), nb::arg("top_p"),
            nb::arg("seed"), nb::arg("logprobs"), nb::arg("ignore_eos"), nb::arg("on_token").none(), nb::arg("min_p"),
            nb::arg("repeat_penalty"), nb::arg("repeat_last_n"), nb::arg("frequency_penalty"), nb::arg("presence_penalty"),
-           nb::arg("logit_bias"));
+           nb::arg("logit_bias"))
+      // ids -> (context, stride, windows, positions, [(id, logprob, [(id, logprob), ...])] per scored position, nll_sum,
+      // seconds): infer::score_tokens in its sliding windows (context / stride 0: its defaults; top -1: no alternatives),
+      // the GIL released; Python's signals are checked after each forward pass (Ctrl-C: KeyboardInterrupt).
+      .def("score",
+           [](const PyLanguageModel& p, const std::vector<std::int64_t>& ids, std::int64_t context, std::int64_t stride,
+              std::int64_t top) {
+             const infer::ScoreOptions o{.context = context, .stride = stride, .top = top};
+             infer::ScoreResult r;
+             {
+               nb::gil_scoped_release release;
+               infer::check_score(*p.lm.model, ids, o);
+               r = infer::score_tokens(*p.lm.model, ids, o, [](std::int64_t, std::int64_t) {
+                 nb::gil_scoped_acquire gil;
+                 if (PyErr_CheckSignals() != 0) throw nb::python_error();
+               });
+             }
+             std::vector<LogprobRow> rows;
+             rows.reserve(r.tokens.size());
+             for (const infer::TokenLogprob& t : r.tokens) rows.emplace_back(t.id, t.logprob, t.top);
+             return std::make_tuple(r.context, r.stride, r.windows, r.positions, std::move(rows), r.nll_sum, r.seconds);
+           },
+           nb::arg("ids"), nb::arg("context"), nb::arg("stride"), nb::arg("top"));
 
   // A sequence's text, whole UTF-8 characters only, ended where a stop string ends: the CLI's
   // infer::ReplyStream (StopMode::Keep); the eos tokens show no text unless ignore_eos. A chat

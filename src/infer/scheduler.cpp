@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <optional>
 
+#include "qkv/core/parallel.h"
 #include "qkv/core/thread_signals.h"
 #include "qkv/infer/generate.h"
 #include "qkv/infer/kv_cache.h"
+#include "qkv/infer/score.h"
 
 namespace qkv::infer {
 namespace {
@@ -62,6 +64,16 @@ void Sequence::push(GeneratedToken t) {
   cv_.notify_all();
 }
 
+std::vector<TokenLogprob> Sequence::prompt_logprobs() const {
+  std::lock_guard lk(mu_);
+  return prompt_logprobs_;
+}
+
+void Sequence::set_prompt_logprobs(std::vector<TokenLogprob> v) {
+  std::lock_guard lk(mu_);
+  prompt_logprobs_ = std::move(v);
+}
+
 void Sequence::finish(FinishReason r, std::string error) {
   {
     std::lock_guard lk(mu_);
@@ -83,6 +95,7 @@ struct Scheduler::Active {
   i64 generated = 0;
   i64 next = 0;        // the last sampled token, fed by the next decode pass
   bool decoding = false;
+  std::vector<TokenLogprob> prompt_scores;  // with prompt_logprobs: the prompt's tokens scored so far
 };
 
 struct Scheduler::State {
@@ -123,13 +136,21 @@ Scheduler::~Scheduler() { shutdown(std::chrono::milliseconds(0)); }
 
 std::shared_ptr<Sequence> Scheduler::submit(SequenceRequest r) {
   const i64 n = static_cast<i64>(r.prompt.size());
-  if (r.max_new_tokens >= 1 && n >= 1 && n + r.max_new_tokens > opt_.context)
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > kMaxTopLogprobs)
+    throw ValueError("Scheduler: prompt_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) +
+                     "] (or -1 for none), got " + std::to_string(r.prompt_logprobs));
+  if (r.max_new_tokens == 0 && r.prompt_logprobs < 0)
+    throw ValueError("Scheduler: max_new_tokens 0 generates nothing; it goes with prompt_logprobs (the prompt scored)");
+  if (r.max_new_tokens >= 0 && n >= 1 && n + r.max_new_tokens > opt_.context)
     throw ValueError("Scheduler: the prompt has " + std::to_string(n) + " tokens; with max_new_tokens " +
                      std::to_string(r.max_new_tokens) + " that is " + std::to_string(n + r.max_new_tokens) +
                      " positions, more than the context of " + std::to_string(opt_.context));
-  check_generation(*model_, {r.prompt},
-                   GenerationOptions{.max_new_tokens = r.max_new_tokens, .sampling = r.sampling,
-                                     .stop_ids = r.stop_ids, .logprobs = r.logprobs});
+  if (r.max_new_tokens == 0)
+    check_token_ids(*model_, r.prompt, "the prompt");  // a prompt scored alone: its length is checked above
+  else
+    check_generation(*model_, {r.prompt},
+                     GenerationOptions{.max_new_tokens = r.max_new_tokens, .sampling = r.sampling,
+                                       .stop_ids = r.stop_ids, .logprobs = r.logprobs});
   auto seq = std::make_shared<Sequence>(std::move(r));
   {
     std::lock_guard lk(mu_);
@@ -276,12 +297,28 @@ void Scheduler::step(std::vector<std::shared_ptr<Sequence>>& admitted) {
     std::copy(prompt.begin() + a.prefilled, prompt.begin() + a.prefilled + n, ids.data<i64>() + a.slot * n);
     std::fill(st.n_new.begin(), st.n_new.end(), 0);
     st.n_new[static_cast<std::size_t>(a.slot)] = n;
+    // A prompt that is scored keeps every row's logits: row t scores prompt token prefilled + t + 1.
+    const SequenceRequest& rq = a.seq->request();
+    const bool score = rq.prompt_logprobs >= 0;
     Tensor logits;
     try {
-      logits = model_->forward_cached(ids, st.n_new, st.cache).contiguous();
+      logits = model_->forward_cached(ids, st.n_new, st.cache, score).contiguous();
     } catch (const std::exception& e) {
       retire(a, FinishReason::Failed, e.what());
       continue;
+    }
+    const float* rows = logits.data<float>() + a.slot * (score ? n : 1) * V;
+    if (score) {
+      const i64 from = a.prefilled, scored = std::min(n, P - 1 - from);
+      const std::size_t at = a.prompt_scores.size();
+      a.prompt_scores.resize(at + static_cast<std::size_t>(std::max<i64>(scored, 0)));
+      parallel_for(0, std::max<i64>(scored, 0), 1, [&](i64 t0, i64 t1) {
+        for (i64 t = t0; t < t1; ++t) {
+          TokenLogprob& lp = a.prompt_scores[at + static_cast<std::size_t>(t)];
+          lp.id = prompt[static_cast<std::size_t>(from + t + 1)];
+          lp.logprob = token_logprob(rows + t * V, V, lp.id, &lp.top, rq.prompt_logprobs);
+        }
+      });
     }
     a.prefilled += n;
     {
@@ -291,7 +328,12 @@ void Scheduler::step(std::vector<std::shared_ptr<Sequence>>& admitted) {
     }
     if (a.prefilled < P) continue;  // the next chunk, if the budget allows
     st.prefilling.pop_front();
-    if (!emit(a, logits.data<float>() + a.slot * V)) a.decoding = true;
+    if (score) a.seq->set_prompt_logprobs(std::move(a.prompt_scores));  // before the first token or the end
+    if (rq.max_new_tokens == 0) {
+      retire(a, FinishReason::Length);
+      continue;
+    }
+    if (!emit(a, rows + (score ? n - 1 : 0) * V)) a.decoding = true;
   }
 
   // 4. Decode: one token for every running sequence, one forward pass.

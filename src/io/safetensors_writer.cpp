@@ -10,8 +10,13 @@
 // Durability: io::AtomicFile (temp file in the same directory -> write ->
 // fsync(file) -> rename over the target -> fsync(directory)). The rename is the
 // commit point: before it the target is untouched, after it the new file.
+#include <sys/statvfs.h>
+
 #include <limits>
+#include <optional>
 #include <unordered_set>
+
+#include "qkv/core/memory.h"
 
 #include "qkv/io/files.h"
 #include "qkv/io/safetensors.h"
@@ -52,8 +57,14 @@ void append_json_string(std::string& out, std::string_view s) {
 
 }  // namespace
 
-void write_safetensors(const std::string& path, const std::vector<StTensorView>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The 8-byte length and the JSON header of a file holding `tensors` (validated as
+// write_safetensors documents; `with_data`: each view's nbytes and data are checked too, else
+// they are ignored), and in *data_bytes the bytes of tensor data that follow it.
+std::string header_bytes(const std::string& path, const std::vector<StTensorView>& tensors,
+                         const std::map<std::string, std::string>& metadata, bool with_data,
+                         std::uint64_t* data_bytes) {
   const std::string prefix = path + ": cannot write safetensors file: ";
   auto fail = [&](const std::string& what) -> IOError { return IOError(prefix + what); };
 
@@ -63,7 +74,7 @@ void write_safetensors(const std::string& path, const std::vector<StTensorView>&
   // ---- validate everything before touching the file system ----
   std::unordered_set<std::string_view> names;
   std::uint64_t total = 0;
-  std::vector<std::uint64_t> begins;
+  std::vector<std::uint64_t> begins, sizes;
   begins.reserve(tensors.size());
   for (const StTensorView& t : tensors) {
     const std::string tn = "tensor " + msg_quote(t.name);
@@ -82,13 +93,14 @@ void write_safetensors(const std::string& path, const std::vector<StTensorView>&
       need *= ud;
     }
     if (overflow) throw fail(tn + ": shape " + shape_str(t.shape) + " has more bytes than fit in 64 bits");
-    if (t.nbytes != need)
+    if (with_data && t.nbytes != need)
       throw fail(tn + ": nbytes is " + std::to_string(t.nbytes) + " but " + st_dtype_name(t.dtype) + " " +
                  shape_str(t.shape) + " needs " + std::to_string(need));
-    if (need > 0 && t.data == nullptr) throw fail(tn + ": data is null");
+    if (with_data && need > 0 && t.data == nullptr) throw fail(tn + ": data is null");
     if (total > std::numeric_limits<std::uint64_t>::max() - need)
       throw fail("total tensor bytes overflow 64 bits");
     begins.push_back(total);
+    sizes.push_back(need);
     total += need;
   }
   for (const auto& [k, v] : metadata) {
@@ -127,7 +139,7 @@ void write_safetensors(const std::string& path, const std::vector<StTensorView>&
     buf += "],\"data_offsets\":[";
     buf += std::to_string(begins[i]);
     buf += ',';
-    buf += std::to_string(begins[i] + t.nbytes);
+    buf += std::to_string(begins[i] + sizes[i]);
     buf += "]}";
   }
   buf += '}';
@@ -137,6 +149,26 @@ void write_safetensors(const std::string& path, const std::vector<StTensorView>&
     throw fail("header would be " + std::to_string(n) + " bytes, over the format's limit of " +
                std::to_string(detail::kMaxHeaderSize));
   for (int i = 0; i < 8; ++i) buf[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  *data_bytes = total;
+  return buf;
+}
+
+// Bytes free for an unprivileged writer on the file system that holds `path`'s directory, or
+// nullopt when it cannot tell.
+std::optional<std::uint64_t> free_bytes_for(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? std::string(".") : path.substr(0, slash + 1);
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return std::nullopt;
+  return static_cast<std::uint64_t>(st.f_bavail) * static_cast<std::uint64_t>(st.f_frsize);
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<StTensorView>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::uint64_t data_bytes = 0;
+  const std::string buf = header_bytes(path, tensors, metadata, true, &data_bytes);
 
   // ---- temp file next to the target, the bytes, then the commit (io/files.h) ----
   AtomicFile out(path, "safetensors file", "safetensors");
@@ -147,6 +179,39 @@ void write_safetensors(const std::string& path, const std::vector<StTensorView>&
     write_point("safetensors: tensor written");
   }
   out.commit();
+}
+
+SafetensorsStreamWriter::SafetensorsStreamWriter(const std::string& path, const std::vector<StTensorView>& tensors,
+                                                 const std::map<std::string, std::string>& metadata)
+    : path_(path) {
+  std::uint64_t data_bytes = 0;
+  const std::string buf = header_bytes(path, tensors, metadata, false, &data_bytes);
+  file_bytes_ = buf.size() + data_bytes;
+  remaining_ = data_bytes;
+  if (const auto free = free_bytes_for(path); free && *free < file_bytes_)
+    throw IOError(path + ": cannot write safetensors file: it needs " + format_bytes(file_bytes_) + " (" +
+                  std::to_string(file_bytes_) + " bytes), but its file system has " + format_bytes(*free) + " free");
+  out_ = std::make_unique<AtomicFile>(path, "safetensors file", "safetensors");
+  out_->write(buf.data(), buf.size());
+  write_point("safetensors: header written");
+}
+
+SafetensorsStreamWriter::~SafetensorsStreamWriter() = default;
+
+void SafetensorsStreamWriter::write(const void* data, std::uint64_t nbytes) {
+  if (nbytes > remaining_)
+    throw IOError(path_ + ": cannot write safetensors file: " + std::to_string(nbytes) + " more bytes given, but only " +
+                  std::to_string(remaining_) + " of the declared tensors remain");
+  out_->write(data, nbytes);
+  remaining_ -= nbytes;
+}
+
+void SafetensorsStreamWriter::commit() {
+  if (remaining_ != 0)
+    throw IOError(path_ + ": cannot write safetensors file: " + std::to_string(remaining_) +
+                  " bytes of the declared tensors were never given");
+  write_point("safetensors: data written");
+  out_->commit();
 }
 
 }  // namespace qkv::io

@@ -1,5 +1,7 @@
 // POST /v1/chat/completions and /v1/completions: the request -> a scheduler's sequence -> a JSON
 // response, or server-sent events as the tokens come (see server.h).
+#include <functional>
+
 #include <nlohmann/json.hpp>
 
 #include "qkv/tokenize/utf8.h"
@@ -22,6 +24,7 @@ struct Prepared {
   const TextModel* model = nullptr;
   GenerationParams params;
   infer::SequenceRequest request;
+  std::string echo_text;  // with echo: the prompt as given (a text), or its ids decoded
 };
 
 [[noreturn]] void context_exceeded(const Prepared& p, i64 ctx, i64 P, const std::optional<i64>& max_tokens) {
@@ -78,7 +81,17 @@ Prepared prepare(Server::Impl& s, const httplib::Request& req, ApiKind kind) {
   if (P == 0)
     throw ApiError(400, "The prompt is empty: it gives no tokens.", kind == ApiKind::Chat ? "messages" : "prompt",
                    "empty_prompt");
-  if (P >= ctx || (g.max_tokens && *g.max_tokens > ctx - P)) context_exceeded(p, ctx, P, g.max_tokens);
+  // max_tokens 0 (with echo): the prompt alone, which may fill the context.
+  const bool prompt_only = g.max_tokens && *g.max_tokens == 0;
+  if (prompt_only ? P > ctx : (P >= ctx || (g.max_tokens && *g.max_tokens > ctx - P)))
+    context_exceeded(p, ctx, P, g.max_tokens);
+  if (g.echo) {
+    try {
+      p.echo_text = g.prompt_is_ids ? m.lm->tok().decode(prompt) : g.prompt;
+    } catch (const ValueError& e) {
+      throw ApiError(400, std::string("Invalid 'echo': ") + e.what(), "echo", "invalid_value");
+    }
+  }
   infer::SequenceRequest& r = p.request;
   r.prompt = std::move(prompt);
   r.max_new_tokens = g.max_tokens.value_or(ctx - P);
@@ -105,6 +118,9 @@ Prepared prepare(Server::Impl& s, const httplib::Request& req, ApiKind kind) {
   r.sampling.logit_bias = g.logit_bias;
   if (!g.ignore_eos) r.stop_ids = m.lm->eos_ids;
   r.logprobs = g.logprobs ? g.top_logprobs : -1;
+  // An echoed prompt with logprobs is scored in its prefill; a prompt alone (max_tokens 0) is
+  // always run so (the scheduler's one way to end a sequence without a token).
+  if (g.echo && (g.logprobs || prompt_only)) r.prompt_logprobs = g.top_logprobs;
   return p;
 }
 
@@ -146,6 +162,15 @@ class Generation {
     content += tail.content;
     reasoning += tail.reasoning;
     if (const auto err = failure()) return answer_error(res, *err);
+    if (p_.params.echo) {
+      content = p_.echo_text + content;
+      if (p_.params.logprobs) {
+        json all = prompt_logprobs();
+        for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+          for (const json& v : lp[k]) all[k].push_back(v);
+        lp = std::move(all);
+      }
+    }
     json choice = {{"index", 0}, {"logprobs", p_.params.logprobs ? lp : json(nullptr)}, {"finish_reason", finish_reason()}};
     if (chat()) {
       choice["message"] = {{"role", "assistant"}, {"content", content}};
@@ -164,6 +189,13 @@ class Generation {
       json delta = {{"role", "assistant"}, {"content", ""}};
       if (!send(sink, chunk(delta, nullptr, nullptr, usage_chunks))) return false;
     }
+    // With echo, the prompt's text (and its scores) is the first chunk, once the prompt is
+    // prefilled (its scores are set by then); a sequence that failed sends its error instead.
+    auto echo = [&] {
+      if (!p_.params.echo || failure()) return true;
+      return send(sink, chunk(json(p_.echo_text), p_.params.logprobs ? prompt_logprobs() : json(nullptr), nullptr,
+                              usage_chunks));
+    };
     const bool ok = pump(
         [&](const std::string& piece, const std::string& thought, const infer::GeneratedToken& t) {
           if (!thought.empty() && !send(sink, chunk({{"reasoning_content", thought}}, nullptr, nullptr, usage_chunks)))
@@ -173,7 +205,7 @@ class Generation {
           add_logprob(lp, t, piece);
           return send(sink, chunk(content_delta(piece), p_.params.logprobs ? lp : json(nullptr), nullptr, usage_chunks));
         },
-        &sink);
+        &sink, echo);
     if (!ok) return false;
     const infer::ReplyStream::Piece tail = text_.finish();
     if (!tail.reasoning.empty() &&
@@ -207,11 +239,21 @@ class Generation {
  private:
   // Takes tokens until the sequence ends or a stop string appears, calling on_token(text piece,
   // token) for each; false (sequence cancelled) when the client is gone or on_token says so.
+  // on_start(), when given, runs once before the first token is handed on, or at the end when
+  // there is none; false (the client is gone) ends the pump as on_token's false does.
   template <class Fn>
-  bool pump(const Fn& on_token, httplib::DataSink* sink = nullptr) {
+  bool pump(const Fn& on_token, httplib::DataSink* sink = nullptr, const std::function<bool()>& on_start = {}) {
     std::vector<infer::GeneratedToken> got;
+    bool started = false;
     for (;;) {
       const bool ended = seq_->wait(got, kPoll);
+      if (!started && (ended || !got.empty())) {
+        started = true;
+        if (on_start && !on_start()) {
+          abandon();
+          return false;
+        }
+      }
       for (const auto& t : got) {
         observe(t);
         const infer::ReplyStream::Piece piece = text_.push(t.id);
@@ -299,18 +341,51 @@ class Generation {
             {"text_offset", json::array()}};
   }
 
+  // A token's own text (its leading space kept, as OpenAI shows tokens), invalid UTF-8 as U+FFFD.
+  // An id past the tokenizer's vocabulary (a padded embedding row) has no text.
+  std::string raw_of(std::int64_t id) const {
+    const tokenize::Tokenizer& tok = m_.lm->tok();
+    return id < tok.vocab_size() ? tok.token_text(id) : std::string();
+  }
+  std::string text_of(std::int64_t id) const {
+    std::string out;
+    tokenize::utf8::append_lossy(raw_of(id), /*final=*/true, out);
+    return out;
+  }
+
+  // The legacy logprobs object of the echoed prompt: every prompt token, the first with a null
+  // logprob and top_logprobs (nothing predicts it); text_offset the byte where the token's text
+  // starts as the prompt's tokens decode one by one (a BOS the server added shows no text: 0).
+  json prompt_logprobs() const {
+    json lp = logprobs_init();
+    const std::vector<infer::TokenLogprob> scores = seq_->prompt_logprobs();
+    const std::vector<i64>& ids = p_.request.prompt;
+    const infer::LanguageModel& lm = *m_.lm;
+    std::vector<i64> skip;
+    if (!p_.params.prompt_is_ids && lm.add_bos && lm.bos_id && !ids.empty() && ids[0] == *lm.bos_id)
+      skip.push_back(*lm.bos_id);
+    infer::TextStream ts(lm.tokenizer, {.skip = skip});
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::string piece = ts.push(ids[i]);
+      lp["tokens"].push_back(text_of(ids[i]));
+      lp["text_offset"].push_back(ts.released() - piece.size());
+      if (i == 0 || i - 1 >= scores.size()) {
+        lp["token_logprobs"].push_back(nullptr);
+        lp["top_logprobs"].push_back(nullptr);
+        continue;
+      }
+      const infer::TokenLogprob& t = scores[i - 1];
+      json top = json::object();
+      for (const auto& [id, l] : t.top) top[text_of(id)] = l;
+      lp["token_logprobs"].push_back(t.logprob);
+      lp["top_logprobs"].push_back(top);
+    }
+    return lp;
+  }
+
   // Appends token t (whose text piece was just released) to a logprobs object.
   void add_logprob(json& lp, const infer::GeneratedToken& t, const std::string& piece) const {
     if (!p_.params.logprobs) return;
-    const tokenize::Tokenizer& tok = m_.lm->tok();
-    // A token's own text (its leading space kept, as OpenAI shows tokens), invalid UTF-8 as U+FFFD.
-    // An id past the tokenizer's vocabulary (a padded embedding row) has no text.
-    auto raw_of = [&](std::int64_t id) { return id < tok.vocab_size() ? tok.token_text(id) : std::string(); };
-    auto text_of = [&](std::int64_t id) {
-      std::string out;
-      tokenize::utf8::append_lossy(raw_of(id), /*final=*/true, out);
-      return out;
-    };
     if (chat()) {
       json top = json::array();
       for (const auto& [id, l] : t.top)
@@ -323,7 +398,8 @@ class Generation {
       lp["tokens"].push_back(text_of(t.id));
       lp["token_logprobs"].push_back(t.logprob);
       lp["top_logprobs"].push_back(top);
-      lp["text_offset"].push_back(text_.content_stream().released() - piece.size());
+      // Offsets count from the start of the returned text: after the echoed prompt, if any.
+      lp["text_offset"].push_back(p_.echo_text.size() + text_.content_stream().released() - piece.size());
     }
   }
 

@@ -344,16 +344,17 @@ GenerationParams parse_generation_request(std::string_view body, ApiKind kind) {
     }
   } else {
     parse_prompt(o, p);
-    if (const json* e = field(o, "echo"); e && get_bool(*e, "echo"))
-      bad_value("echo", "echo is not supported (only false).");
+    if (const json* e = field(o, "echo")) p.echo = get_bool(*e, "echo");
     if (const json* s = field(o, "suffix"); s && !(s->is_string() && s->get_ref<const std::string&>().empty()))
       bad_value("suffix", "suffix is not supported.");
   }
   if (const json* n = field(o, "n"); n && get_int(*n, "n", 1, 128) != 1)
     bad_value("n", "only n = 1 is supported, got " + show(*n) + ".");
   constexpr i64 kMaxI = std::numeric_limits<i64>::max();
-  if (const json* m = field(o, "max_tokens")) p.max_tokens = get_int(*m, "max_tokens", 1, kMaxI);
-  if (const json* m = field(o, "max_completion_tokens")) p.max_tokens = get_int(*m, "max_completion_tokens", 1, kMaxI);
+  // 0 tokens: the prompt echoed (and scored) alone.
+  const i64 least = p.echo ? 0 : 1;
+  if (const json* m = field(o, "max_tokens")) p.max_tokens = get_int(*m, "max_tokens", least, kMaxI);
+  if (const json* m = field(o, "max_completion_tokens")) p.max_tokens = get_int(*m, "max_completion_tokens", least, kMaxI);
   if (const json* t = field(o, "temperature")) p.temperature = get_number(*t, "temperature", 0.0, 2.0);
   if (const json* t = field(o, "top_p")) p.top_p = get_number(*t, "top_p", 0.0, 1.0);
   if (const json* t = field(o, "top_k")) p.top_k = get_int(*t, "top_k", 0, kMaxI);

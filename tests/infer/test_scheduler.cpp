@@ -15,6 +15,7 @@
 #include "qkv/core/rng.h"
 #include "qkv/infer/generate.h"
 #include "qkv/infer/scheduler.h"
+#include "qkv/infer/score.h"
 #include "testing/concurrent.h"
 #include "testing/gated_model.h"
 #include "testing/guards.h"
@@ -256,7 +257,14 @@ TEST(Scheduler, BadRequestsAreNamedBeforeQueueing) {
   EXPECT_NE(msg({.prompt = {}, .max_new_tokens = 1}).find("empty"), std::string::npos);
   EXPECT_NE(msg({.prompt = {61}, .max_new_tokens = 1}).find("token id 61"), std::string::npos);
   EXPECT_NE(msg({.prompt = {-1}, .max_new_tokens = 1}).find("token id -1"), std::string::npos);
-  EXPECT_NE(msg({.prompt = {1}, .max_new_tokens = 0}).find("max_new_tokens must be >= 1"), std::string::npos);
+  EXPECT_NE(msg({.prompt = {1}, .max_new_tokens = 0}).find("max_new_tokens 0 generates nothing; it goes with prompt_logprobs"),
+            std::string::npos);
+  EXPECT_NE(msg({.prompt = {1}, .max_new_tokens = -1}).find("max_new_tokens must be >= 1"), std::string::npos);
+  EXPECT_NE(msg({.prompt = {1}, .max_new_tokens = 1, .prompt_logprobs = 21}).find("prompt_logprobs must be in [0, 20]"),
+            std::string::npos);
+  EXPECT_NE(msg({.prompt = {1, 61}, .max_new_tokens = 0, .prompt_logprobs = 0}).find("token id 61"), std::string::npos);
+  EXPECT_NE(msg({.prompt = std::vector<i64>(33, 1), .max_new_tokens = 0, .prompt_logprobs = 0}).find("more than the context of 32"),
+            std::string::npos);
   EXPECT_NE(msg({.prompt = std::vector<i64>(30, 1), .max_new_tokens = 3}).find("more than the context of 32"),
             std::string::npos);
   EXPECT_NE(msg({.prompt = {1}, .max_new_tokens = 1, .sampling = {.temperature = -1}}).find("temperature"),
@@ -267,6 +275,39 @@ TEST(Scheduler, BadRequestsAreNamedBeforeQueueing) {
   EXPECT_THROW(Scheduler(model(), {.slots = 0}), qkv::ValueError);
   EXPECT_THROW(Scheduler(model(), {.slots = 1, .context = 65}), qkv::ValueError);
   EXPECT_THROW(Scheduler(model(), {.slots = 1, .prefill_chunk = 0}), qkv::ValueError);
+}
+
+// A scored prompt: its tokens' log-probabilities are those of infer::score_tokens over one window
+// holding it (prefill chunks of 5 cut it in pieces), set before the first token; the generated
+// tokens are those of the same request without scoring; max_new_tokens 0 scores and ends.
+TEST(Scheduler, PromptLogprobsAreThoseOfScoreTokens) {
+  Scheduler s(model(), {.slots = 3, .context = 64, .prefill_chunk = 5});
+  for (const std::vector<i64>& p : {std::vector<i64>{1, 2, 3}, std::vector<i64>{9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2, 3, 4},
+                                    std::vector<i64>{11}}) {
+    for (i64 max_new : {0, 6}) {
+      auto seq = s.submit({.prompt = p, .max_new_tokens = max_new, .logprobs = 1, .prompt_logprobs = 3});
+      const std::vector<GeneratedToken> got = drain(*seq);
+      EXPECT_EQ(seq->finish_reason(), FinishReason::Length);
+      EXPECT_EQ(static_cast<i64>(got.size()), max_new);
+      const std::vector<TokenLogprob> lp = seq->prompt_logprobs();
+      ASSERT_EQ(lp.size(), p.size() - 1);
+      if (p.size() > 1) {
+        const ScoreResult want = score_tokens(*model(), p, {.context = static_cast<i64>(p.size()),
+                                                            .stride = static_cast<i64>(p.size()), .top = 3});
+        for (std::size_t i = 0; i < lp.size(); ++i) {
+          EXPECT_EQ(lp[i].id, p[i + 1]);
+          EXPECT_NEAR(lp[i].logprob, want.tokens[i].logprob, 1e-5) << i;
+          ASSERT_EQ(lp[i].top.size(), 3u);
+          EXPECT_EQ(lp[i].top[0].first, want.tokens[i].top[0].first) << i;
+        }
+      }
+      if (max_new > 0) {
+        const Served plain = serve(s, {.prompt = p, .max_new_tokens = max_new, .logprobs = 1});
+        EXPECT_EQ(ids(got), ids(plain.tokens));
+      }
+    }
+  }
+  EXPECT_EQ(s.stats().busy, 0);
 }
 
 }  // namespace

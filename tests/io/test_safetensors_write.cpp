@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <string>
 
@@ -364,6 +365,55 @@ TEST(SafetensorsWrite, PythonSafetensorsReadsOurFile) {
   }
   const std::string cmd = "\"" + py + "\" \"" + script + "\" \"" + (dir / "ours.safetensors") + "\"";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+// The stream writer: the same bytes as write_safetensors for the same tensors given in pieces;
+// too many or too few bytes are refused and leave the previous file and no temp file; a file
+// larger than the file system's free space is refused before anything is created.
+TEST(SafetensorsStreamWriter, SameBytesAsTheWholeWriterAndRefusesWrongSizes) {
+  ScratchDir dir;
+  const std::vector<std::int64_t> ids = iota_vec<std::int64_t>(5, 7);
+  const std::vector<float> rows = iota_vec<float>(12, 0.5f);
+  const std::map<std::string, std::string> meta = {{"format", "x"}};
+  write_safetensors(dir / "whole.safetensors", {view("ids", StDType::I64, {5}, ids), view("rows", StDType::F32, {3, 4}, rows)},
+                    meta);
+  const std::vector<StTensorView> decl = {{"ids", StDType::I64, {5}, nullptr, 0}, {"rows", StDType::F32, {3, 4}, nullptr, 0}};
+  {
+    SafetensorsStreamWriter w(dir / "stream.safetensors", decl, meta);
+    EXPECT_EQ(w.remaining(), 5u * 8 + 12u * 4);
+    w.write(ids.data(), 5 * 8);
+    for (int r = 0; r < 3; ++r) w.write(rows.data() + r * 4, 16);
+    EXPECT_EQ(w.remaining(), 0u);
+    EXPECT_THROW(w.write(rows.data(), 1), qkv::IOError);
+    w.commit();
+    EXPECT_EQ(w.file_bytes(), read_all(dir / "whole.safetensors").size());
+  }
+  EXPECT_EQ(read_all(dir / "stream.safetensors"), read_all(dir / "whole.safetensors"));
+
+  // A writer that is not given every byte: commit refuses, the old file stays, no temp file.
+  const Bytes before = read_all(dir / "stream.safetensors");
+  {
+    SafetensorsStreamWriter w(dir / "stream.safetensors", decl, meta);
+    w.write(ids.data(), 5 * 8);
+    try {
+      w.commit();
+      ADD_FAILURE() << "commit with bytes missing";
+    } catch (const qkv::IOError& e) {
+      EXPECT_NE(std::string(e.what()).find("48 bytes of the declared tensors were never given"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(read_all(dir / "stream.safetensors"), before);
+  EXPECT_TRUE(dir.temp_files().empty());
+
+  // More bytes than any file system holds: refused up front, naming the size.
+  try {
+    SafetensorsStreamWriter w(dir / "huge.safetensors", {{"x", StDType::F32, {std::int64_t{1} << 40, 1 << 20}, nullptr, 0}});
+    ADD_FAILURE() << "a 4 EiB file was started";
+  } catch (const qkv::IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("free"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(dir.temp_files().empty());
 }
 
 }  // namespace

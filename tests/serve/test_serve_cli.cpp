@@ -101,7 +101,7 @@ std::vector<Hostile> json_corpus() {
                R"({"messages":[{"role":"user","content":")" + std::string(30000, 'x') + R"("}]})", 400});
   // Completions and embeddings.
   for (const std::string b : {R"({"prompt":null})", R"({"prompt":[]})", R"({"prompt":[[]]})", R"({"prompt":[-1]})",
-                              R"({"prompt":[1000]})", R"({"prompt":[1e3]})", R"({"prompt":["a","b"]})", R"({"prompt":"a","echo":true})",
+                              R"({"prompt":[1000]})", R"({"prompt":[1e3]})", R"({"prompt":["a","b"]})", R"({"prompt":"a","max_tokens":0})",
                               R"({"prompt":"a","n":5})", R"({"prompt":"a","logprobs":-1})", R"({"prompt":""})"})
     c.push_back({"completion " + b, comp, b, 400});
   c.push_back({"completion ids (valid)", comp, R"({"prompt":[1,2,3],"max_tokens":2})", 200});

@@ -67,6 +67,14 @@ TEST(ServeParse, CompletionPromptForms) {
   const GenerationParams lp = parse_generation_request(R"({"prompt": "a", "logprobs": 3, "echo": false})", ApiKind::Completion);
   EXPECT_TRUE(lp.logprobs);
   EXPECT_EQ(lp.top_logprobs, 3);
+  EXPECT_FALSE(lp.echo);
+  // echo, and max_tokens 0 with it (the prompt alone).
+  const GenerationParams e = parse_generation_request(R"({"prompt": "a", "echo": true, "max_tokens": 0, "logprobs": 1})",
+                                                      ApiKind::Completion);
+  EXPECT_TRUE(e.echo);
+  EXPECT_EQ(e.max_tokens, 0);
+  EXPECT_THROW(parse_generation_request(R"({"prompt": "a", "max_tokens": 0})", ApiKind::Completion), ApiError);
+  EXPECT_THROW(parse_generation_request(R"({"prompt": "a", "echo": true, "max_tokens": -1})", ApiKind::Completion), ApiError);
 }
 
 TEST(ServeParse, ErrorsNameTheParamAndCode) {

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "qkv/infer/generate.h"
+#include "qkv/infer/score.h"
 #include "serve_test_util.h"
 
 namespace {
@@ -182,6 +183,124 @@ TEST(ServerCompletions, LogprobsListsHaveOneEntryPerToken) {
     EXPECT_LE(lp["top_logprobs"][i].size(), 2u);
   }
   EXPECT_EQ(joined, r["choices"][0]["text"]);
+}
+
+// echo: the prompt's text before the completion's, and with logprobs the prompt's tokens too (the
+// first with null logprob and top_logprobs), the same numbers as infer::score_tokens over the
+// prompt; the completion is the one without echo; text_offset counts from the start of the
+// returned text.
+TEST(ServerCompletions, EchoReturnsAndScoresThePrompt) {
+  const std::string text = "And God said, Let there be light";
+  const auto ids = gpt2_tiny_tokenizer()->encode(text);
+  const i64 P = static_cast<i64>(ids.size());
+  const json plain = post("/v1/completions", {{"prompt", text}, {"max_tokens", 8}, {"temperature", 0}, {"logprobs", 2}});
+  const json r = post("/v1/completions",
+                      {{"prompt", text}, {"max_tokens", 8}, {"temperature", 0}, {"logprobs", 2}, {"echo", true}});
+  const json& c = r["choices"][0];
+  EXPECT_EQ(c["text"], text + plain["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(c["finish_reason"], plain["choices"][0]["finish_reason"]);
+  EXPECT_EQ(r["usage"], plain["usage"]);
+  const json& lp = c["logprobs"];
+  const i64 n = plain["usage"]["completion_tokens"];
+  ASSERT_EQ(static_cast<i64>(lp["tokens"].size()), P + n);
+  ASSERT_EQ(static_cast<i64>(lp["token_logprobs"].size()), P + n);
+  ASSERT_EQ(static_cast<i64>(lp["top_logprobs"].size()), P + n);
+  ASSERT_EQ(static_cast<i64>(lp["text_offset"].size()), P + n);
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  const qkv::infer::ScoreResult want = qkv::infer::score_tokens(*gpt2_tiny_model(), ids, {.context = P, .stride = P, .top = 2});
+  const auto tok = gpt2_tiny_tokenizer();
+  for (i64 i = 1; i < P; ++i) {
+    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), want.tokens[static_cast<std::size_t>(i - 1)].logprob, 1e-5) << i;
+    ASSERT_EQ(lp["top_logprobs"][i].size(), 2u);
+    EXPECT_TRUE(lp["top_logprobs"][i].contains(tok->token_text(want.tokens[static_cast<std::size_t>(i - 1)].top[0].first)));
+  }
+  // The completion's entries are those of the request without echo (the first token's numbers
+  // come from the prefill's head over every row, which rounds apart from the last row's alone by
+  // ~1e-7); the offsets run on.
+  const json& plp = plain["choices"][0]["logprobs"];
+  for (i64 i = 0; i < n; ++i) {
+    EXPECT_EQ(lp["tokens"][P + i], plp["tokens"][i]) << i;
+    EXPECT_NEAR(lp["token_logprobs"][P + i].get<double>(), plp["token_logprobs"][i].get<double>(), 1e-5) << i;
+    ASSERT_EQ(lp["top_logprobs"][P + i].size(), plp["top_logprobs"][i].size()) << i;
+    for (const auto& [t, l] : plp["top_logprobs"][i].items())
+      EXPECT_NEAR(lp["top_logprobs"][P + i][t].get<double>(), l.get<double>(), 1e-5) << i << " " << t;
+  }
+  std::string joined;
+  for (i64 i = 0; i < P + n; ++i) {
+    EXPECT_EQ(lp["text_offset"][i].get<std::size_t>(), joined.size()) << i;
+    joined += lp["tokens"][i].get<std::string>();
+  }
+  EXPECT_EQ(joined, c["text"]);
+
+  // max_tokens 0: the prompt alone, scored; as ids, echoed as their text.
+  for (const json& prompt : {json(text), json(ids)}) {
+    const json z = post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 0}});
+    EXPECT_EQ(z["choices"][0]["text"], text);
+    EXPECT_EQ(z["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(z["usage"]["completion_tokens"], 0);
+    EXPECT_EQ(z["choices"][0]["logprobs"]["tokens"].size(), static_cast<std::size_t>(P));
+    for (i64 i = 1; i < P; ++i)
+      EXPECT_EQ(z["choices"][0]["logprobs"]["token_logprobs"][i], lp["token_logprobs"][i]) << i;
+  }
+  // echo without logprobs: the text only; max_tokens 0 without logprobs the prompt alone.
+  const json e = post("/v1/completions", {{"prompt", text}, {"max_tokens", 8}, {"temperature", 0}, {"echo", true}});
+  EXPECT_EQ(e["choices"][0]["text"], c["text"]);
+  EXPECT_TRUE(e["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(post("/v1/completions", {{"prompt", text}, {"max_tokens", 0}, {"echo", true}})["choices"][0]["text"], text);
+}
+
+// Streamed with echo: the first event is the prompt's text (with its logprobs), then the
+// completion's events as without echo, offsets counted from the start of the whole text.
+TEST(ServerCompletions, EchoStreamsThePromptFirst) {
+  const std::string text = "In the beginning God";
+  const json body = {{"prompt", text}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 1}, {"echo", true}};
+  const json whole = post("/v1/completions", body);
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  const std::string raw = post_raw("/v1/completions", streamed_body);
+  const Streamed s = parse_stream(raw);
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(s.text, whole["choices"][0]["text"]);
+  const std::vector<std::string> ev = sse_events(raw);
+  ASSERT_GE(ev.size(), 2u);
+  const json first = json::parse(ev[0]);
+  EXPECT_EQ(first["choices"][0]["text"], text);
+  const json& lp = first["choices"][0]["logprobs"];
+  const auto P = gpt2_tiny_tokenizer()->encode(text).size();
+  ASSERT_EQ(lp["tokens"].size(), P);
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  // Every streamed logprob entry, in order, is the non-streamed response's.
+  json tokens = json::array(), offsets = json::array();
+  for (const std::string& e : ev) {
+    if (e == "[DONE]") continue;
+    const json j = json::parse(e);
+    const json& l = j["choices"][0]["logprobs"];
+    if (l.is_null()) continue;
+    for (const json& t : l["tokens"]) tokens.push_back(t);
+    for (const json& o : l["text_offset"]) offsets.push_back(o);
+  }
+  EXPECT_EQ(tokens, whole["choices"][0]["logprobs"]["tokens"]);
+  EXPECT_EQ(offsets, whole["choices"][0]["logprobs"]["text_offset"]);
+  // The prompt alone, streamed.
+  const Streamed z = parse_stream(post_raw("/v1/completions", {{"prompt", text}, {"max_tokens", 0}, {"echo", true},
+                                                               {"stream", true}}));
+  EXPECT_EQ(z.text, text);
+  EXPECT_EQ(z.finish_reason, "length");
+}
+
+// A prompt that fills the context (128 positions): scored alone with echo, refused with a token
+// to generate.
+TEST(ServerCompletions, EchoOfAPromptAtTheContextLimit) {
+  std::vector<i64> ids(128);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<i64>(100 + i % 50);
+  const json z = post("/v1/completions", {{"prompt", ids}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 1}});
+  EXPECT_EQ(z["choices"][0]["logprobs"]["tokens"].size(), 128u);
+  const json r = post("/v1/completions", {{"prompt", ids}, {"max_tokens", 1}, {"echo", true}}, 400);
+  EXPECT_EQ(r["error"]["code"], "context_length_exceeded");
+  ids.push_back(5);
+  const json over = post("/v1/completions", {{"prompt", ids}, {"max_tokens", 0}, {"echo", true}}, 400);
+  EXPECT_EQ(over["error"]["code"], "context_length_exceeded");
 }
 
 TEST(ServerGeneration, StopStringsEndTheTextBeforeThem) {

@@ -17,6 +17,7 @@ set(QKV_TOOL_SOURCES
   cmd_bench.cpp
   cmd_bench_generate.cpp
   cmd_generate.cpp
+  cmd_perplexity.cpp
   cmd_chat.cpp
   line_reader.cpp
   sampling_flags.cpp

@@ -44,6 +44,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/infer/causal_lm.h"
+#include "qkv/infer/generate.h"
 #include "qkv/infer/sampling.h"
 
 namespace qkv::infer {
@@ -62,10 +63,19 @@ struct SchedulerOptions {
 
 struct SequenceRequest {
   std::vector<std::int64_t> prompt;    // token ids, at least one
-  std::int64_t max_new_tokens = 16;    // >= 1; prompt + max_new_tokens <= the slots' context
+  // >= 1; prompt + max_new_tokens <= the slots' context. 0 with prompt_logprobs: the prompt is
+  // scored and nothing generated (the sequence ends with FinishReason::Length).
+  std::int64_t max_new_tokens = 16;
   SamplingOptions sampling;            // greedy by default; seeded draws
   std::vector<std::int64_t> stop_ids;  // tokens that end the sequence (kept in its output)
   std::int64_t logprobs = -1;          // >= 0: each token's log-probability and this many alternatives (<= 20)
+  // >= 0: the prompt is scored too: every prompt token after the first gets its log-probability
+  // and this many alternatives (<= 20), from the logits of the prefill (the same numbers as
+  // infer/score.h gives for a window holding the whole prompt), in Sequence::prompt_logprobs().
+  // Its prefill passes keep every row's logits: slots x prefill_chunk x V floats per pass; the
+  // first generated token is then chosen from that head over every row, whose numbers may round
+  // apart from the last row's alone by ~1e-7.
+  std::int64_t prompt_logprobs = -1;
 };
 
 // One new token as the scheduler made it.
@@ -103,6 +113,10 @@ class Sequence {
   FinishReason finish_reason() const;
   std::string error() const;  // the failure's message, for FinishReason::Failed
   std::int64_t prompt_tokens() const { return static_cast<std::int64_t>(request_.prompt.size()); }
+  // With SequenceRequest::prompt_logprobs >= 0: prompt tokens 1 .. P - 1, scored; set once the
+  // prompt is prefilled, before the first token arrives and before the end (empty for a sequence
+  // that failed or was cancelled before that).
+  std::vector<TokenLogprob> prompt_logprobs() const;
   const SequenceRequest& request() const { return request_; }
   std::chrono::steady_clock::time_point submitted() const { return submitted_; }
 
@@ -111,6 +125,7 @@ class Sequence {
  private:
   friend class Scheduler;
   void push(GeneratedToken t);                          // scheduler: a new token
+  void set_prompt_logprobs(std::vector<TokenLogprob> v);  // scheduler: the prompt's scores
   void finish(FinishReason r, std::string error = {});  // scheduler: the end
 
   const SequenceRequest request_;
@@ -119,6 +134,7 @@ class Sequence {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<GeneratedToken> pending_;  // made, not yet taken by wait()
+  std::vector<TokenLogprob> prompt_logprobs_;
   FinishReason reason_ = FinishReason::None;
   bool ended_ = false;
   std::string error_;

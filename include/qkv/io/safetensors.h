@@ -145,4 +145,35 @@ struct StTensorView {
 void write_safetensors(const std::string& path, const std::vector<StTensorView>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// A safetensors file written in pieces, for data too large to hold in memory at once (the saved
+// log-probabilities of `qkv perplexity`): the tensors' names, dtypes and shapes come first (they
+// make the header, the same as write_safetensors writes; StTensorView::data and nbytes are not
+// used), then their bytes in that order through write(), in pieces of any size. Validates as
+// write_safetensors does and, before creating anything, checks that the file system holding
+// `path` has room for the whole file (IOError naming the bytes needed and free). The bytes go to a
+// temp file beside `path` (io::AtomicFile): commit() renames it into place; until then the target
+// is untouched, and a writer destroyed before commit() removes its temp file.
+class AtomicFile;
+class SafetensorsStreamWriter {
+ public:
+  SafetensorsStreamWriter(const std::string& path, const std::vector<StTensorView>& tensors,
+                          const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsStreamWriter();
+  SafetensorsStreamWriter(const SafetensorsStreamWriter&) = delete;
+  SafetensorsStreamWriter& operator=(const SafetensorsStreamWriter&) = delete;
+  // The next bytes of the tensors' data; IOError when more than the declared tensors hold.
+  void write(const void* data, std::uint64_t nbytes);
+  // Bytes of tensor data still to come.
+  std::uint64_t remaining() const { return remaining_; }
+  // The size of the whole file (header and data).
+  std::uint64_t file_bytes() const { return file_bytes_; }
+  // IOError when bytes are missing; else fsync, rename into place, fsync the directory.
+  void commit();
+
+ private:
+  std::string path_;
+  std::unique_ptr<AtomicFile> out_;
+  std::uint64_t remaining_ = 0, file_bytes_ = 0;
+};
+
 }  // namespace qkv::io

@@ -57,7 +57,11 @@ struct GenerationParams {
   std::string prompt;                    // completion, as text ...
   std::vector<std::int64_t> prompt_ids;  // ... or as token ids (prompt_is_ids)
   bool prompt_is_ids = false;
-  std::optional<std::int64_t> max_tokens;  // >= 1 (max_completion_tokens wins over max_tokens)
+  // >= 1, or 0 with echo (the prompt alone, scored with logprobs); max_completion_tokens wins over max_tokens
+  std::optional<std::int64_t> max_tokens;
+  // completion: echo, the prompt's text before the completion's, and with logprobs its tokens
+  // scored (the first token's logprob and top_logprobs null), as OpenAI's legacy API
+  bool echo = false;
   // The sampling fields a request may leave out: then the model's advice (its
   // generation_config.json, a GGUF's general.sampling) over llama.cpp's defaults, as llama-server.
   std::optional<double> temperature;       // [0, 2]
