@@ -221,10 +221,7 @@ inline Architecture qwen3_5_layout(const std::string& name, const std::string& d
   };
   a.gguf_metadata = [gguf_name](const DecoderSpec& c, const std::string& prefix, io::GGUFMetadata& meta) {
     const LinearAttnSpec& g = c.linear;
-    if (!g.tiled && g.key_heads != g.value_heads)  // (save_decoder_gguf writes them tiled)
-      throw ValueError(fmt::format("convert: {} value heads on {} key heads in Hugging Face's grouped order; llama.cpp's "
-                                   "{} reads them tiled; nothing was written",
-                                   g.value_heads, g.key_heads, gguf_name));
+    // (save_decoder_gguf has put the value heads in llama.cpp's tiled order, the spec says so.)
     if (g.key_dim != g.value_dim)
       throw ValueError(fmt::format("convert: llama.cpp's {} needs equal linear key and value head dims, got {} and "
                                    "{}; nothing was written",

@@ -514,12 +514,8 @@ Tensor DecoderLM::forward_impl(const Tensor& ids, const std::vector<i64>& n_new,
     tm.barrier();
     {  // o = RMSNorm(o) * norm * silu(z) per (row, value head), into att [R, Hv Dv]
       const auto [e0, e1] = tm.part(0, R * Hv);
-      for (i64 e = e0; e < e1; ++e) {
-        float* o = att + e * Dv;
-        kernels::rms_norm_rows_f32(o, Dv, nullptr, lo + e * Dv, Dv, W.lin_norm, 1, Dv, c.norm_eps);
-        const float* z = lz + e * Dv;
-        for (i64 j = 0; j < Dv; ++j) o[j] = o[j] * (z[j] / (1.f + std::exp(-z[j])));
-      }
+      kernels::rms_norm_rows_f32(att + e0 * Dv, Dv, nullptr, lo + e0 * Dv, Dv, W.lin_norm, e1 - e0, Dv, c.norm_eps);
+      kernels::swiglu_forward_f32(att + e0 * Dv, lz + e0 * Dv, att + e0 * Dv, (e1 - e0) * Dv);  // silu(z) * o
     }
     tm.barrier();
   };
